@@ -1,0 +1,11 @@
+#pragma once
+/* engine — public header: what the server sees of the engine. */
+#include "common/inf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,2 @@
+#include "engine/eng.h"
+#include "kernels/krn.h"
