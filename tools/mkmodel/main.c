@@ -364,8 +364,9 @@ static void usage(FILE *f)
             "  --seed N             random seed (default 1)\n"
             "  --shards N           write N shards and model.safetensors.index.json\n"
             "  --tokenizer FILE     copy this tokenizer.json instead of the built-in one\n"
-            "The built-in tokenizer is a byte-level BPE of %d merges; vocab_size defaults\n"
-            "to its size rounded up to a multiple of 8.\n",
+            "The built-in tokenizer is a byte-level BPE of up to %d merges; vocab_size\n"
+            "defaults to its size rounded up to a multiple of 8 (a copied tokenizer's\n"
+            "size exactly: max id + 1). The 7b/8b presets keep their real vocab_size.\n",
             N_MERGES);
 }
 
@@ -513,7 +514,7 @@ int main(int argc, char **argv)
         eos = bv.eos_id;
     }
     if (o.vocab < 0)
-        o.vocab = p->vocab > 0 ? p->vocab : (tok_size + 7) / 8 * 8;
+        o.vocab = p->vocab > 0 ? p->vocab : o.tokenizer ? tok_size : (tok_size + 7) / 8 * 8;
     if (o.vocab < tok_size) {
         fprintf(stderr, "int4serve-mkmodel: --vocab %lld is smaller than the tokenizer's %lld\n",
                 (long long)o.vocab, (long long)tok_size);
