@@ -110,7 +110,7 @@ static int expected_tensors(const struct eng_model_config *c, struct expect *e)
     int64_t h = c->hidden, q = (int64_t)c->n_heads * c->head_dim,
             kv = (int64_t)c->n_kv_heads * c->head_dim, f = c->intermediate;
     double br = 0.5 / sqrt(2.0 * c->n_layers);
-#define E(rows, cols, m, s, ...)                                                                  \
+#define E(rows, cols, m, s, ...)                                                                   \
     do {                                                                                           \
         snprintf(e[n].name, sizeof e[n].name, __VA_ARGS__);                                        \
         e[n].ndim = (cols) ? 2 : 1;                                                                \
@@ -258,7 +258,8 @@ static void check_forward(const char *dir, const struct eng_model_config *c)
     const double lo = c->tie_embeddings ? 0.02 : 0.2;
     char name[128];
     for (int l = 0; l < c->n_layers; l++) {
-#define W(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), load(st, name, NULL))
+#define W(suffix)                                                                                  \
+    (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), load(st, name, NULL))
         float *win = W("input_layernorm.weight"), *wpost = W("post_attention_layernorm.weight");
         float *wq = W("self_attn.q_proj.weight"), *wk = W("self_attn.k_proj.weight");
         float *wv = W("self_attn.v_proj.weight"), *wo = W("self_attn.o_proj.weight");
@@ -278,7 +279,8 @@ static void check_forward(const char *dir, const struct eng_model_config *c)
             matvec(&v[(size_t)t * KV], wv, xn, bv, KV, H);
             /* rotate_half RoPE at position t */
             for (int hh = 0; hh < NH + NKV; hh++) {
-                float *vec = hh < NH ? &q[(size_t)t * Q + hh * D] : &k[(size_t)t * KV + (hh - NH) * D];
+                float *vec =
+                    hh < NH ? &q[(size_t)t * Q + hh * D] : &k[(size_t)t * KV + (hh - NH) * D];
                 for (int i = 0; i < D / 2; i++) {
                     double ang = t * pow(c->rope_theta, -2.0 * i / D);
                     float a = vec[i], b = vec[i + D / 2];
@@ -443,8 +445,10 @@ static int64_t check_tokenizer(const char *dir, const struct eng_model_config *c
                       "merge %zu '%s'", i, m);
     }
     /* common English words became single tokens */
-    ck_assert_ptr_nonnull(json_object_get(vocab, "\xc4\xa0" "the"));
-    ck_assert_ptr_nonnull(json_object_get(vocab, "\xc4\xa0" "and"));
+    ck_assert_ptr_nonnull(json_object_get(vocab, "\xc4\xa0"
+                                                 "the"));
+    ck_assert_ptr_nonnull(json_object_get(vocab, "\xc4\xa0"
+                                                 "and"));
     /* special tokens follow the vocabulary and match config.json */
     json_t *added = json_object_get(tok, "added_tokens");
     ck_assert_uint_eq(json_array_size(added), 2);
@@ -542,9 +546,9 @@ END_TEST
 START_TEST(mistral_f16_llama3_rope_custom_shape)
 {
     ck_assert_int_eq(mkmodel("m", "--arch", "mistral", "--dtype", "f16", "--hidden", "256",
-                             "--intermediate", "512", "--layers", "3", "--heads", "4",
-                             "--kv-heads", "1", "--head-dim", "32", "--max-pos", "4096",
-                             "--rope-theta", "500000", "--rope-llama3", NULL),
+                             "--intermediate", "512", "--layers", "3", "--heads", "4", "--kv-heads",
+                             "1", "--head-dim", "32", "--max-pos", "4096", "--rope-theta", "500000",
+                             "--rope-llama3", NULL),
                      0);
     struct eng_model_config c;
     struct inf_err err;
@@ -584,7 +588,7 @@ static bool same_file(const char *a, const char *b)
 START_TEST(deterministic_from_seed)
 {
     const char *args[] = {"--hidden", "64", "--intermediate", "128", "--layers", "2",
-                          "--heads", "4", "--kv-heads", "2"};
+                          "--heads",  "4",  "--kv-heads",     "2"};
     ck_assert_int_eq(mkmodel("a", args[0], args[1], args[2], args[3], args[4], args[5], args[6],
                              args[7], args[8], args[9], "--seed", "3", NULL),
                      0);
