@@ -648,6 +648,7 @@ START_TEST(refuses_bad_shapes)
      * tokenizer, an unknown preset and dtype: refused, nothing half-written */
     ck_assert_int_ne(mkmodel("x", "--heads", "5", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--heads", "6", "--kv-heads", "4", NULL), 0);
+    ck_assert_int_ne(mkmodel("x", "--heads", "4", "--kv-heads", "8", "--hidden", "256", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--vocab", "100", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--preset", "huge", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--dtype", "f64", NULL), 0);
