@@ -312,8 +312,8 @@ inf_status_t api_body_load(const char *body, size_t len, json_t **root, struct a
         return api_fail(fault, err, INF_E_INVALID, NULL, NULL,
                         "The request body is empty; expected a JSON object");
     json_error_t je;
-    json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL,
-                           &je);
+    json_t *v =
+        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!v)
         return api_fail(fault, err, INF_E_INVALID, NULL, NULL,
                         "We could not parse the JSON body of your request: %s (line %d, column %d)",
@@ -369,7 +369,8 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
     const char *k;
     json_t *v;
     size_t extra = 0;
-    json_object_foreach((json_t *)obj, k, v) {
+    json_object_foreach((json_t *)obj, k, v)
+    {
         if (!known_key(k, known))
             extra++;
     }
@@ -380,7 +381,8 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < *n; i++)
         list[i] = (*ignored)[i];
-    json_object_foreach((json_t *)obj, k, v) {
+    json_object_foreach((json_t *)obj, k, v)
+    {
         if (known_key(k, known)) {
             continue;
         }
@@ -394,8 +396,7 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
 }
 
 inf_status_t api_get_string(const json_t *root, const char *key, struct inf_arena *arena,
-                            struct api_text *out, struct api_fault *fault,
-                            struct inf_err *err)
+                            struct api_text *out, struct api_fault *fault, struct inf_err *err)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
@@ -414,24 +415,24 @@ inf_status_t api_get_string(const json_t *root, const char *key, struct inf_aren
     return INF_OK;
 }
 
-inf_status_t api_get_bool(const json_t *root, const char *key, bool *out,
-                          struct api_fault *fault, struct inf_err *err)
+inf_status_t api_get_bool(const json_t *root, const char *key, bool *out, struct api_fault *fault,
+                          struct inf_err *err)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
         return INF_OK;
     if (!json_is_boolean(v)) {
         char d[48];
-        return api_fail(fault, err, INF_E_INVALID, key, NULL, "'%s' must be a boolean, got %s",
-                        key, api_describe(v, d, sizeof d));
+        return api_fail(fault, err, INF_E_INVALID, key, NULL, "'%s' must be a boolean, got %s", key,
+                        api_describe(v, d, sizeof d));
     }
     *out = json_is_true(v);
     return INF_OK;
 }
 
 inf_status_t api_check_model(const json_t *root, const struct api_limits *lim,
-                             struct inf_arena *arena, const char **model,
-                             struct api_fault *fault, struct inf_err *err)
+                             struct inf_arena *arena, const char **model, struct api_fault *fault,
+                             struct inf_err *err)
 {
     struct api_text t = {NULL, 0};
     inf_status_t st = api_get_string(root, "model", arena, &t, fault, err);

@@ -144,8 +144,7 @@ inf_status_t api_completion_encode(const struct api_resp_head *h, const struct a
 }
 
 inf_status_t api_chunk_encode(const struct api_resp_head *h, const struct api_choice *choice,
-                              struct inf_arena *a, char **out, size_t *out_len,
-                              struct inf_err *err)
+                              struct inf_arena *a, char **out, size_t *out_len, struct inf_err *err)
 {
     struct jw w;
     jw_init(&w);

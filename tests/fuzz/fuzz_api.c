@@ -87,8 +87,8 @@ static void check_completion(const uint8_t *data, size_t size, const struct api_
     struct inf_err ce;
     struct api_fault cf;
     for (uint32_t plen = 0; plen <= lim->max_model_len + 1; plen += lim->max_model_len / 4) {
-        inf_status_t cs = api_check_context(plen, r.max_tokens, lim->max_model_len, &max_new, &cf,
-                                            &ce);
+        inf_status_t cs =
+            api_check_context(plen, r.max_tokens, lim->max_model_len, &max_new, &cf, &ce);
         if (cs == INF_OK)
             CHECK(max_new >= 1 && (uint64_t)plen + max_new <= lim->max_model_len);
         else
@@ -106,8 +106,8 @@ static void check_encoders(const uint8_t *data, size_t size, struct inf_arena *a
     struct api_top_logprob top = {{s, size}, -1.0f};
     struct api_token_logprob t = {{s, size}, -0.5f, &top, 1};
     struct api_logprobs lp = {&t, 1, 3};
-    struct api_choice c = {.index = 0, .text = {s, size}, .logprobs = &lp,
-                           .finish = API_FINISH_STOP};
+    struct api_choice c = {
+        .index = 0, .text = {s, size}, .logprobs = &lp, .finish = API_FINISH_STOP};
     struct api_usage u = {1, 2};
     char *out;
     size_t len;
