@@ -77,6 +77,7 @@ struct api_prompt {
 #define API_MAX_TOKENS_AUTO (-1) /* max_tokens null: as many as the context allows */
 #define API_TOP_K_OFF (-1)       /* top_k disabled */
 #define API_LOGPROBS_OFF (-1)    /* logprobs null */
+#define API_MAX_IGNORED 16       /* unknown keys reported per request; the rest dropped */
 
 struct api_completion_req {
     const char *model;                /* as sent; NULL when absent or null */
@@ -108,7 +109,9 @@ struct api_completion_req {
     bool add_special_tokens;    /* vLLM's extension; default true */
     const char *user;           /* NULL when absent */
     const char *const *ignored; /* top-level keys (and "stream_options.<key>") we do
-                                 * not know: accepted and ignored, to be logged */
+                                 * not know: accepted and ignored, to be logged.
+                                 * Safe to log: at most API_MAX_IGNORED names, each
+                                 * clipped to 64 bytes, control bytes as '?' */
     uint32_t n_ignored;
 };
 
@@ -178,7 +181,7 @@ struct api_usage {
 
 /* What every response and chunk of one request repeats. */
 struct api_resp_head {
-    const char *id;  /* encoded as "cmpl-<id>" */
+    const char *id;  /* encoded as "cmpl-<id>"; NULL: "cmpl-" */
     int64_t created; /* unix seconds */
     const char *model;
 };

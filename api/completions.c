@@ -222,18 +222,20 @@ static inf_status_t parse_stop(const json_t *root, const struct api_limits *lim,
     return INF_OK;
 }
 
-/* A logit_bias key: a decimal token id ("42"), nothing else. */
+/* A logit_bias key: a decimal token id ("42"), nothing else. A number too
+ * large for any vocabulary reads as INT64_MAX. */
 static bool parse_token_key(const char *k, json_int_t *id)
 {
     json_int_t v = 0;
     if (!*k)
         return false;
     for (; *k; k++) {
-        if (*k < '0' || *k > '9' || v > 100000000000LL)
+        if (*k < '0' || *k > '9')
             return false;
-        v = v * 10 + (*k - '0');
+        if (v <= 100000000000LL)
+            v = v * 10 + (*k - '0');
     }
-    *id = v;
+    *id = v > 100000000000LL ? INT64_MAX : v;
     return true;
 }
 
@@ -268,9 +270,9 @@ static inf_status_t parse_logit_bias(const json_t *root, const struct api_limits
                             "'logit_bias' keys must be token ids, got \"%.32s\"", k);
         if (id >= (json_int_t)lim->vocab)
             return api_fail(fault, err, INF_E_INVALID, "logit_bias", NULL,
-                            "'logit_bias' token id %" JSON_INTEGER_FORMAT
-                            " is outside the vocabulary [0, %" PRIu32 ")",
-                            id, lim->vocab);
+                            "'logit_bias' token id %.32s is outside the vocabulary [0, %" PRIu32
+                            ")",
+                            k, lim->vocab);
         if (seen[id / 8] & (1u << (id % 8)))
             return api_fail(fault, err, INF_E_INVALID, "logit_bias", NULL,
                             "'logit_bias' names token id %" JSON_INTEGER_FORMAT " twice", id);

@@ -362,6 +362,24 @@ static bool known_key(const char *k, const char *const *known)
     return false;
 }
 
+/* A copy of an unknown key fit for a log line: clipped, no control bytes.
+ * The clip backs off to a character boundary so the name stays UTF-8. */
+static char *loggable_name(struct inf_arena *arena, const char *prefix, const char *k)
+{
+    size_t n = strlen(k);
+    if (n > 64) {
+        n = 64;
+        while (n > 0 && ((unsigned char)k[n] & 0xC0) == 0x80)
+            n--;
+    }
+    char *s = inf_arena_sprintf(arena, "%s%.*s", prefix, (int)n, k);
+    if (s)
+        for (char *p = s; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
+    return s;
+}
+
 inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, const char *prefix,
                                  struct inf_arena *arena, const char ***ignored, uint32_t *n,
                                  struct inf_err *err)
@@ -374,6 +392,8 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
         if (!known_key(k, known))
             extra++;
     }
+    if (extra > API_MAX_IGNORED - *n)
+        extra = API_MAX_IGNORED - *n;
     if (!extra)
         return INF_OK;
     const char **list = inf_arena_calloc(arena, *n + extra, sizeof *list);
@@ -381,12 +401,14 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < *n; i++)
         list[i] = (*ignored)[i];
+    uint32_t limit = *n + (uint32_t)extra;
     json_object_foreach((json_t *)obj, k, v)
     {
-        if (known_key(k, known)) {
+        if (*n == limit)
+            break;
+        if (known_key(k, known))
             continue;
-        }
-        char *s = inf_arena_sprintf(arena, "%s%s", prefix, k);
+        char *s = loggable_name(arena, prefix, k);
         if (!s)
             return inf_err_set(err, INF_E_NOMEM, "out of memory");
         list[(*n)++] = s;

@@ -104,7 +104,8 @@ static void put_choice(struct jw *w, const struct api_choice *c)
 static void put_head(struct jw *w, const struct api_resp_head *h)
 {
     jw_lit(w, "{\"id\":\"cmpl-");
-    jw_esc(w, h->id, strlen(h->id));
+    if (h->id)
+        jw_esc(w, h->id, strlen(h->id));
     jw_raw(w, "\"", 1);
     jw_lit(w, ",\"object\":\"text_completion\",\"created\":");
     jw_i64(w, h->created);

@@ -146,6 +146,9 @@ static const struct bad bad_cases[] = {
     /* logit_bias */
     {"{\"prompt\":\"a\",\"logit_bias\":{\"32000\":1}}", 400, "logit_bias", NULL,
      "'logit_bias' token id 32000 is outside the vocabulary [0, 32000)"},
+    {"{\"prompt\":\"a\",\"logit_bias\":{\"123456789012345678901234567890\":1}}", 400, "logit_bias",
+     NULL,
+     "'logit_bias' token id 123456789012345678901234567890 is outside the vocabulary [0, 32000)"},
     {"{\"prompt\":\"a\",\"logit_bias\":{\"-5\":1}}", 400, "logit_bias", NULL,
      "'logit_bias' keys must be token ids, got \"-5\""},
     {"{\"prompt\":\"a\",\"logit_bias\":{\"abc\":1}}", 400, "logit_bias", NULL,
@@ -471,6 +474,38 @@ START_TEST(edge_values)
 }
 END_TEST
 
+/* Unknown keys come back safe to log: clipped, control bytes replaced, at
+ * most API_MAX_IGNORED of them. */
+START_TEST(ignored_keys)
+{
+    char body[4096];
+    size_t o = (size_t)snprintf(body, sizeof body, "{\"prompt\":\"a\",\"bad\\nkey\\u0001\":1,\"");
+    for (int i = 0; i < 70; i++)
+        body[o++] = 'k';
+    o += (size_t)snprintf(body + o, sizeof body - o, "\":2");
+    for (int i = 0; i < 30; i++)
+        o += (size_t)snprintf(body + o, sizeof body - o, ",\"x%d\":%d", i, i);
+    snprintf(body + o, sizeof body - o, ",\"stream\":true,\"stream_options\":{\"y\":1}}");
+    struct api_completion_req r;
+    struct inf_err e;
+    ck_assert_msg(parse(body, &r, NULL, &e) == INF_OK, "%s", e.msg);
+    ck_assert_uint_eq(r.n_ignored, API_MAX_IGNORED);
+    ck_assert_str_eq(r.ignored[0], "bad?key?");
+    ck_assert_uint_eq(strlen(r.ignored[1]), 64);
+    ck_assert_str_eq(r.ignored[2], "x0");
+    ck_assert_str_eq(r.ignored[API_MAX_IGNORED - 1], "x13");
+
+    /* A clip never splits a character. */
+    o = (size_t)snprintf(body, sizeof body, "{\"prompt\":\"a\",\"");
+    for (int i = 0; i < 63; i++)
+        body[o++] = 'k';
+    snprintf(body + o, sizeof body - o, "\xC3\xA9\":1}");
+    ck_assert_int_eq(parse(body, &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.n_ignored, 1);
+    ck_assert_uint_eq(strlen(r.ignored[0]), 63);
+}
+END_TEST
+
 /* ---- context check ------------------------------------------------------------- */
 START_TEST(context_check)
 {
@@ -652,6 +687,14 @@ START_TEST(chunks)
                           "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9,"
                           "\"total_tokens\":12}}\n\n");
     ck_assert_str_eq(API_SSE_DONE, "data: [DONE]\n\n");
+
+    /* No id and no model: "cmpl-" and null, still valid JSON. */
+    struct api_resp_head bare = {NULL, 0, NULL};
+    ck_assert_int_eq(api_chunk_usage_encode(&bare, &u, &arena, &out, NULL, NULL), INF_OK);
+    ck_assert_str_eq(out, "data: {\"id\":\"cmpl-\",\"object\":\"text_completion\","
+                          "\"created\":0,\"model\":null,\"choices\":[],"
+                          "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9,"
+                          "\"total_tokens\":12}}\n\n");
 }
 END_TEST
 
@@ -793,6 +836,7 @@ static Suite *suite(void)
     tcase_add_test(tc, full_request);
     tcase_add_test(tc, prompt_shapes);
     tcase_add_test(tc, edge_values);
+    tcase_add_test(tc, ignored_keys);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("context");
