@@ -273,6 +273,13 @@ START_TEST(defaults)
 {
     struct api_completion_req r;
     struct inf_err e;
+    ck_assert_str_eq(lim.model, "tiny-llama");
+    ck_assert_uint_eq(lim.vocab, 32000);
+    ck_assert_uint_eq(lim.max_model_len, 2048);
+    ck_assert_uint_eq(lim.max_n, 16);
+    ck_assert_uint_eq(lim.max_logprobs, 5);
+    ck_assert_uint_eq(lim.max_stop, 4);
+    ck_assert_uint_eq(lim.max_prompts, 256);
     ck_assert_int_eq(parse("{\"prompt\":\"Hello\"}", &r, NULL, &e), INF_OK);
     ck_assert_ptr_null(r.model);
     ck_assert_uint_eq(r.n_prompts, 1);
