@@ -554,7 +554,23 @@ START_TEST(tiny_group256_every_layer_quantized)
                          .heads = 6, .kv_heads = 6, .vocab = 256, .rope_theta = 10000.0f,
                          .dtype = ENG_DT_F16, .seed = 21};
     make_model(&sp);
+    /* the padding is logged once for the model, naming the layers and sizes */
+    char logpath[] = "/tmp/int4serve-log-XXXXXX";
+    int fd = mkstemp(logpath);
+    ck_assert_int_ge(fd, 0);
+    inf_log_set_fd(fd);
     eng_model_t *m = load(ENG_QUANT_INT4, 256, true);
+    inf_log_set_fd(2);
+    char text[4096] = "";
+    ck_assert_int_ge(pread(fd, text, sizeof text - 1, 0), 1);
+    close(fd);
+    unlink(logpath);
+    const char *hit = strstr(text, "padded along K");
+    ck_assert_ptr_nonnull(hit);
+    ck_assert_ptr_null(strstr(hit + 1, "padded along K"));
+    ck_assert_ptr_nonnull(strstr(text, "18 of 24 quantized layers"));
+    ck_assert_ptr_nonnull(strstr(text, "self_attn.qkv_proj 288->512"));
+    ck_assert_ptr_nonnull(strstr(text, "mlp.gate_up_proj 288->512"));
     int n = eng_model_layer_count(m), padded = 0, quantized = 0;
     ck_assert_int_eq(n, 6 * 4 + 1);
     for (int i = 0; i < n; i++) {
@@ -614,6 +630,42 @@ START_TEST(tiny_group256_every_layer_quantized)
 }
 END_TEST
 
+/* A pattern keeps the layers it names in fp16; the rest are INT4. */
+START_TEST(keep_fp16_patterns)
+{
+    make_model(&LLAMA);
+    struct eng_model_opts o;
+    eng_model_opts_default(&o);
+    o.max_tokens = 16;
+    o.n_kv_blocks = 4;
+    const char *keep[2] = {"*.mlp.down_proj.*", "*.self_attn.k_proj.*"};
+    o.keep_fp16 = keep;
+    o.n_keep_fp16 = 2;
+    for (int fuse = 0; fuse < 2; fuse++) {
+        o.fuse_qkv = fuse;
+        eng_model_t *m;
+        struct inf_err err;
+        ck_assert_int_eq(eng_model_load(dir, be, &o, &m, &err), INF_OK);
+        int kept = 0;
+        for (int i = 0; i < eng_model_layer_count(m); i++) {
+            const struct eng_layer_info *li = eng_model_layer_info(m, i);
+            /* the list replaces the defaults: lm_head is quantized now */
+            bool want_fp = strstr(li->name, "down_proj") || strstr(li->name, "k_proj") ||
+                           (fuse && strstr(li->name, "qkv_proj"));
+            ck_assert_msg(li->quantized == !want_fp, "%s", li->name);
+            if (!li->quantized) {
+                ck_assert_int_eq(li->fp_dtype, ENG_W_F16);
+                kept++;
+            }
+        }
+        /* per layer: down, and k (or the fused qkv holding it) */
+        ck_assert_int_eq(kept, 2 * 2);
+        eng_model_destroy(m);
+    }
+    drop_model();
+}
+END_TEST
+
 START_TEST(bad_batches_refused)
 {
     make_model(&LLAMA);
@@ -664,6 +716,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, int4_close_to_fp32);
     tcase_add_test(t, tiny_group256_every_layer_quantized);
+    tcase_add_test(t, keep_fp16_patterns);
     suite_add_tcase(s, t);
     t = tcase_create("fusion");
     tcase_set_timeout(t, 120);
