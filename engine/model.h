@@ -26,9 +26,9 @@ enum eng_quant {
 
 struct eng_model_opts {
     enum eng_quant quant;
-    int32_t group_size;          /* 32, 64, 128 (default), 256; 0 = per-channel */
-    bool symmetric;              /* zero point 8 (engine/quant.h) */
-    bool fuse_qkv;               /* q/k/v into one linear and gate/up into one (default) */
+    int32_t group_size; /* 32, 64, 128 (default), 256; 0 = per-channel */
+    bool symmetric;     /* zero point 8 (engine/quant.h) */
+    bool fuse_qkv;      /* q/k/v into one linear and gate/up into one (default) */
     /* fnmatch(3) patterns over Hugging Face tensor names (a fused layer
      * matches when its own name, e.g. "model.layers.0.self_attn.qkv_proj.weight",
      * or any of its parts matches): those linear layers stay fp16 when
@@ -36,8 +36,8 @@ struct eng_model_opts {
      * embedding table is never quantized (fp16 under INT4). */
     const char *const *keep_fp16;
     int32_t n_keep_fp16;
-    int32_t max_tokens;          /* tokens one forward call may hold (default 512) */
-    int32_t n_kv_blocks;         /* blocks in the KV pool of each layer (default 256) */
+    int32_t max_tokens;  /* tokens one forward call may hold (default 512) */
+    int32_t n_kv_blocks; /* blocks in the KV pool of each layer (default 256) */
 };
 
 /* Defaults: INT4, group 128, asymmetric, fused, default patterns. */
@@ -45,11 +45,11 @@ void eng_model_opts_default(struct eng_model_opts *o);
 
 /* How one linear layer was loaded. */
 struct eng_layer_info {
-    char name[80];   /* e.g. "model.layers.3.self_attn.qkv_proj" */
-    int32_t n, k;    /* output and input features */
-    bool quantized;  /* INT4; else fp weights of fp_dtype */
-    int32_t kp;      /* padded K when quantized (== k when no padding) */
-    int32_t group;   /* stored group size when quantized */
+    char name[80];  /* e.g. "model.layers.3.self_attn.qkv_proj" */
+    int32_t n, k;   /* output and input features */
+    bool quantized; /* INT4; else fp weights of fp_dtype */
+    int32_t kp;     /* padded K when quantized (== k when no padding) */
+    int32_t group;  /* stored group size when quantized */
     enum eng_wdtype fp_dtype;
 };
 
