@@ -75,16 +75,9 @@ static int write_logits(const char *path, const float *lg, int rows, int vocab)
         int total = (10 + h + 1 + 63) / 64 * 64;
         int pad = total - 10 - h - 1;
         uint16_t hl = (uint16_t)(total - 10);
-        unsigned char pre[10] = {0x93,
-                                 'N',
-                                 'U',
-                                 'M',
-                                 'P',
-                                 'Y',
-                                 1,
-                                 0,
-                                 (unsigned char)(hl & 0xff),
-                                 (unsigned char)(hl >> 8)};
+        unsigned char pre[10] = "\x93NUMPY\x01\x00";
+        pre[8] = (unsigned char)(hl & 0xff);
+        pre[9] = (unsigned char)(hl >> 8);
         fwrite(pre, 1, 10, f);
         fwrite(hdr, 1, (size_t)h, f);
         for (int i = 0; i < pad; i++)
