@@ -380,13 +380,38 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
     m->host_lrows = malloc((size_t)T * sizeof(int32_t));
     if (!m->host_seq_dec || !m->host_seq_pre || !m->host_lrows)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for batch tables");
-    size_t pool = (size_t)m->opts.n_kv_blocks * ENG_KV_BLOCK * (size_t)c->n_kv_heads *
-                  (size_t)c->head_dim * eng_act_size(m->be->kv_dtype);
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        if ((s = eng_buf_alloc(m->be, pool, &m->layers[l].k_cache, err)) ||
-            (s = eng_buf_alloc(m->be, pool, &m->layers[l].v_cache, err)))
-            return s;
+    int32_t nb = m->opts.n_kv_blocks;
+    m->opts.n_kv_blocks = 0;
+    return nb > 0 ? eng_model_kv_reserve(m, nb, err) : INF_OK;
+}
+
+static void kv_free(struct eng_model *m)
+{
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        eng_buf_free(m->be, m->layers[l].k_cache);
+        eng_buf_free(m->be, m->layers[l].v_cache);
+        m->layers[l].k_cache = m->layers[l].v_cache = NULL;
     }
+    m->opts.n_kv_blocks = 0;
+}
+
+inf_status_t eng_model_kv_reserve(eng_model_t *m, int32_t n_blocks, struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    if (n_blocks <= 0)
+        return inf_err_set(err, INF_E_INVALID, "KV blocks must be > 0, got %d", n_blocks);
+    kv_free(m);
+    size_t pool = (size_t)n_blocks * ENG_KV_BLOCK * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+                  eng_act_size(m->be->kv_dtype);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        inf_status_t s;
+        if ((s = eng_buf_alloc(m->be, pool, &m->layers[l].k_cache, err)) ||
+            (s = eng_buf_alloc(m->be, pool, &m->layers[l].v_cache, err))) {
+            kv_free(m);
+            return s;
+        }
+    }
+    m->opts.n_kv_blocks = n_blocks;
     return INF_OK;
 }
 
@@ -404,8 +429,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         return inf_err_set(err, INF_E_INVALID,
                            "group_size must be 32, 64, 128, 256 or 0 (per-channel), got %d",
                            o.group_size);
-    if (o.max_tokens <= 0 || o.n_kv_blocks <= 0 || o.n_keep_fp16 < 0)
-        return inf_err_set(err, INF_E_INVALID, "max_tokens and n_kv_blocks must be > 0");
+    if (o.max_tokens <= 0 || o.n_kv_blocks < 0 || o.n_keep_fp16 < 0)
+        return inf_err_set(err, INF_E_INVALID, "max_tokens must be > 0 and n_kv_blocks >= 0");
     if (be->act_dtype != ENG_ACT_F32)
         return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s: only fp32 activations so far",
                            eng_backend_name(be));
@@ -495,6 +520,7 @@ void eng_model_destroy(eng_model_t *m)
         return;
     struct eng_backend *be = m->be;
     if (m->layers) {
+        kv_free(m);
         for (int32_t l = 0; l < m->cfg.n_layers; l++) {
             struct layer *L = &m->layers[l];
             eng_buf_free(be, L->attn_norm);
@@ -505,8 +531,6 @@ void eng_model_destroy(eng_model_t *m)
             lin_free(be, &L->gu[0]);
             lin_free(be, &L->gu[1]);
             lin_free(be, &L->down);
-            eng_buf_free(be, L->k_cache);
-            eng_buf_free(be, L->v_cache);
         }
     }
     lin_free(be, &m->lm_head);
@@ -612,6 +636,8 @@ inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float 
     const struct eng_model_config *c = &m->cfg;
     struct eng_backend *be = m->be;
     int32_t n_dec = 0, n_pre = 0, n_lr = 0;
+    if (m->opts.n_kv_blocks == 0)
+        return inf_err_set(err, INF_E_INVALID, "the KV cache is not reserved");
     inf_status_t s = plan(m, b, &n_dec, &n_pre, &n_lr, err);
     if (s != INF_OK)
         return s;

@@ -7,7 +7,9 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_config.h"
+#include "engine/eng.h"
 #include "engine/safetensors.h"
+#include "engine/scheduler_impl.h"
 #include "test_model_util.h"
 
 #include <check.h>
@@ -711,6 +713,67 @@ START_TEST(keep_fp16_patterns)
 }
 END_TEST
 
+/* The scheduler's view: the same logits as the model used directly, KV
+ * pools only once reserved. */
+START_TEST(scheduler_lm_adapter)
+{
+    make_model(&QWEN2);
+    struct eng_config cfg = {.model_dir = dir,
+                             .backend = ENG_BACKEND_CPU,
+                             .threads = 2,
+                             .max_batched_tokens = 64,
+                             .quantize = false,
+                             .fuse_qkv = true};
+    struct eng_lm lm;
+    struct inf_err err = {0};
+    ck_assert_msg(eng_model_lm_create(&cfg, &lm, &err) == INF_OK, "%s", err.msg);
+    ck_assert_str_eq(lm.name, "cpu");
+    ck_assert_int_eq(lm.vocab, QWEN2.vocab);
+    ck_assert_int_eq(lm.max_len, 4096);
+    ck_assert_int_eq(lm.bos_id, 1);
+    ck_assert_int_eq(lm.n_eos, 1);
+    ck_assert_int_eq(lm.eos_ids[0], 2);
+    enum { N = 9 };
+    int32_t tok[N], pos[N], slot[N];
+    uint8_t want[N];
+    prompt(tok, N, QWEN2.vocab, 8);
+    for (int i = 0; i < N; i++) {
+        pos[i] = i;
+        slot[i] = 0;
+        want[i] = 1;
+    }
+    int32_t bt[2] = {3, 0};
+    struct eng_batch b = {.n_tokens = N,
+                          .tokens = tok,
+                          .pos = pos,
+                          .slot = slot,
+                          .want_logits = want,
+                          .n_logits = N,
+                          .block_table = bt,
+                          .n_slots = 1,
+                          .max_blocks = 2};
+    float *a = malloc(sizeof(float) * N * QWEN2.vocab),
+          *r = malloc(sizeof(float) * N * QWEN2.vocab);
+    ck_assert_int_eq(lm.forward(lm.self, &b, a, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not reserved"));
+    ck_assert_int_eq(lm.kv_reserve(lm.self, 4, &err), INF_OK);
+    ck_assert_int_eq(lm.forward(lm.self, &b, a, &err), INF_OK);
+    eng_model_t *m = load(ENG_QUANT_NONE, 128, true);
+    run_positions(m, tok, N, N, r);
+    ck_assert_int_eq(memcmp(a, r, sizeof(float) * N * QWEN2.vocab), 0);
+    /* block 3 of a 2-block pool after a smaller reserve is refused */
+    ck_assert_int_eq(lm.kv_reserve(lm.self, 2, &err), INF_OK);
+    ck_assert_int_eq(lm.forward(lm.self, &b, a, &err), INF_E_INVALID);
+    lm.destroy(lm.self);
+    eng_model_destroy(m);
+    free(a);
+    free(r);
+    cfg.backend = ENG_BACKEND_CUDA;
+    ck_assert_int_eq(eng_model_lm_create(&cfg, &lm, &err), INF_E_UNSUPPORTED);
+    drop_model();
+}
+END_TEST
+
 START_TEST(bad_batches_refused)
 {
     make_model(&LLAMA);
@@ -780,6 +843,7 @@ static Suite *suite(void)
     tcase_add_test(t, generate_qwen2_1_and_32);
     tcase_add_test(t, batch_of_8_matches_alone);
     tcase_add_test(t, bad_batches_refused);
+    tcase_add_test(t, scheduler_lm_adapter);
     suite_add_tcase(s, t);
     return s;
 }
