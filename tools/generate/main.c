@@ -30,7 +30,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N\n"
                "       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]\n"
-               "       [--threads T] [--dump-logits FILE(.npy)] [--batch B]\n");
+               "       [--threads T] [--dump-logits FILE] [--batch B]\n"
+               "Greedy generation on the CPU backend; prints the ids of sequence 0, then the\n"
+               "prefill time and the decode time per token. --group-size 0 is per-channel.\n"
+               "--dump-logits: fp32 logits of sequence 0, [n_prompt + N - 1][vocab], row i\n"
+               "after token i of prompt ++ generated; raw little-endian fp32, or a NumPy\n"
+               ".npy file (dtype <f4, 2-D) when FILE ends in .npy.\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int *n)
