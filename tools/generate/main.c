@@ -136,6 +136,8 @@ int main(int argc, char **argv)
             break;
         case 'g':
             mo.group_size = atoi(optarg);
+            if (mo.group_size == -1) /* -1 or 0: per-channel */
+                mo.group_size = 0;
             break;
         case 's':
             mo.symmetric = true;
