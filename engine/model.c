@@ -342,11 +342,16 @@ static void log_padding(const struct eng_model *m)
         if (!strstr(buf, item) && used + strlen(item) + 3 < sizeof buf)
             used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", used ? ", " : "", item);
     }
+    char grp[32];
+    if (m->opts.group_size > 0)
+        snprintf(grp, sizeof grp, "group %d", m->opts.group_size);
+    else
+        snprintf(grp, sizeof grp, "per-channel");
     if (n_pad > 0)
-        inf_log(INFO, "INT4 group %d: %d of %d quantized layers padded along K (%s)",
-                m->opts.group_size, n_pad, n_q, buf);
+        inf_log(INFO, "INT4 %s: %d of %d quantized layers padded along K (%s)", grp, n_pad, n_q,
+                buf);
     else if (n_q > 0)
-        inf_log(INFO, "INT4 group %d: %d layers quantized, none padded", m->opts.group_size, n_q);
+        inf_log(INFO, "INT4 %s: %d layers quantized, none padded", grp, n_q);
 }
 
 static inf_status_t alloc_act(struct eng_model *m, struct eng_buf **b, int64_t elems, size_t esz,
