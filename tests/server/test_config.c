@@ -225,8 +225,8 @@ START_TEST(deploy_config_is_valid)
      * unit and the manifests are sized for. */
     size_t len;
     char *text = read_source_file("deploy/config.toml", &len);
-    ck_assert_msg(srv_config_load_toml(&cfg, "deploy/config.toml", text, len, &err) == INF_OK,
-                  "%s", err.msg);
+    ck_assert_msg(srv_config_load_toml(&cfg, "deploy/config.toml", text, len, &err) == INF_OK, "%s",
+                  err.msg);
     ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_OK);
     ck_assert_str_eq(cfg.host, "0.0.0.0");
     ck_assert_str_eq(cfg.backend, "cuda");
