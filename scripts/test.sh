@@ -3,7 +3,8 @@
 #   build/       Release, CUDA when nvcc is present: every ctest label
 #                (unit, integration, gpu, fuzz; gpu tests skip without a GPU)
 #   build-asan/  CPU-only (-DINT4SERVE_CUDA=OFF) under AddressSanitizer and
-#                UndefinedBehaviorSanitizer: every label but gpu
+#                UndefinedBehaviorSanitizer, at -O1 (fast enough for the CPU
+#                model tests, still precise reports): every label but gpu
 #   build-fuzz/  clang + libFuzzer, only where clang is installed: each fuzz
 #                target for INT4SERVE_FUZZ_SECONDS (default 20) seconds
 # Every stage runs even when an earlier one failed; the summary at the end
@@ -54,7 +55,7 @@ release() {
 }
 
 sanitize() {
-    configure build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINT4SERVE_SANITIZE=ON \
+    configure build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DINT4SERVE_SANITIZE=ON \
         -DINT4SERVE_CUDA=OFF &&
         cmake --build build-asan -j "$jobs" &&
         (cd build-asan &&
