@@ -21,10 +21,14 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential cmake ninja-build pkg-config \
         libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libutf8proc-dev \
+        check libsubunit-dev libcurl4-openssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DINT4SERVE_TESTS=OFF \
+# The whole project is configured (test and bench targets included, hence
+# Check and libcurl above) so the image is built the way CI builds it; only
+# the daemon is compiled.
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
  && cmake --build build --target int4serve \
  && sed -e 's|^host = .*|host = "0.0.0.0"|' \
