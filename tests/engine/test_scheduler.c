@@ -983,6 +983,7 @@ static Suite *suite(void)
 
 int main(void)
 {
+    inf_log_set_level(INF_LOG_WARN);
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
