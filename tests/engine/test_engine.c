@@ -3,6 +3,7 @@
  * admission bound, cancel, drain, abort_all, the step-time test hook. */
 #include "engine/eng.h"
 #include "engine/mock.h"
+#include "engine/tokenizer.h"
 
 #include <check.h>
 #include <math.h>
@@ -220,7 +221,27 @@ START_TEST(info_and_defaults)
     ck_assert_int_eq(st.kv_blocks_total, 128 * 4096 / 16);
     ck_assert_int_eq(st.kv_blocks_used, 0);
     ck_assert(!st.failed);
-    ck_assert_ptr_null(eng_engine_tokenizer(eng));
+    /* the mock's tokenizer: one byte token per byte, decoding back */
+    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(eng);
+    ck_assert_ptr_nonnull(tok);
+    struct eng_tok_ids ids = {0};
+    struct inf_err err;
+    ck_assert_int_eq(eng_tok_encode(tok, "h\xC3\xA9 </s>", 8, NULL, &ids, &err), INF_OK);
+    ck_assert_uint_eq(ids.n, 5);
+    ck_assert_int_eq(ids.ids[0], ENG_MOCK_BYTE0 + 'h');
+    ck_assert_int_eq(ids.ids[1], ENG_MOCK_BYTE0 + 0xC3);
+    ck_assert_int_eq(ids.ids[2], ENG_MOCK_BYTE0 + 0xA9);
+    ck_assert_int_eq(ids.ids[3], ENG_MOCK_BYTE0 + ' ');
+    ck_assert_int_eq(ids.ids[4], ENG_MOCK_EOS);
+    ck_assert_int_eq(eng_tok_eos_id(tok), ENG_MOCK_EOS);
+    ck_assert_int_eq(eng_tok_bos_id(tok), ENG_MOCK_BOS);
+    int32_t more[3] = {ENG_MOCK_BYTE0 + 'x', 300, ENG_MOCK_EOS};
+    char *text = NULL;
+    size_t tlen = 0;
+    ck_assert_int_eq(eng_tok_decode(tok, more, 3, true, &text, &tlen, &err), INF_OK);
+    ck_assert_str_eq(text, "x t300");
+    free(text);
+    eng_tok_ids_fini(&ids);
     eng_engine_destroy(eng);
     eng_engine_destroy(NULL);
 
@@ -228,7 +249,6 @@ START_TEST(info_and_defaults)
     bad.backend = ENG_BACKEND_MOCK;
     bad.max_model_len = 1024;
     bad.kv_cache_tokens = 512;
-    struct inf_err err;
     eng_engine_t *e2 = NULL;
     ck_assert_int_eq(eng_engine_create(&bad, NULL, NULL, &e2, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "kv_cache_tokens"));
