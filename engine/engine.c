@@ -44,8 +44,8 @@ struct eng_engine {
     struct eng_lm lm;
     const struct eng_detok_ops *detok;
     struct eng_detok_ops tok_ops; /* detok when it is the tokenizer's */
-    eng_tok_t *tok; /* the server's tokenizer (NULL for none) */
-    eng_sched_t *sched; /* engine thread only, after create */
+    eng_tok_t *tok;               /* the server's tokenizer (NULL for none) */
+    eng_sched_t *sched;           /* engine thread only, after create */
     inf_queue_t *inbox, *outbox;
     pthread_t thread;
     bool thread_started;
@@ -217,8 +217,7 @@ void eng_request_cancel(eng_engine_t *eng, uint64_t req_id)
 {
     struct msg *m = calloc(1, sizeof *m);
     if (!m) {
-        inf_log(ERROR, "req=%llu out of memory for its cancellation",
-                (unsigned long long)req_id);
+        inf_log(ERROR, "req=%llu out of memory for its cancellation", (unsigned long long)req_id);
         return;
     }
     m->kind = MSG_CANCEL;
@@ -390,8 +389,8 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         st = inf_err_set(err, INF_E_INVALID, "engine limits must not be negative");
         goto fail_cfg;
     }
-    uint32_t min_step_us = cfg->min_step_us ? cfg->min_step_us
-                                            : (uint32_t)env_int("INT4SERVE_MIN_STEP_US", 0);
+    uint32_t min_step_us =
+        cfg->min_step_us ? cfg->min_step_us : (uint32_t)env_int("INT4SERVE_MIN_STEP_US", 0);
     eng->min_step_ns = (uint64_t)min_step_us * 1000ull;
 
     st = load_model(eng, err);
@@ -439,8 +438,9 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         goto fail_mutex;
     }
     eng->thread_started = true;
-    inf_log(INFO, "engine ready: backend %s, vocab %d, max_model_len %d, max_batch %d, "
-                  "kv %lld tokens",
+    inf_log(INFO,
+            "engine ready: backend %s, vocab %d, max_model_len %d, max_batch %d, "
+            "kv %lld tokens",
             eng->lm.name, eng->lm.vocab, eng->cfg.max_model_len, eng->cfg.max_batch,
             (long long)eng->info.kv_capacity_tokens);
     *out = eng;

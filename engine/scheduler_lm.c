@@ -19,8 +19,8 @@ static inf_status_t model_kv_reserve(void *self, int32_t n_blocks, struct inf_er
 {
     struct model_lm *x = self;
     if (n_blocks > eng_model_n_kv_blocks(x->m))
-        return inf_err_set(err, INF_E_INVALID, "kv: %d blocks asked, the model holds %d",
-                           n_blocks, eng_model_n_kv_blocks(x->m));
+        return inf_err_set(err, INF_E_INVALID, "kv: %d blocks asked, the model holds %d", n_blocks,
+                           eng_model_n_kv_blocks(x->m));
     return INF_OK;
 }
 

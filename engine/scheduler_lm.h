@@ -7,16 +7,16 @@
 #include "engine/tokenizer.h"
 
 struct eng_lm_model_opts {
-    const char *dir;        /* checkpoint folder */
-    int32_t threads;        /* CPU backend threads, 0 = one per core */
-    bool quantize;          /* INT4 (else every weight fp32) */
-    int32_t group_size;     /* 0 = the model's default, -1 = per-channel */
+    const char *dir;    /* checkpoint folder */
+    int32_t threads;    /* CPU backend threads, 0 = one per core */
+    bool quantize;      /* INT4 (else every weight fp32) */
+    int32_t group_size; /* 0 = the model's default, -1 = per-channel */
     bool symmetric;
     bool fuse_qkv;
     const char *const *keep_fp16;
     int32_t n_keep_fp16;
-    int32_t max_tokens;     /* tokens of one step (the scheduler's budget) */
-    int32_t kv_blocks;      /* KV pool of the model, in blocks */
+    int32_t max_tokens; /* tokens of one step (the scheduler's budget) */
+    int32_t kv_blocks;  /* KV pool of the model, in blocks */
 };
 
 /* Load the model onto a new CPU backend and fill lm (lm->destroy frees

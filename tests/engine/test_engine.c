@@ -130,7 +130,7 @@ static void pump(eng_engine_t *eng, int want, int timeout_ms)
 }
 
 /* Poll stats until pred holds (up to 5 s). */
-#define WAIT_FOR(eng, st, pred)                                                                   \
+#define WAIT_FOR(eng, st, pred)                                                                    \
     do {                                                                                           \
         uint64_t until_ = inf_now_ns() + 5000000000ull;                                            \
         for (;;) {                                                                                 \
@@ -392,7 +392,7 @@ START_TEST(cancel_running_and_queued)
     ck_assert_int_eq(outs[2].fin, ENG_FINISH_ABORT);
     ck_assert_int_eq(outs[2].completion_tokens, 0);
     ck_assert_int_eq(outs[1].n_done, 0);
-    eng_request_cancel(eng, 1); /* running */
+    eng_request_cancel(eng, 1);  /* running */
     eng_request_cancel(eng, 77); /* unknown */
     pump(eng, 2, 5000);
     ck_assert_int_eq(outs[1].fin, ENG_FINISH_ABORT);
@@ -537,7 +537,10 @@ static eng_engine_t *open_cpu(int32_t max_batch, int64_t kv_tokens)
 }
 
 static const char *const texts[] = {
-    "The quick brown fox", "Once upon a time there was a little", "hello", "1 2 3 4 5 6 7 8 9",
+    "The quick brown fox",
+    "Once upon a time there was a little",
+    "hello",
+    "1 2 3 4 5 6 7 8 9",
     "In a hole in the ground there lived a hobbit. Not a nasty, dirty, wet hole",
     "caf\xC3\xA9 na\xC3\xAFve",
 };
