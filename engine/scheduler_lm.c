@@ -13,7 +13,44 @@
 struct model_lm {
     struct eng_backend *be;
     eng_model_t *m;
+    char **keep; /* keep_fp16 as fnmatch patterns, alive as long as the model */
+    int32_t n_keep;
 };
+
+static void free_keep(struct model_lm *x)
+{
+    for (int32_t i = 0; i < x->n_keep; i++)
+        free(x->keep[i]);
+    free(x->keep);
+    x->keep = NULL;
+    x->n_keep = 0;
+}
+
+/* The configuration names layers by substring ("lm_head"); the model matches
+ * fnmatch(3) patterns over full tensor names. A name without glob characters
+ * becomes "*name*"; a pattern is kept as it is. */
+static inf_status_t make_keep(struct model_lm *x, const char *const *names, int32_t n)
+{
+    x->keep = calloc((size_t)n, sizeof *x->keep);
+    if (!x->keep)
+        return INF_E_NOMEM;
+    for (int32_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        char *p = malloc(len + 3);
+        if (!p)
+            return INF_E_NOMEM;
+        if (strpbrk(names[i], "*?["))
+            memcpy(p, names[i], len + 1);
+        else {
+            p[0] = '*';
+            memcpy(p + 1, names[i], len);
+            p[len + 1] = '*';
+            p[len + 2] = '\0';
+        }
+        x->keep[x->n_keep++] = p;
+    }
+    return INF_OK;
+}
 
 static inf_status_t model_kv_reserve(void *self, int32_t n_blocks, struct inf_err *err)
 {
@@ -38,6 +75,7 @@ static void model_destroy(void *self)
         return;
     eng_model_destroy(x->m);
     eng_backend_destroy(x->be);
+    free_keep(x);
     free(x);
 }
 
@@ -60,8 +98,12 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_l
     mo.symmetric = o->symmetric;
     mo.fuse_qkv = o->fuse_qkv;
     if (o->n_keep_fp16 > 0) {
-        mo.keep_fp16 = o->keep_fp16;
-        mo.n_keep_fp16 = o->n_keep_fp16;
+        if (make_keep(x, o->keep_fp16, o->n_keep_fp16) != INF_OK) {
+            st = inf_err_set(err, INF_E_NOMEM, "out of memory");
+            goto fail_be;
+        }
+        mo.keep_fp16 = (const char *const *)x->keep;
+        mo.n_keep_fp16 = x->n_keep;
     }
     mo.max_tokens = o->max_tokens;
     mo.n_kv_blocks = o->kv_blocks;
@@ -87,8 +129,15 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_l
 fail_be:
     eng_backend_destroy(x->be);
 fail:
+    free_keep(x);
     free(x);
     return st;
+}
+
+const struct eng_model *eng_lm_model(const struct eng_lm *lm)
+{
+    const struct model_lm *x = lm->self;
+    return x->m;
 }
 
 /* ---- detokenizer ------------------------------------------------------------------------ */

@@ -13,7 +13,7 @@ struct eng_lm_model_opts {
     int32_t group_size; /* 0 = the model's default, -1 = per-channel */
     bool symmetric;
     bool fuse_qkv;
-    const char *const *keep_fp16;
+    const char *const *keep_fp16; /* substrings of tensor names, or fnmatch patterns */
     int32_t n_keep_fp16;
     int32_t max_tokens; /* tokens of one step (the scheduler's budget) */
     int32_t kv_blocks;  /* KV pool of the model, in blocks */
@@ -23,5 +23,8 @@ struct eng_lm_model_opts {
  * both). Errors: those of eng_backend_cpu_create and eng_model_load. */
 inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_lm *lm,
                                  struct inf_err *err);
+/* The model behind an lm made by eng_lm_model_create (for inspection). */
+struct eng_model;
+const struct eng_model *eng_lm_model(const struct eng_lm *lm);
 /* Detokenizer ops over tok (which must outlive every state they open). */
 void eng_lm_detok_ops(eng_tok_t *tok, struct eng_detok_ops *ops);

@@ -3,6 +3,8 @@
  * admission bound, cancel, drain, abort_all, the step-time test hook. */
 #include "engine/eng.h"
 #include "engine/mock.h"
+#include "engine/model.h"
+#include "engine/scheduler_lm.h"
 #include "engine/tokenizer.h"
 
 #include <check.h>
@@ -659,6 +661,42 @@ START_TEST(cpu_model_preemption_keeps_outputs)
 }
 END_TEST
 
+START_TEST(cpu_model_keep_fp16_names)
+{
+    make_model();
+    /* a bare name keeps every tensor containing it; a pattern is a pattern */
+    const char *keep[2] = {"lm_head", "model.layers.1.mlp.*"};
+    struct eng_lm_model_opts o = {
+        .dir = model_dir,
+        .threads = 1,
+        .quantize = true,
+        .group_size = 32,
+        .fuse_qkv = false,
+        .keep_fp16 = keep,
+        .n_keep_fp16 = 2,
+        .max_tokens = 64,
+        .kv_blocks = 16,
+    };
+    struct eng_lm lm;
+    struct inf_err err;
+    inf_status_t st = eng_lm_model_create(&o, &lm, &err);
+    ck_assert_msg(st == INF_OK, "%s", err.msg);
+    const eng_model_t *m = eng_lm_model(&lm);
+    int n_fp = 0, n_q = 0;
+    for (int32_t i = 0; i < eng_model_layer_count(m); i++) {
+        const struct eng_layer_info *li = eng_model_layer_info(m, i);
+        bool want_fp = strstr(li->name, "lm_head") || strstr(li->name, "model.layers.1.mlp.");
+        ck_assert_msg(li->quantized == !want_fp, "%s", li->name);
+        n_fp += want_fp;
+        n_q += !want_fp;
+    }
+    ck_assert_int_eq(n_fp, 4); /* lm_head, layer 1 gate, up, down */
+    ck_assert_int_gt(n_q, 8);
+    lm.destroy(lm.self);
+    remove_model();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine");
@@ -681,6 +719,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, cpu_model_batched_equals_alone);
     tcase_add_test(tc, cpu_model_preemption_keeps_outputs);
+    tcase_add_test(tc, cpu_model_keep_fp16_names);
     suite_add_tcase(s, tc);
     return s;
 }
