@@ -23,6 +23,12 @@
  *      must fit in free blocks);
  *   4. one model forward; sampling, detokenization, stop checks, events.
  *
+ * Blocks. The pool is the scheduler's own: a stack of free block ids and a
+ * reference count per block (engine/kv_cache.h keeps one private block list
+ * per slot and cannot share a block between choices). Slot k of a step's
+ * batch is the k-th sequence scheduled in it; its block_table row is that
+ * sequence's block list.
+ *
  * n > 1. The prompt is prefilled once (choice 0, which reserves n of the
  * max_batch slots). When its prefill ends, choices 1..n-1 are forked: they
  * share the prompt's full blocks (reference counted, read-only) and recompute
