@@ -2,6 +2,7 @@
  * model: submission from several threads, the outbox and its notifications,
  * admission bound, cancel, drain, abort_all, the step-time test hook. */
 #include "engine/eng.h"
+#include "engine/backend.h"
 #include "engine/mock.h"
 #include "engine/model.h"
 #include "engine/scheduler_lm.h"
@@ -668,7 +669,6 @@ START_TEST(cpu_model_keep_fp16_names)
     const char *keep[2] = {"lm_head", "model.layers.1.mlp.*"};
     struct eng_lm_model_opts o = {
         .dir = model_dir,
-        .threads = 1,
         .quantize = true,
         .group_size = 32,
         .fuse_qkv = false,
@@ -679,7 +679,10 @@ START_TEST(cpu_model_keep_fp16_names)
     };
     struct eng_lm lm;
     struct inf_err err;
-    inf_status_t st = eng_lm_model_create(&o, &lm, &err);
+    struct eng_backend *be = NULL;
+    struct eng_backend_cpu_opts bo = {.n_threads = 1};
+    ck_assert_int_eq(eng_backend_cpu_create(&bo, &be, &err), INF_OK);
+    inf_status_t st = eng_lm_model_create(&o, be, &lm, &err);
     ck_assert_msg(st == INF_OK, "%s", err.msg);
     const eng_model_t *m = eng_lm_model(&lm);
     int n_fp = 0, n_q = 0;
@@ -693,6 +696,21 @@ START_TEST(cpu_model_keep_fp16_names)
     ck_assert_int_eq(n_fp, 4); /* lm_head, layer 1 gate, up, down */
     ck_assert_int_gt(n_q, 8);
     lm.destroy(lm.self);
+
+    /* a backend this build lacks, and a missing folder, are refused by name */
+    struct eng_config cfg = {0};
+    cfg.backend = ENG_BACKEND_CUDA;
+    cfg.model_dir = model_dir;
+    eng_engine_t *eng = NULL;
+    ck_assert_int_eq(eng_engine_create(&cfg, NULL, NULL, &eng, &err), INF_E_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cuda"));
+    cfg.backend = ENG_BACKEND_CPU;
+    cfg.model_dir = NULL;
+    ck_assert_int_eq(eng_engine_create(&cfg, NULL, NULL, &eng, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model"));
+    cfg.model_dir = "/nonexistent/int4serve-model";
+    ck_assert_int_ne(eng_engine_create(&cfg, NULL, NULL, &eng, &err), INF_OK);
+    ck_assert_ptr_null(eng);
     remove_model();
 }
 END_TEST
