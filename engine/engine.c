@@ -376,6 +376,7 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
         struct eng_mock_config mc = {
             .vocab = env_int("INT4SERVE_MOCK_VOCAB", 0),
             .max_len = cfg->max_model_len,
+            .fail_at_step = env_int("INT4SERVE_MOCK_FAIL_STEP", 0),
         };
         st = eng_mock_create(&mc, &eng->lm, err);
         if (st != INF_OK)

@@ -29,8 +29,10 @@
 #define ENG_MOCK_PIECE0 259 /* first " t<id>" piece */
 
 struct eng_mock_config {
-    int32_t vocab;   /* 0 = 512; at least 259 */
-    int32_t max_len; /* 0 = 4096 */
+    int32_t vocab;        /* 0 = 512; at least 259 */
+    int32_t max_len;      /* 0 = 4096 */
+    int32_t fail_at_step; /* test hook: forward call number n (from 1) and every later one
+                           * fail with INF_E_DEVICE; 0 = never */
 };
 
 /* Fill lm with a new mock model (lm->destroy frees it).

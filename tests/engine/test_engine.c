@@ -489,6 +489,35 @@ START_TEST(invalid_and_destroy_in_flight)
 }
 END_TEST
 
+START_TEST(device_failure_is_sticky)
+{
+    setenv("INT4SERVE_MOCK_FAIL_STEP", "4", 1);
+    eng_engine_t *eng = open_engine(4, 8, 0, 256, 0);
+    unsetenv("INT4SERVE_MOCK_FAIL_STEP");
+    for (int k = 1; k <= 3; k++) {
+        struct eng_request *r = mkreq((uint64_t)k, 10, (uint32_t)k, 50);
+        r->stream = true;
+        submit_ok(eng, r);
+    }
+    pump(eng, 3, 5000);
+    for (int k = 1; k <= 3; k++) {
+        ck_assert_int_eq(outs[k].n_error, 1);
+        ck_assert_int_eq(outs[k].status, INF_E_DEVICE);
+        ck_assert_int_eq(outs[k].n_done, 0);
+        ck_assert_int_eq(outs[k].n_final, 0);
+        ck_assert(!outs[k].after_end);
+    }
+    struct eng_stats st;
+    WAIT_FOR(eng, st, st.failed && st.running == 0 && st.kv_blocks_used == 0);
+    /* later requests are answered with the same error */
+    submit_ok(eng, mkreq(9, 10, 9, 5));
+    pump(eng, 4, 5000);
+    ck_assert_int_eq(outs[9].n_error, 1);
+    ck_assert_int_eq(outs[9].status, INF_E_DEVICE);
+    eng_engine_destroy(eng);
+}
+END_TEST
+
 /* ---- the real model on the CPU backend ----------------------------------------------------- */
 /* A tiny synthetic checkpoint made by the project's int4serve-mkmodel. */
 static char model_dir[256];
@@ -732,6 +761,7 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_running_and_queued);
     tcase_add_test(tc, drain_refuses_new_and_finishes_running);
     tcase_add_test(tc, abort_all_ends_everything);
+    tcase_add_test(tc, device_failure_is_sticky);
     suite_add_tcase(s, tc);
     tc = tcase_create("cpu_model");
     tcase_set_timeout(tc, 240);
