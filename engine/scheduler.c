@@ -20,7 +20,8 @@
  *      are never dropped for lack of blocks;
  *   3. if nothing was preempted, waiting sequences are admitted from the front
  *      while the budget, max_batch and free blocks allow (their first chunk
- *      must fit in free blocks);
+ *      must fit in the free blocks, less a watermark of 1% of the pool kept
+ *      for the running decodes);
  *   4. one model forward; sampling, detokenization, stop checks, events.
  *
  * Blocks. The pool is the scheduler's own: a stack of free block ids and a
@@ -134,6 +135,7 @@ struct eng_sched {
     eng_emit_fn emit;
     void *user;
     int32_t max_blocks; /* blocks one sequence can need */
+    int32_t watermark;  /* free blocks admission leaves: 1% of the pool */
     uint64_t seed_counter;
 
     /* block pool */
@@ -706,7 +708,9 @@ static int32_t plan_step(eng_sched_t *s)
             break;
         int32_t rem = q->len - q->n_computed;
         int32_t chunk = rem < budget ? rem : budget;
-        int32_t fit = seq_fit(s, q);
+        /* Keep a watermark of free blocks for the running decodes, so that
+         * an admission is not preempted again at once. */
+        int32_t fit = seq_fit(s, q) - s->watermark * ENG_KV_BLOCK;
         if (chunk > fit)
             chunk = fit;
         if (chunk <= 0)
@@ -1046,6 +1050,7 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->emit = emitfn;
     s->user = user;
     s->max_blocks = max_blocks;
+    s->watermark = cfg->kv_blocks / 100;
     size_t mb = (size_t)cfg->max_batch, nb = (size_t)cfg->kv_blocks;
     size_t nt = (size_t)cfg->max_batched_tokens, vocab = (size_t)lm->vocab;
     s->free_blocks = malloc(sizeof *s->free_blocks * nb);
