@@ -316,6 +316,9 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
     st = make_backend(cfg, &be, err);
     if (st != INF_OK)
         return st;
+    if (cfg->max_model_len > mc.max_pos)
+        inf_log(WARN, "max_model_len %d is above the model's %d; using %d", cfg->max_model_len,
+                mc.max_pos, mc.max_pos);
     if (cfg->max_model_len == 0 || cfg->max_model_len > mc.max_pos)
         cfg->max_model_len = mc.max_pos;
     if (cfg->kv_cache_tokens == 0) {
