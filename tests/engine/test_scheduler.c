@@ -664,6 +664,42 @@ START_TEST(stop_string_across_tokens)
 }
 END_TEST
 
+START_TEST(stop_string_multibyte)
+{
+    /* a stop string that is one two-byte character (two tokens of the mock) */
+    int32_t p[20];
+    struct ref ref;
+    const char *hit = NULL;
+    for (uint32_t seed = 1; seed < 2000 && !hit; seed++) {
+        mkprompt(p, 20, seed);
+        ref_greedy(p, 20, 80, 0, true, 512, &ref);
+        hit = ref.len > 4 ? strstr(ref.text + 2, "\xC3") : NULL;
+        if (!hit)
+            ref_free(&ref);
+    }
+    ck_assert_ptr_nonnull(hit);
+    char stop[3] = {hit[0], hit[1], 0};
+    size_t at = (size_t)(strstr(ref.text, stop) - ref.text);
+    for (int stream = 0; stream < 2; stream++) {
+        struct harness h;
+        h_open(&h, 8, 256, 512, 128);
+        struct eng_request *r = mkreq(1, p, 20, 80);
+        r->sampling.ignore_eos = true;
+        r->stream = stream;
+        r->n_stop = 1;
+        r->stop[0] = strdup(stop);
+        add(&h, r);
+        h_run(&h, 1000);
+        const struct ch_out *c = &outs[1].ch[0];
+        ck_assert_int_eq(c->fin, ENG_FINISH_STOP);
+        ck_assert_uint_eq(c->text.len, at);
+        ck_assert(memcmp(c->text.p ? c->text.p : "", ref.text, at) == 0);
+        h_close(&h);
+    }
+    ref_free(&ref);
+}
+END_TEST
+
 START_TEST(stop_prefix_held_then_released)
 {
     /* The stop string's first two bytes appear in the output but not its
@@ -1013,6 +1049,7 @@ static Suite *suite(void)
     tc = tcase_create("stops");
     tcase_add_test(tc, stop_string_across_tokens);
     tcase_add_test(tc, stop_prefix_held_then_released);
+    tcase_add_test(tc, stop_string_multibyte);
     tcase_add_test(tc, min_tokens_masks_eos_and_stops);
     tcase_add_test(tc, max_tokens_and_context_limit);
     suite_add_tcase(s, tc);
