@@ -19,23 +19,35 @@
  * it computes logits. A step that reads a position that was never written,
  * or whose stored position differs, fails with INF_E_INTERNAL; a block shared
  * or overwritten by mistake changes the outputs. So scheduling, preemption or
- * recompute bugs show up as errors or wrong text. */
+ * recompute bugs show up as errors or wrong text.
+ *
+ * The engine's mock backend ignores model_dir; INT4SERVE_MOCK_VOCAB sets the
+ * vocabulary, max_model_len the length, INT4SERVE_MOCK_FAIL_STEP the fault
+ * hook below, and INT4SERVE_MIN_STEP_US (any backend) a minimum step time. */
 #include "engine/scheduler_impl.h"
+#include "engine/tokenizer.h"
 
 #define ENG_MOCK_BOS 1
 #define ENG_MOCK_EOS 2
-#define ENG_MOCK_BYTE0 3   /* id of byte 0x00 */
+#define ENG_MOCK_BYTE0 3    /* id of byte 0x00 */
 #define ENG_MOCK_PIECE0 259 /* first " t<id>" piece */
 
 struct eng_mock_config {
-    int32_t vocab;   /* 0 = 512; at least 259 */
-    int32_t max_len; /* 0 = 4096 */
+    int32_t vocab;        /* 0 = 512; at least 259 */
+    int32_t max_len;      /* 0 = 4096 */
+    int32_t fail_at_step; /* test hook: forward call number n (from 1) and every later one
+                           * fail with INF_E_DEVICE; 0 = never */
 };
 
 /* Fill lm with a new mock model (lm->destroy frees it).
  * Errors: INF_E_INVALID (sizes), INF_E_NOMEM. Thread: any. */
 inf_status_t eng_mock_create(const struct eng_mock_config *cfg, struct eng_lm *lm,
                              struct inf_err *err);
+/* A tokenizer.json tokenizer with the mock's vocabulary (BPE without merges,
+ * byte fallback, <unk> <s> </s> special), so the server can encode text for
+ * the mock: each byte of the text becomes its byte token.
+ * Errors: INF_E_NOMEM, and those of eng_tok_load_json. Thread: any. */
+inf_status_t eng_mock_tokenizer(int32_t vocab, eng_tok_t **out, struct inf_err *err);
 /* The mock's byte-level incremental detokenizer (self unused). */
 extern const struct eng_detok_ops eng_mock_detok;
 /* Byte-level encoding of text: id = byte + 3. Writes at most cap ids and
