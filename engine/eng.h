@@ -40,6 +40,8 @@ struct eng_config {
     const char *const *keep_fp16;
     bool fuse_qkv;               /* fuse q/k/v and gate/up (default true) */
     uint64_t seed;               /* base seed for requests without one */
+    uint32_t min_step_us;        /* test hook: every step lasts at least this long (0 = off;
+                                  * env INT4SERVE_MIN_STEP_US is used when this is 0) */
 };
 
 /* ---- requests ------------------------------------------------------------------ */
