@@ -7,6 +7,7 @@
  * (a mutex queue drained between steps) and eng_events_take (the outbox).
  * Requests are known across threads by id, never by pointer. */
 #include "common/inf.h"
+#include "engine/tokenizer.h"
 
 #include <stdbool.h>
 #include <stdint.h>
