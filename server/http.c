@@ -505,11 +505,10 @@ inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
         return err ? err->code : INF_E_IO;
 
     /* Options are passed as an array so the optional limits can be left out. */
-    struct MHD_OptionItem ops[12];
+    struct MHD_OptionItem ops[10];
     int n = 0;
     ops[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, fd, NULL};
     ops[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s};
-    ops[n++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, s};
     if (s->opt.max_connections)
         ops[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
                                            (intptr_t)s->opt.max_connections, NULL};
@@ -528,8 +527,9 @@ inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
      * inter-thread channel, so a resume wakes its epoll fd), turbo (no
      * per-call socket sanity checks). */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
-    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_ARRAY, ops,
-                              MHD_OPTION_END);
+    /* The logger goes first so that every later message reaches it. */
+    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_EXTERNAL_LOGGER,
+                              on_mhd_log, s, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
     if (!s->mhd) {
         close(fd);
         return inf_err_set(err, INF_E_IO, "port: libmicrohttpd could not start on port %u",
