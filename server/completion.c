@@ -494,24 +494,27 @@ fail:
     return NULL;
 }
 
-/* The prompt's text for echo: as sent, or the ids decoded. */
-static void echo_text(struct srv_req *r, const struct api_prompt *p, struct api_text *out)
+/* The prompt's text for echo: as sent, or the ids decoded. false when ids
+ * cannot be decoded (no tokenizer). */
+static bool echo_text(struct srv_req *r, const struct api_prompt *p, struct api_text *out)
 {
     struct srv_cmpl *c = r->cmpl;
     *out = (struct api_text){"", 0};
     if (p->text.s) {
         *out = p->text;
-        return;
+        return true;
     }
     eng_tok_t *tok = server_tok(r->srv);
     char *txt = NULL;
     size_t len = 0;
-    if (tok && eng_tok_decode(tok, p->ids, p->n_ids, false, &txt, &len, NULL) == INF_OK) {
-        char *cp = inf_arena_strndup(&c->arena, txt, len);
-        if (cp)
-            *out = (struct api_text){cp, len};
-    }
+    if (!tok || eng_tok_decode(tok, p->ids, p->n_ids, false, &txt, &len, NULL) != INF_OK)
+        return false;
+    char *cp = inf_arena_strndup(&c->arena, txt, len);
     free(txt);
+    if (!cp)
+        return false;
+    *out = (struct api_text){cp, len};
+    return true;
 }
 
 void srv_cmpl_handle(struct srv_req *r)
@@ -592,8 +595,12 @@ void srv_cmpl_handle(struct srv_req *r)
             st = inf_err_set(&err, INF_E_NOMEM, "out of memory");
             goto fail;
         }
-        if (q->echo)
-            echo_text(r, &q->prompts[i], &c->echo[i]);
+        if (q->echo && !echo_text(r, &q->prompts[i], &c->echo[i])) {
+            st = inf_err_set(&err, INF_E_UNSUPPORTED,
+                             "echo of a token-id prompt needs the model's tokenizer");
+            fault = (struct api_fault){"echo", NULL};
+            goto fail;
+        }
     }
 
     /* Submit. The engine owns each request it accepts. */

@@ -467,8 +467,11 @@ int it_post_many(const struct it_server *s, const char *path, char *const *bodie
             void *priv = NULL;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
             size_t i = (size_t)(uintptr_t)priv;
-            if (msg->data.result != CURLE_OK)
-                errors++;
+            if (msg->data.result != CURLE_OK) {
+                if (errors++ == 0)
+                    fprintf(stderr, "it_post_many: request %zu: %s\n", i,
+                            curl_easy_strerror(msg->data.result));
+            }
             else
                 curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &out[i].status);
         }
