@@ -140,8 +140,8 @@ START_TEST(test_batched)
     char *bodies[N];
     char *alone[N];
     for (int i = 0; i < N; i++) {
-        bodies[i] = malloc(160);
-        snprintf(bodies[i], 160,
+        bodies[i] = malloc(200);
+        snprintf(bodies[i], 200,
                  "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":20,\"temperature\":0,"
                  "\"ignore_eos\":true}",
                  3 + i, 131 + (i * 7) % 128, 259 + (i * 13) % 250);
@@ -160,6 +160,25 @@ START_TEST(test_batched)
                       alone[i]);
         ck_assert_int_eq(usage_of(j, "completion_tokens"), 20);
         json_decref(j);
+        it_resp_free(&rs[i]);
+    }
+    /* The same 128 at once, streamed: 128 connections suspended and resumed
+     * token by token, each stream whole and equal to the request alone. */
+    for (int i = 0; i < N; i++) {
+        size_t l = strlen(bodies[i]);
+        bodies[i][l - 1] = '\0';
+        strcat(bodies[i], ",\"stream\":true}");
+    }
+    ck_assert_int_eq(it_post_many(&srv, "/v1/completions", bodies, N, rs), 0);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(rs[i].status, 200);
+        char finish[32];
+        char *t = it_stream_text(rs[i].body, rs[i].len, 0, finish, sizeof finish);
+        ck_assert_msg(strcmp(t, alone[i]) == 0, "stream %d: \"%s\" != alone \"%s\"", i, t,
+                      alone[i]);
+        ck_assert_str_eq(finish, "length");
+        ck_assert(strstr(rs[i].body, "data: [DONE]\n\n"));
+        free(t);
         it_resp_free(&rs[i]);
         free(alone[i]);
         free(bodies[i]);
