@@ -16,6 +16,7 @@
 #include "engine/eng.h"
 #include "engine/mock.h"
 #include "engine/scheduler_impl.h"
+#include "engine/tokenizer.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,6 +41,7 @@ struct eng_engine {
     void *user;
     struct eng_lm lm;
     const struct eng_detok_ops *detok;
+    eng_tok_t *tok; /* the server's tokenizer (NULL for none) */
     eng_sched_t *sched; /* engine thread only, after create */
     inf_queue_t *inbox, *outbox;
     pthread_t thread;
@@ -250,10 +252,10 @@ void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st)
     pthread_mutex_unlock(&eng->stats_mu);
 }
 
+/* struct eng_tokenizer is the public name of engine/tokenizer.h's eng_tok_t. */
 const struct eng_tokenizer *eng_engine_tokenizer(const eng_engine_t *eng)
 {
-    (void)eng;
-    return NULL;
+    return (const struct eng_tokenizer *)(const void *)eng->tok;
 }
 
 /* ---- lifetime -------------------------------------------------------------------------- */
@@ -283,6 +285,11 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
         inf_status_t st = eng_mock_create(&mc, &eng->lm, err);
         if (st != INF_OK)
             return st;
+        st = eng_mock_tokenizer(eng->lm.vocab, &eng->tok, err);
+        if (st != INF_OK) {
+            eng->lm.destroy(eng->lm.self);
+            return st;
+        }
         eng->detok = &eng_mock_detok;
         return INF_OK;
     }
@@ -382,6 +389,7 @@ fail_queues:
     eng_sched_destroy(eng->sched);
 fail_lm:
     eng->lm.destroy(eng->lm.self);
+    eng_tok_destroy(eng->tok);
 fail_cfg:
     free(eng);
     return st;
@@ -408,6 +416,7 @@ void eng_engine_destroy(eng_engine_t *eng)
         eng_event_destroy((struct eng_event *)(void *)n);
     }
     eng->lm.destroy(eng->lm.self);
+    eng_tok_destroy(eng->tok);
     inf_queue_destroy(eng->inbox);
     inf_queue_destroy(eng->outbox);
     pthread_mutex_destroy(&eng->stats_mu);

@@ -332,3 +332,40 @@ char *eng_mock_decode(const int32_t *ids, int32_t n, size_t *len)
         *len = sb.len;
     return sb.p;
 }
+
+inf_status_t eng_mock_tokenizer(int32_t vocab, eng_tok_t **out, struct inf_err *err)
+{
+    static const char head[] =
+        "{\"version\":\"1.0\",\"added_tokens\":["
+        "{\"id\":0,\"content\":\"<unk>\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":true},"
+        "{\"id\":1,\"content\":\"<s>\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":true},"
+        "{\"id\":2,\"content\":\"</s>\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":true}],"
+        "\"normalizer\":null,\"pre_tokenizer\":null,\"post_processor\":null,"
+        "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},"
+        "{\"type\":\"Fuse\"}]},"
+        "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":\"<unk>\","
+        "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
+        "\"byte_fallback\":true,\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2";
+    static const char config[] = "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}";
+    struct eng_strbuf sb = {0};
+    char item[48];
+    inf_status_t st = eng_strbuf_append(&sb, head, sizeof head - 1);
+    for (int32_t id = ENG_MOCK_BYTE0; st == INF_OK && id < vocab; id++) {
+        int n = id < ENG_MOCK_PIECE0
+                    ? snprintf(item, sizeof item, ",\"<0x%02X>\":%d", id - ENG_MOCK_BYTE0, (int)id)
+                    : snprintf(item, sizeof item, ",\" t%d\":%d", (int)id, (int)id);
+        st = eng_strbuf_append(&sb, item, (size_t)n);
+    }
+    if (st == INF_OK)
+        st = eng_strbuf_append(&sb, "},\"merges\":[]}}", 15);
+    if (st != INF_OK) {
+        eng_strbuf_fini(&sb);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    }
+    st = eng_tok_load_json(sb.p, sb.len, config, sizeof config - 1, out, err);
+    eng_strbuf_fini(&sb);
+    return st;
+}
