@@ -66,7 +66,11 @@ void inf_err_clear(struct inf_err *err);
         if (!(cond))                                                           \
             inf_assert_fail(#cond, __FILE__, __LINE__);                        \
     } while (0)
+#ifdef __cplusplus
+[[noreturn]] void inf_assert_fail(const char *cond, const char *file, int line);
+#else
 _Noreturn void inf_assert_fail(const char *cond, const char *file, int line);
+#endif
 
 /* ---- logging ----------------------------------------------------------------
  * One line per event on stderr:

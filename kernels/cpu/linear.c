@@ -1,0 +1,173 @@
+/* kernels/cpu/linear.c — CPU linear layers (INT4 dequantized on the fly, fp32,
+ * fp16). Contract and layout: kernels/linear.h.
+ *
+ * Loop order: tiles of MT rows of x; for each output column n, the 32-column
+ * blocks of W[n] are turned into 32 fp32 weights once and applied to the MT
+ * rows, accumulating into 32 lanes per row. The lanes are summed pairwise at
+ * the end. The x tile (MT x k floats) stays in cache while n varies. */
+#include "kernels/linear.h"
+
+#include <string.h>
+
+#define MT 8  /* rows of x per tile */
+#define BK 32 /* columns per block */
+
+size_t krn_cpu_q4_bytes(const struct krn_q4_weight *src)
+{
+    size_t kr = (size_t)(src->kp + BK - 1) / BK * BK;
+    size_t nb = (size_t)src->n * (kr / BK);
+    size_t qb = ((size_t)src->n * kr / 2 + 63) / 64 * 64;
+    return qb + 2 * ((nb * sizeof(float) + 63) / 64 * 64);
+}
+
+void krn_cpu_q4_repack(const struct krn_q4_weight *src, void *mem, struct krn_cpu_q4 *dst)
+{
+    int32_t kr = (src->kp + BK - 1) / BK * BK;
+    size_t nb = (size_t)src->n * (size_t)(kr / BK);
+    size_t qb = ((size_t)src->n * (size_t)kr / 2 + 63) / 64 * 64;
+    dst->n = src->n;
+    dst->k = src->k;
+    dst->kr = kr;
+    dst->q = mem;
+    dst->scale = (float *)((char *)mem + qb);
+    dst->mzs = (float *)((char *)mem + qb + (nb * sizeof(float) + 63) / 64 * 64);
+    int32_t ng = krn_q4_groups(src);
+    for (int32_t r = 0; r < src->n; r++) {
+        uint8_t *qr = dst->q + (int64_t)r * (kr / 2);
+        for (int32_t b = 0; b < kr / BK; b++) {
+            int32_t c0 = b * BK;
+            /* Columns past kp (per-channel rows not a multiple of 32) belong
+             * to no group; they are never multiplied (x stops at k). */
+            int32_t gi = c0 / src->group < ng ? c0 / src->group : ng - 1;
+            float s = krn_half_to_float(src->scale[(int64_t)r * ng + gi]);
+            float z = krn_half_to_float(src->zero[(int64_t)r * ng + gi]);
+            dst->scale[(int64_t)r * (kr / BK) + b] = s;
+            dst->mzs[(int64_t)r * (kr / BK) + b] = -z * s;
+            for (int32_t j = 0; j < 16; j++) {
+                int32_t ca = c0 + j, cb = c0 + 16 + j;
+                int lo = ca < src->kp ? krn_q4_code(src, r, ca) : 0;
+                int hi = cb < src->kp ? krn_q4_code(src, r, cb) : 0;
+                qr[b * 16 + j] = (uint8_t)(lo | (hi << 4));
+            }
+        }
+    }
+}
+
+static inline float lanes_sum(const float *a)
+{
+    float t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = a[i] + a[i + 16];
+    for (int i = 0; i < 8; i++)
+        t[i] += t[i + 8];
+    for (int i = 0; i < 4; i++)
+        t[i] += t[i + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* acc[r][0..31] += wb[0..31] * x[r][c0..c0+31] for the tile's rows; the last
+ * block may be short (len < 32): lanes past len are left alone. */
+static inline void block_fma(float (*acc)[BK], const float *wb, const float *x, int64_t ldx,
+                             int32_t mt, int32_t c0, int32_t len)
+{
+    if (len == BK) {
+        for (int32_t r = 0; r < mt; r++) {
+            const float *xr = x + r * ldx + c0;
+            for (int j = 0; j < BK; j++)
+                acc[r][j] += wb[j] * xr[j];
+        }
+    } else {
+        for (int32_t r = 0; r < mt; r++) {
+            const float *xr = x + r * ldx + c0;
+            for (int j = 0; j < len; j++)
+                acc[r][j] += wb[j] * xr[j];
+        }
+    }
+}
+
+static inline void finish(float (*acc)[BK], const float *bias, float *y, int64_t ldy, int32_t mt,
+                          int32_t n)
+{
+    for (int32_t r = 0; r < mt; r++) {
+        float v = lanes_sum(acc[r]);
+        y[r * ldy + n] = bias ? v + bias[n] : v;
+    }
+}
+
+void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x,
+                       int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+{
+    float acc[MT][BK];
+    float wb[BK];
+    int32_t nblk = (w->k + BK - 1) / BK;
+    for (int32_t m0 = 0; m0 < m; m0 += MT) {
+        int32_t mt = m - m0 < MT ? m - m0 : MT;
+        const float *xt = x + (int64_t)m0 * ldx;
+        for (int32_t n = n0; n < n1; n++) {
+            memset(acc, 0, sizeof acc);
+            const uint8_t *qr = w->q + (int64_t)n * (w->kr / 2);
+            const float *sr = w->scale + (int64_t)n * (w->kr / BK);
+            const float *zr = w->mzs + (int64_t)n * (w->kr / BK);
+            for (int32_t b = 0; b < nblk; b++) {
+                const uint8_t *qb = qr + b * 16;
+                float s = sr[b], mz = zr[b];
+                for (int j = 0; j < 16; j++) {
+                    wb[j] = (float)(qb[j] & 0xf) * s + mz;
+                    wb[j + 16] = (float)(qb[j] >> 4) * s + mz;
+                }
+                int32_t c0 = b * BK;
+                block_fma(acc, wb, xt, ldx, mt, c0, w->k - c0 < BK ? w->k - c0 : BK);
+            }
+            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
+        }
+    }
+}
+
+void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
+                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+{
+    float acc[MT][BK];
+    int32_t nblk = (k + BK - 1) / BK;
+    for (int32_t m0 = 0; m0 < m; m0 += MT) {
+        int32_t mt = m - m0 < MT ? m - m0 : MT;
+        const float *xt = x + (int64_t)m0 * ldx;
+        for (int32_t n = n0; n < n1; n++) {
+            memset(acc, 0, sizeof acc);
+            const float *wr = w + (int64_t)n * k;
+            for (int32_t b = 0; b < nblk; b++) {
+                int32_t c0 = b * BK;
+                block_fma(acc, wr + c0, xt, ldx, mt, c0, k - c0 < BK ? k - c0 : BK);
+            }
+            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
+        }
+    }
+}
+
+void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
+                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+{
+    float acc[MT][BK];
+    float wb[BK];
+    int32_t nblk = (k + BK - 1) / BK;
+    for (int32_t m0 = 0; m0 < m; m0 += MT) {
+        int32_t mt = m - m0 < MT ? m - m0 : MT;
+        const float *xt = x + (int64_t)m0 * ldx;
+        for (int32_t n = n0; n < n1; n++) {
+            memset(acc, 0, sizeof acc);
+            const uint16_t *wr = w + (int64_t)n * k;
+            for (int32_t b = 0; b < nblk; b++) {
+                int32_t c0 = b * BK;
+                int32_t len = k - c0 < BK ? k - c0 : BK;
+                if (len == BK) {
+                    for (int j = 0; j < BK; j++)
+                        wb[j] = krn_half_to_float(wr[c0 + j]);
+                } else {
+                    for (int j = 0; j < len; j++)
+                        wb[j] = krn_half_to_float(wr[c0 + j]);
+                }
+                block_fma(acc, wb, xt, ldx, mt, c0, len);
+            }
+            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
+        }
+    }
+}
