@@ -357,22 +357,83 @@ START_TEST(test_logprobs)
 }
 END_TEST
 
+static char *detokenize(const char *ids_json)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"tokens\":%s}", ids_json);
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/detokenize", body, &r));
+    ck_assert_msg(r.status == 200, "detokenize: %ld %s", r.status, r.body);
+    json_t *j = it_json(&r);
+    char *t = strdup(json_string_value(json_object_get(j, "prompt")));
+    json_decref(j);
+    it_resp_free(&r);
+    return t;
+}
+
 START_TEST(test_echo)
 {
     start_default();
+    /* Token ids: the echoed prompt is their decoding, then the completion. */
+    char *ptext = detokenize("[1,72,105,33]");
+    json_t *plain = post_json("{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
+                              "\"ignore_eos\":true}");
+    json_t *echo = post_json("{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
+                             "\"ignore_eos\":true,\"echo\":true}");
+    char want[512];
+    snprintf(want, sizeof want, "%s%s", ptext, it_choice_text(plain, 0));
+    ck_assert_str_eq(it_choice_text(echo, 0), want);
+    ck_assert_int_eq(usage_of(echo, "completion_tokens"), 6);
     struct it_resp r;
-    /* The mock model has no tokenizer, so a token-id prompt cannot be echoed:
-     * refused with the key named, never answered without its prompt text. */
     ck_assert(it_post(&srv, "/v1/completions",
-                      "{\"prompt\":[1,72,105,33],\"max_tokens\":4,\"echo\":true}", &r));
-    ck_assert_int_eq(r.status, 400);
-    json_t *j = it_json(&r);
-    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "param")),
-                     "echo");
-    json_decref(j);
+                      "{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
+                      "\"ignore_eos\":true,\"echo\":true,\"stream\":true}",
+                      &r));
+    char finish[32];
+    char *st = it_stream_text(r.body, r.len, 0, finish, sizeof finish);
+    ck_assert_str_eq(st, want);
+    free(st);
     it_resp_free(&r);
-    /* A text prompt needs the tokenizer too. */
-    ck_assert(it_post(&srv, "/v1/completions", "{\"prompt\":\"Hi!\",\"max_tokens\":4}", &r));
+    json_decref(plain);
+    json_decref(echo);
+    free(ptext);
+
+    /* A text prompt is echoed as sent; its token count is /tokenize's. */
+    ck_assert(it_post(&srv, "/tokenize", "{\"prompt\":\"Hi there!\"}", &r));
+    ck_assert_int_eq(r.status, 200);
+    json_t *tk = it_json(&r);
+    int64_t count = json_integer_value(json_object_get(tk, "count"));
+    ck_assert_int_eq(count, (int64_t)json_array_size(json_object_get(tk, "tokens")));
+    ck_assert_int_gt(count, 0);
+    it_resp_free(&r);
+    plain = post_json("{\"prompt\":\"Hi there!\",\"max_tokens\":5,\"temperature\":0,"
+                      "\"ignore_eos\":true}");
+    echo = post_json("{\"prompt\":\"Hi there!\",\"max_tokens\":5,\"temperature\":0,"
+                     "\"ignore_eos\":true,\"echo\":true}");
+    snprintf(want, sizeof want, "Hi there!%s", it_choice_text(plain, 0));
+    ck_assert_str_eq(it_choice_text(echo, 0), want);
+    ck_assert_int_eq(usage_of(plain, "prompt_tokens"), count);
+    /* The same ids sent as ids give the same completion. */
+    char *ids = json_dumps(json_object_get(tk, "tokens"), JSON_COMPACT);
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"prompt\":%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true}", ids);
+    json_t *byid = post_json(body);
+    ck_assert_str_eq(it_choice_text(byid, 0), it_choice_text(plain, 0));
+    char *back = detokenize(ids);
+    ck_assert_msg(strstr(back, "Hi there!") != NULL, "detokenized \"%s\"", back);
+    free(back);
+    free(ids);
+    json_decref(byid);
+    json_decref(tk);
+    json_decref(plain);
+    json_decref(echo);
+
+    /* Bad tokenize/detokenize bodies are answered with the key named. */
+    ck_assert(it_post(&srv, "/detokenize", "{\"tokens\":[1,99999]}", &r));
+    ck_assert_int_eq(r.status, 400);
+    it_resp_free(&r);
+    ck_assert(it_post(&srv, "/tokenize", "{\"prompt\":42}", &r));
     ck_assert_int_eq(r.status, 400);
     it_resp_free(&r);
     stop_clean();
