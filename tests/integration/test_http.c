@@ -7,6 +7,13 @@
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,6 +411,89 @@ START_TEST(test_queue_full)
 }
 END_TEST
 
+/* systemd readiness: READY=1 once serving, STOPPING=1 on SIGTERM, as
+ * datagrams to the socket NOTIFY_SOCKET names. */
+START_TEST(test_sd_notify)
+{
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/int4serve-notify-%d.sock", (int)getpid());
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    setenv("NOTIFY_SOCKET", path, 1);
+    start_with(NULL);
+    unsetenv("NOTIFY_SOCKET");
+    char msg[64];
+    struct pollfd p = {fd, POLLIN, 0};
+    ck_assert_int_eq(poll(&p, 1, 2000), 1);
+    ssize_t n = recv(fd, msg, sizeof msg - 1, 0);
+    ck_assert_int_gt(n, 0);
+    msg[n] = '\0';
+    ck_assert_str_eq(msg, "READY=1");
+    kill(srv.pid, SIGTERM);
+    ck_assert_int_eq(poll(&p, 1, 2000), 1);
+    n = recv(fd, msg, sizeof msg - 1, 0);
+    ck_assert_int_gt(n, 0);
+    msg[n] = '\0';
+    ck_assert_str_eq(msg, "STOPPING=1");
+    ck_assert_int_eq(it_wait_exit(&srv, 10.0), 0);
+    close(fd);
+    unlink(path);
+}
+END_TEST
+
+static int connect_raw(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv.port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* Seconds until the server closes fd (reads return 0), up to limit. */
+static double closed_after(int fd, double limit)
+{
+    double t0 = it_now();
+    char buf[512];
+    while (it_now() - t0 < limit) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 50) == 1 && recv(fd, buf, sizeof buf, 0) <= 0)
+            return it_now() - t0;
+    }
+    return INFINITY;
+}
+
+START_TEST(test_connection_limits)
+{
+    const char *more[] = {"--set", "limits.connection_timeout=1", "--set",
+                          "limits.per_ip_connections=2", NULL};
+    start_with(more);
+    /* An idle connection is closed after the timeout. */
+    int idle = connect_raw();
+    double t = closed_after(idle, 5.0);
+    ck_assert_double_ge(t, 0.5);
+    ck_assert_double_lt(t, 4.0);
+    close(idle);
+    /* A third connection from one address is refused (closed at once). */
+    int a = connect_raw(), b = connect_raw();
+    usleep(100000);
+    int c = connect_raw();
+    ck_assert_double_lt(closed_after(c, 0.8), 0.8);
+    close(a);
+    close(b);
+    close(c);
+    usleep(100000);
+    struct it_resp r;
+    ck_assert(it_http(&srv, "GET", "/health", NULL, NULL, &r));
+    ck_assert_int_eq(r.status, 200);
+    it_resp_free(&r);
+    stop_clean();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_http");
@@ -411,11 +501,13 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_routes);
     tcase_add_test(tc, test_auth);
+    tcase_add_test(tc, test_sd_notify);
     suite_add_tcase(s, tc);
     tc = tcase_create("limits");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_content_length);
     tcase_add_test(tc, test_queue_full);
+    tcase_add_test(tc, test_connection_limits);
     suite_add_tcase(s, tc);
     tc = tcase_create("bad_inputs");
     tcase_set_timeout(tc, 90);
