@@ -223,6 +223,7 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
         return;
     }
     count_status(r->srv, status);
+    r->status = status;
     if (r->in_handler) {
         r->responded = true;
         if (MHD_queue_response(r->conn, status, resp) != MHD_YES)
@@ -339,6 +340,24 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     r->conn = NULL;
     r->conn_done = true;
     r->suspended = false;
+    /* One access line per request; errors were logged with their message
+     * when answered, and probes (/health, /metrics) only at DEBUG. */
+    double ms = (double)(inf_now_ns() - r->arrival_ns) / 1e6;
+    bool probe = strncmp(r->url, "/health", 7) == 0 || strcmp(r->url, "/metrics") == 0;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        inf_log(INFO, "req=%llu %s %s -> %u, connection ended early (%s) after %.1f ms",
+                (unsigned long long)r->id, r->method, r->url, r->status,
+                toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED     ? "timeout"
+                : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? "shutdown"
+                : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? "client closed"
+                                                                : "error",
+                ms);
+    else if (r->status < 400 && !probe)
+        inf_log(INFO, "req=%llu %s %s -> %u in %.1f ms", (unsigned long long)r->id, r->method,
+                r->url, r->status, ms);
+    else if (r->status < 400)
+        inf_log(DEBUG, "req=%llu %s %s -> %u", (unsigned long long)r->id, r->method, r->url,
+                r->status);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->in_engine)
         srv_cmpl_cancel(r, toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN
                                ? "server stopped"
@@ -408,6 +427,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (r->responded)
         return MHD_YES;
     if (*upload_data_size) {
+        r->body_seen += *upload_data_size;
+        /* A chunked body far over the limit: stop reading and close (the
+         * answer 413 can only be queued once the body has ended). */
+        if (r->body_too_big && r->body_seen > 16 * (uint64_t)s->opt.max_body_bytes) {
+            inf_log(INFO, "req=%llu body over 16x the limit without a Content-Length: closing",
+                    (unsigned long long)r->id);
+            return MHD_NO;
+        }
         if (!r->body_too_big) {
             if (r->body.len + *upload_data_size > s->opt.max_body_bytes) {
                 /* A chunked body that grew over the limit: drop it, answer at the end. */

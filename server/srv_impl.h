@@ -74,6 +74,7 @@ struct srv_req {
     char *url;
     struct srv_buf body;
     bool body_too_big;
+    uint64_t body_seen; /* bytes received, kept or not */
     bool in_handler;  /* inside the access handler: responses queue directly */
     bool responded;   /* a response is queued */
     bool suspended;
@@ -83,6 +84,7 @@ struct srv_req {
     bool dispatched;  /* routed once the body was complete */
     struct MHD_Response *pending; /* to queue when resumed */
     unsigned pending_status;
+    unsigned status;  /* the HTTP status answered (for the access log) */
     uint64_t arrival_ns;
     struct srv_cmpl *cmpl;
 };
