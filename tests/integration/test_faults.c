@@ -115,7 +115,8 @@ START_TEST(test_kv_exhaustion)
     /* 16 blocks of 16 tokens; 8 sequences growing to 64 tokens need 32. */
     const char *more[] = {"--max-batch", "8", "--set", "engine.kv_cache_tokens=256", "--set",
                           "model.max_model_len=128", NULL};
-    start_with("0", more);
+    /* Steps slow enough that all 8 are admitted before the first finishes. */
+    start_with("1000", more);
     enum { N = 8 };
     char *bodies[N], *alone[N];
     struct it_resp rs[N];
