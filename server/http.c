@@ -347,7 +347,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         inf_log(INFO, "req=%llu %s %s -> %u, connection ended early (%s) after %.1f ms",
                 (unsigned long long)r->id, r->method, r->url, r->status,
-                toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED     ? "timeout"
+                toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED   ? "timeout"
                 : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? "shutdown"
                 : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? "client closed"
                                                                 : "error",
@@ -406,9 +406,8 @@ static bool check_content_length(struct srv_req *r)
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                 const char *method, const char *version,
-                                 const char *upload_data, size_t *upload_data_size,
-                                 void **con_cls)
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls)
 {
     struct srv_server *s = cls;
     struct srv_req *r = *con_cls;
@@ -484,7 +483,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 /* ---- start / stop --------------------------------------------------------------------------- */
 static int bind_listen(const char *host, int32_t port, uint16_t *bound, struct inf_err *err)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char portstr[16];
@@ -497,8 +497,7 @@ static int bind_listen(const char *host, int32_t port, uint16_t *bound, struct i
     }
     int fd = -1, last_errno = 0;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                    ai->ai_protocol);
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
         if (fd < 0) {
             last_errno = errno;
             continue;
@@ -513,8 +512,8 @@ static int bind_listen(const char *host, int32_t port, uint16_t *bound, struct i
     }
     freeaddrinfo(res);
     if (fd < 0) {
-        inf_err_set(err, INF_E_IO, "port: cannot listen on %s:%d: %s", host ? host : "*",
-                    (int)port, strerror(last_errno));
+        inf_err_set(err, INF_E_IO, "port: cannot listen on %s:%d: %s", host ? host : "*", (int)port,
+                    strerror(last_errno));
         return -1;
     }
     struct sockaddr_storage ss;

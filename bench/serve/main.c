@@ -191,27 +191,54 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.url = "http://127.0.0.1:8000", .n = 64, .c = 8, .p = 32, .o = 32,
-                     .stream = true, .seed = 1};
+    struct opts o = {.url = "http://127.0.0.1:8000",
+                     .n = 64,
+                     .c = 8,
+                     .p = 32,
+                     .o = 32,
+                     .stream = true,
+                     .seed = 1};
     static const struct option lo[] = {
-        {"url", required_argument, 0, 'u'},    {"model", required_argument, 0, 'm'},
+        {"url", required_argument, 0, 'u'},     {"model", required_argument, 0, 'm'},
         {"api-key", required_argument, 0, 'k'}, {"text", required_argument, 0, 't'},
-        {"no-stream", no_argument, 0, 'S'},    {"seed", required_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+        {"no-stream", no_argument, 0, 'S'},     {"seed", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "n:c:p:o:h", lo, NULL)) != -1) {
         switch (ch) {
-        case 'u': o.url = optarg; break;
-        case 'm': o.model = optarg; break;
-        case 'k': o.api_key = optarg; break;
-        case 't': o.text = optarg; break;
-        case 'S': o.stream = false; break;
-        case 's': o.seed = (unsigned)strtoul(optarg, NULL, 10); break;
-        case 'n': o.n = atoi(optarg); break;
-        case 'c': o.c = atoi(optarg); break;
-        case 'p': o.p = atoi(optarg); break;
-        case 'o': o.o = atoi(optarg); break;
-        default: usage(); return ch == 'h' ? 0 : 2;
+        case 'u':
+            o.url = optarg;
+            break;
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'k':
+            o.api_key = optarg;
+            break;
+        case 't':
+            o.text = optarg;
+            break;
+        case 'S':
+            o.stream = false;
+            break;
+        case 's':
+            o.seed = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        case 'n':
+            o.n = atoi(optarg);
+            break;
+        case 'c':
+            o.c = atoi(optarg);
+            break;
+        case 'p':
+            o.p = atoi(optarg);
+            break;
+        case 'o':
+            o.o = atoi(optarg);
+            break;
+        default:
+            usage();
+            return ch == 'h' ? 0 : 2;
         }
     }
     if (o.n < 1 || o.c < 1 || o.p < 1 || o.o < 1) {

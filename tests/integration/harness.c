@@ -69,8 +69,7 @@ static bool spawn(struct it_server *s, const char *const *extra)
     char exe[512];
     snprintf(exe, sizeof exe, "%s/server/int4serve", bdir ? bdir : ".");
     static int seq;
-    snprintf(s->log_path, sizeof s->log_path, "/tmp/int4serve-it-%d-%d.log", (int)getpid(),
-             ++seq);
+    snprintf(s->log_path, sizeof s->log_path, "/tmp/int4serve-it-%d-%d.log", (int)getpid(), ++seq);
     s->port = free_port();
     snprintf(s->base, sizeof s->base, "http://127.0.0.1:%d", s->port);
     char port[16];
@@ -304,7 +303,8 @@ ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char 
                double timeout_s)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)s->port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         if (fd >= 0)
@@ -471,8 +471,7 @@ int it_post_many(const struct it_server *s, const char *path, char *const *bodie
                 if (errors++ == 0)
                     fprintf(stderr, "it_post_many: request %zu: %s\n", i,
                             curl_easy_strerror(msg->data.result));
-            }
-            else
+            } else
                 curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &out[i].status);
         }
     }

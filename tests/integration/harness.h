@@ -48,8 +48,8 @@ json_t *it_json(const struct it_resp *r);
 /* A raw request over a fresh TCP connection: send req, read until the
  * server closes or timeout_s passes. Returns the bytes read (NUL-terminated
  * in out), or -1. */
-ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out,
-               size_t cap, double timeout_s);
+ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out, size_t cap,
+               double timeout_s);
 
 /* A sample's value from /metrics ("int4serve_num_requests_running", or with
  * its labels "name{k=\"v\"}"); NAN when absent. */

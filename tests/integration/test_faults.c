@@ -28,7 +28,8 @@ static void start_with(const char *step_us, const char *const *more)
 static int send_raw(const char *body)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv.port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)srv.port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     char req[1024];
@@ -113,8 +114,10 @@ END_TEST
 START_TEST(test_kv_exhaustion)
 {
     /* 16 blocks of 16 tokens; 8 sequences growing to 64 tokens need 32. */
-    const char *more[] = {"--max-batch", "8", "--set", "engine.kv_cache_tokens=256", "--set",
-                          "model.max_model_len=128", NULL};
+    const char *more[] = {"--max-batch", "8",
+                          "--set",       "engine.kv_cache_tokens=256",
+                          "--set",       "model.max_model_len=128",
+                          NULL};
     /* Steps slow enough that all 8 are admitted before the first finishes. */
     start_with("1000", more);
     enum { N = 8 };
@@ -140,8 +143,9 @@ START_TEST(test_kv_exhaustion)
         ck_assert_int_eq(rs[i].status, 200);
         json_t *j = it_json(&rs[i]);
         ck_assert_str_eq(it_choice_text(j, 0), alone[i]);
-        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"),
-                                                            "completion_tokens")), 60);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")),
+            60);
         json_decref(j);
         it_resp_free(&rs[i]);
         free(bodies[i]);
@@ -174,8 +178,8 @@ static void load_start(struct load *l, pthread_t *th, int max_tokens)
     for (int i = 0; i < LOAD; i++) {
         l->bodies[i] = malloc(200);
         snprintf(l->bodies[i], 200,
-                 "{\"prompt\":[1,%d,%d],\"max_tokens\":%d,\"ignore_eos\":true%s}", 50 + i,
-                 60 + i, max_tokens, i % 2 ? ",\"stream\":true" : "");
+                 "{\"prompt\":[1,%d,%d],\"max_tokens\":%d,\"ignore_eos\":true%s}", 50 + i, 60 + i,
+                 max_tokens, i % 2 ? ",\"stream\":true" : "");
     }
     pthread_create(th, NULL, run_load, l);
     ck_assert(wait_metric("int4serve_num_requests_running", LOAD, 10.0));
@@ -204,8 +208,8 @@ static void load_check(struct load *l, const char *finish, int tokens)
                                  tokens);
             json_decref(j);
         }
-        ck_assert_msg(strcmp(got, finish) == 0, "request %d finished \"%s\", want \"%s\"", i,
-                      got, finish);
+        ck_assert_msg(strcmp(got, finish) == 0, "request %d finished \"%s\", want \"%s\"", i, got,
+                      finish);
         it_resp_free(&l->rs[i]);
         free(l->bodies[i]);
     }

@@ -96,9 +96,8 @@ START_TEST(test_stream_matches)
     start_default();
     for (int p = 0; p < 6; p++) {
         char body[256], sbody[300];
-        snprintf(body, sizeof body,
-                 "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":48,\"temperature\":0", 60 + p, 90 + p,
-                 200 + p * 7);
+        snprintf(body, sizeof body, "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":48,\"temperature\":0",
+                 60 + p, 90 + p, 200 + p * 7);
         snprintf(sbody, sizeof sbody, "%s,\"stream\":true}", body);
         strcat(body, "}");
         json_t *j = post_json(body);
@@ -341,8 +340,7 @@ START_TEST(test_logprobs)
     size_t k = 0;
     for (size_t i = 0; i + 1 < n; i++) {
         json_t *c = json_loads(ev[i], 0, NULL);
-        json_t *clp = json_object_get(json_array_get(json_object_get(c, "choices"), 0),
-                                      "logprobs");
+        json_t *clp = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "logprobs");
         json_t *ctlp = json_object_get(clp, "token_logprobs");
         for (size_t q = 0; q < json_array_size(ctlp); q++, k++)
             ck_assert_double_eq_tol(json_real_value(json_array_get(ctlp, q)),

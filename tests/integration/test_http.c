@@ -44,8 +44,7 @@ static void stop_clean(void)
 /* The error body: {"error":{"message":non-empty,"type":type,"param":param|null,"code":...}} */
 static void check_error(const struct it_resp *r, long status, const char *type, const char *param)
 {
-    ck_assert_msg(r->status == status, "status %ld, want %ld; body %s", r->status, status,
-                  r->body);
+    ck_assert_msg(r->status == status, "status %ld, want %ld; body %s", r->status, status, r->body);
     json_t *j = it_json(r);
     ck_assert_msg(j != NULL, "error body is not JSON: %s", r->body);
     json_t *e = json_object_get(j, "error");
@@ -57,8 +56,8 @@ static void check_error(const struct it_resp *r, long status, const char *type, 
     json_t *p = json_object_get(e, "param");
     ck_assert_ptr_nonnull(p);
     if (param)
-        ck_assert_msg(json_is_string(p) && strcmp(json_string_value(p), param) == 0,
-                      "param: %s", r->body);
+        ck_assert_msg(json_is_string(p) && strcmp(json_string_value(p), param) == 0, "param: %s",
+                      r->body);
     ck_assert_ptr_nonnull(json_object_get(e, "code"));
     json_decref(j);
 }
@@ -245,10 +244,11 @@ struct bg_stream {
 static void *run_stream(void *arg)
 {
     struct bg_stream *b = arg;
-    b->ok = it_post(&srv, "/v1/completions",
-                    "{\"prompt\":[1,80,81,82],\"max_tokens\":240,\"ignore_eos\":true,"
-                    "\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
-                    &b->r);
+    b->ok =
+        it_post(&srv, "/v1/completions",
+                "{\"prompt\":[1,80,81,82],\"max_tokens\":240,\"ignore_eos\":true,"
+                "\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+                &b->r);
     b->done = true;
     return NULL;
 }
@@ -311,8 +311,8 @@ START_TEST(test_bad_inputs)
         struct it_resp r;
         ck_assert(it_post(&srv, "/v1/completions", cases[i].body, &r));
         if (r.status != cases[i].status)
-            ck_abort_msg("case %zu (%.80s): status %ld, want %ld: %s", i, cases[i].body,
-                         r.status, cases[i].status, r.body);
+            ck_abort_msg("case %zu (%.80s): status %ld, want %ld: %s", i, cases[i].body, r.status,
+                         cases[i].status, r.body);
         check_error(&r, cases[i].status, "invalid_request_error", cases[i].param);
         it_resp_free(&r);
     }
@@ -343,8 +343,8 @@ START_TEST(test_bad_inputs)
     ck_assert(it_post(&srv, "/v1/completions", fit, &r));
     ck_assert_int_eq(r.status, 200);
     j = it_json(&r);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"),
-                                                        "completion_tokens")), 6);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 6);
     json_decref(j);
     it_resp_free(&r);
 
@@ -375,8 +375,9 @@ START_TEST(test_queue_full)
 {
     /* One running sequence, two waiting: the rest of 24 at once get 429. */
     setenv("INT4SERVE_MIN_STEP_US", "2000", 1);
-    const char *more[] = {"--max-batch", "1", "--set", "engine.max_batched_tokens=64",
-                          "--set", "limits.max_queue=2", NULL};
+    const char *more[] = {
+        "--max-batch",        "1", "--set", "engine.max_batched_tokens=64", "--set",
+        "limits.max_queue=2", NULL};
     start_with(more);
     enum { N = 24 };
     char *bodies[N];
@@ -447,7 +448,8 @@ END_TEST
 static int connect_raw(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)srv.port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)srv.port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     return fd;

@@ -45,10 +45,16 @@ START_TEST(test_render)
     m.success[ENG_FINISH_ABORT] = 1;
     m.http_responses[2] = 9;
     m.http_responses[4] = 2;
-    struct eng_stats st = {.running = 4, .waiting = 2, .kv_blocks_used = 25,
-                           .kv_blocks_total = 100, .prompt_tokens_total = 1234,
-                           .generation_tokens_total = 5678, .preemptions_total = 7,
-                           .steps_total = 40, .batched_steps_total = 30, .max_running_seen = 4};
+    struct eng_stats st = {.running = 4,
+                           .waiting = 2,
+                           .kv_blocks_used = 25,
+                           .kv_blocks_total = 100,
+                           .prompt_tokens_total = 1234,
+                           .generation_tokens_total = 5678,
+                           .preemptions_total = 7,
+                           .steps_total = 40,
+                           .batched_steps_total = 30,
+                           .max_running_seen = 4};
     size_t len = 0;
     char *t = srv_metrics_render(&m, &st, &len);
     ck_assert_ptr_nonnull(t);
