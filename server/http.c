@@ -214,7 +214,10 @@ static void count_status(struct srv_server *s, unsigned status)
 void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *resp)
 {
     if (!resp) {
+        /* Nothing to send: a resumed connection without a response is closed
+         * by the access handler. */
         inf_log(ERROR, "req=%llu out of memory building a response", (unsigned long long)r->id);
+        srv_req_resume(r);
         return;
     }
     MHD_add_response_header(resp, "X-Request-Id", r->id_str);
@@ -466,6 +469,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             srv_route(r);
     }
     r->in_handler = false;
+    if (!r->responded && !r->suspended) {
+        /* No answer could be built (out of memory): close the connection
+         * rather than be called again for nothing. */
+        inf_log(ERROR, "req=%llu no response to send: closing", (unsigned long long)r->id);
+        return MHD_NO;
+    }
     return MHD_YES;
 }
 
