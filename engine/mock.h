@@ -25,7 +25,7 @@
 
 #define ENG_MOCK_BOS 1
 #define ENG_MOCK_EOS 2
-#define ENG_MOCK_BYTE0 3   /* id of byte 0x00 */
+#define ENG_MOCK_BYTE0 3    /* id of byte 0x00 */
 #define ENG_MOCK_PIECE0 259 /* first " t<id>" piece */
 
 struct eng_mock_config {

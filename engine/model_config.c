@@ -87,8 +87,7 @@ static inf_status_t parse_arch(const json_t *root, struct eng_model_config *cfg,
     };
     const json_t *a = json_object_get(root, "architectures");
     if (a && !json_is_null(a)) {
-        if (!json_is_array(a) || json_array_size(a) == 0 ||
-            !json_is_string(json_array_get(a, 0)))
+        if (!json_is_array(a) || json_array_size(a) == 0 || !json_is_string(json_array_get(a, 0)))
             return inf_err_set(err, INF_E_INVALID,
                                CFG ": architectures must be a non-empty list of names");
         if (json_array_size(a) > 1)
@@ -104,7 +103,7 @@ static inf_status_t parse_arch(const json_t *root, struct eng_model_config *cfg,
         }
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            CFG ": architectures '%.64s' is not supported (LlamaForCausalLM, "
-                           "MistralForCausalLM, Qwen2ForCausalLM)",
+                               "MistralForCausalLM, Qwen2ForCausalLM)",
                            name);
     }
     const json_t *mt = json_object_get(root, "model_type");
@@ -158,17 +157,17 @@ static inf_status_t parse_rope_scaling(const json_t *root, struct eng_model_conf
         if (s == INF_E_INVALID && err && strstr(err->msg, "original_max_position_embeddings"))
             return inf_err_set(err, INF_E_INVALID,
                                CFG ": rope_scaling.original_max_position_embeddings must be a "
-                               "positive integer");
+                                   "positive integer");
         return s;
     }
     if (isnan(cfg->rope_factor) || isnan(cfg->rope_low_freq) || isnan(cfg->rope_high_freq))
         return inf_err_set(err, INF_E_INVALID,
                            CFG ": rope_scaling of type llama3 needs factor, low_freq_factor and "
-                           "high_freq_factor");
+                               "high_freq_factor");
     if (!(cfg->rope_high_freq > cfg->rope_low_freq))
         return inf_err_set(err, INF_E_INVALID,
                            CFG ": rope_scaling.high_freq_factor (%g) must exceed "
-                           "low_freq_factor (%g)",
+                               "low_freq_factor (%g)",
                            cfg->rope_high_freq, cfg->rope_low_freq);
     cfg->rope_llama3 = true;
     return INF_OK;
@@ -185,8 +184,8 @@ static inf_status_t parse_token_ids(const json_t *root, struct eng_model_config 
     if (!e || json_is_null(e))
         return INF_OK;
     if (json_is_integer(e))
-        return get_int(root, "eos_token_id", true, 0, 0, cfg->vocab - 1, &cfg->eos_ids[cfg->n_eos++],
-                       err);
+        return get_int(root, "eos_token_id", true, 0, 0, cfg->vocab - 1,
+                       &cfg->eos_ids[cfg->n_eos++], err);
     if (!json_is_array(e))
         return inf_err_set(err, INF_E_INVALID, CFG ": eos_token_id must be an integer or a list");
     if (json_array_size(e) > ENG_MAX_EOS)
@@ -196,8 +195,7 @@ static inf_status_t parse_token_ids(const json_t *root, struct eng_model_config 
     const json_t *v;
     json_array_foreach(e, i, v)
     {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= cfg->vocab)
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= cfg->vocab)
             return inf_err_set(err, INF_E_INVALID,
                                CFG ": eos_token_id[%zu] must be an integer in [0, %d)", i,
                                cfg->vocab);
@@ -235,20 +233,19 @@ static inf_status_t parse_root(const json_t *root, struct eng_model_config *cfg,
     if (cfg->n_heads % cfg->n_kv_heads != 0)
         return inf_err_set(err, INF_E_INVALID,
                            CFG ": num_attention_heads (%d) must be a multiple of "
-                           "num_key_value_heads (%d)",
+                               "num_key_value_heads (%d)",
                            cfg->n_heads, cfg->n_kv_heads);
     if (cfg->head_dim == 0) {
         if (cfg->hidden % cfg->n_heads != 0)
             return inf_err_set(err, INF_E_INVALID,
                                CFG ": hidden_size (%d) must be a multiple of "
-                               "num_attention_heads (%d) when head_dim is absent",
+                                   "num_attention_heads (%d) when head_dim is absent",
                                cfg->hidden, cfg->n_heads);
         cfg->head_dim = cfg->hidden / cfg->n_heads;
     }
     if (cfg->head_dim % 2 != 0)
         return inf_err_set(err, INF_E_UNSUPPORTED,
-                           CFG ": head_dim (%d) must be even for rotary embeddings",
-                           cfg->head_dim);
+                           CFG ": head_dim (%d) must be even for rotary embeddings", cfg->head_dim);
     if ((int64_t)cfg->n_heads * cfg->head_dim > MAX_DIM)
         return inf_err_set(err, INF_E_INVALID,
                            CFG ": num_attention_heads x head_dim (%lld) is too large",
@@ -257,7 +254,8 @@ static inf_status_t parse_root(const json_t *root, struct eng_model_config *cfg,
     const json_t *act = json_object_get(root, "hidden_act");
     if (act && !json_is_null(act) &&
         (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
-        return inf_err_set(err, INF_E_UNSUPPORTED, CFG ": hidden_act '%.32s' is not supported (silu)",
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           CFG ": hidden_act '%.32s' is not supported (silu)",
                            json_is_string(act) ? json_string_value(act) : "?");
     bool attn_bias, mlp_bias;
     TRY(get_bool(root, "attention_bias", false, &attn_bias, err));
@@ -281,7 +279,7 @@ static inf_status_t parse_root(const json_t *root, struct eng_model_config *cfg,
         if (json_integer_value(sw) < cfg->max_pos)
             return inf_err_set(err, INF_E_UNSUPPORTED,
                                CFG ": sliding_window %lld smaller than max_position_embeddings %d "
-                               "is not supported",
+                                   "is not supported",
                                (long long)json_integer_value(sw), cfg->max_pos);
     }
 

@@ -147,8 +147,8 @@ static inf_status_t parse_entry(const char *file, const char *name, const json_t
         uint64_t d;
         if (!json_nonneg(json_array_get(js, i), &d))
             return inf_err_set(err, INF_E_FORMAT,
-                               "%s: tensor '%.80s': shape[%zu] is not a non-negative integer",
-                               file, name, i);
+                               "%s: tensor '%.80s': shape[%zu] is not a non-negative integer", file,
+                               name, i);
         t->shape[i] = (int64_t)d;
         if (d == 0)
             zero = true;
@@ -191,8 +191,7 @@ static inf_status_t parse_entry(const char *file, const char *name, const json_t
 }
 
 inf_status_t eng_st_header_parse(const char *json, size_t json_len, uint64_t data_len,
-                                 const char *file, struct eng_st_header **out,
-                                 struct inf_err *err)
+                                 const char *file, struct eng_st_header **out, struct inf_err *err)
 {
     *out = NULL;
     file = file ? base_name(file) : "(buffer)";
@@ -303,8 +302,8 @@ inf_status_t eng_st_buffer_parse(const void *buf, size_t len, const char *file,
     *out = NULL;
     const char *fname = file ? base_name(file) : "(buffer)";
     if (len < 8)
-        return inf_err_set(err, INF_E_FORMAT, "%s: %zu bytes, shorter than the 8-byte header length",
-                           fname, len);
+        return inf_err_set(err, INF_E_FORMAT,
+                           "%s: %zu bytes, shorter than the 8-byte header length", fname, len);
     const unsigned char *p = buf;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
@@ -358,8 +357,7 @@ static inf_status_t shard_open(const char *path, struct st_shard *sh, struct inf
     close(fd);
     if (map == MAP_FAILED) {
         inf_log(ERROR, "mmap %s (%zu bytes): %s", path, len, strerror(e));
-        return inf_err_set(err, INF_E_IO, "%s: cannot map %zu bytes: %s", fname, len,
-                           strerror(e));
+        return inf_err_set(err, INF_E_IO, "%s: cannot map %zu bytes: %s", fname, len, strerror(e));
     }
     inf_status_t st = eng_st_buffer_parse(map, len, fname, &sh->h, err);
     if (st != INF_OK) {
@@ -528,8 +526,8 @@ static inf_status_t open_sharded(eng_st_t *st, const char *dir, const char *inde
         const struct eng_st_tensor *t = eng_st_find(st, key);
         const char *f = json_string_value(v);
         if (!t) {
-            s = inf_err_set(err, INF_E_FORMAT, "%s: tensor '%.80s' listed in %s is missing", f,
-                            key, iname);
+            s = inf_err_set(err, INF_E_FORMAT, "%s: tensor '%.80s' listed in %s is missing", f, key,
+                            iname);
             goto out;
         }
         if (strcmp(t->file, f) != 0) {

@@ -24,14 +24,14 @@ struct wtensor {
 
 struct eng_st_writer {
     char *dir;
-    int32_t n_req;     /* shards asked for */
-    int32_t n_shards;  /* shards written, known once started */
+    int32_t n_req;    /* shards asked for */
+    int32_t n_shards; /* shards written, known once started */
     char **shard_names;
     struct wtensor *t;
     int64_t n, cap;
     bool started, failed;
-    int64_t cur;       /* tensor being written */
-    uint64_t cur_done; /* its bytes written so far */
+    int64_t cur;        /* tensor being written */
+    uint64_t cur_done;  /* its bytes written so far */
     int32_t open_shard; /* index of the shard in f, -1 before the first */
     FILE *f;
     char *fbuf;
@@ -42,8 +42,8 @@ inf_status_t eng_st_writer_create(const char *dir, int32_t n_shards, eng_st_writ
 {
     *out = NULL;
     if (n_shards < 1 || n_shards > MAX_SHARDS)
-        return inf_err_set(err, INF_E_INVALID, "shard count must be in [1, %d], got %d",
-                           MAX_SHARDS, n_shards);
+        return inf_err_set(err, INF_E_INVALID, "shard count must be in [1, %d], got %d", MAX_SHARDS,
+                           n_shards);
     eng_st_writer_t *w = calloc(1, sizeof *w);
     if (!w || !(w->dir = strdup(dir))) {
         free(w);
@@ -89,8 +89,8 @@ inf_status_t eng_st_writer_add(eng_st_writer_t *w, const char *name, enum eng_dt
     uint64_t bytes = eng_dtype_size(dtype);
     for (int32_t i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return inf_err_set(err, INF_E_INVALID, "tensor '%.80s': negative dimension %lld",
-                               name, (long long)shape[i]);
+            return inf_err_set(err, INF_E_INVALID, "tensor '%.80s': negative dimension %lld", name,
+                               (long long)shape[i]);
         if (shape[i] > 0 && bytes > (UINT64_C(1) << 62) / (uint64_t)shape[i])
             return inf_err_set(err, INF_E_INVALID, "tensor '%.80s': too large", name);
         bytes *= (uint64_t)shape[i];

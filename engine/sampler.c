@@ -7,7 +7,7 @@
 #include <string.h>
 
 struct eng_sampler {
-    struct eng_sampling p;
+    struct eng_sampler_params p;
     struct eng_logit_bias *bias;
     int32_t vocab;
     uint64_t rng[4];
@@ -50,7 +50,7 @@ static double rng_uniform(uint64_t *s)
     return (double)(rng_next(s) >> 11) * 0x1p-53;
 }
 
-void eng_sampling_default(struct eng_sampling *s)
+void eng_sampler_params_default(struct eng_sampler_params *s)
 {
     memset(s, 0, sizeof *s);
     s->temperature = 0.0f;
@@ -58,7 +58,7 @@ void eng_sampling_default(struct eng_sampling *s)
     s->repetition_penalty = 1.0f;
 }
 
-inf_status_t eng_sampler_create(const struct eng_sampling *p, int32_t vocab, eng_sampler_t **out,
+inf_status_t eng_sampler_create(const struct eng_sampler_params *p, int32_t vocab, eng_sampler_t **out,
                                 struct inf_err *err)
 {
     *out = NULL;
@@ -175,7 +175,7 @@ static int cmp_desc(const void *a, const void *b, void *vals)
 inf_status_t eng_sampler_sample(eng_sampler_t *s, const float *logits, struct eng_sample *out,
                                 struct inf_err *err)
 {
-    const struct eng_sampling *p = &s->p;
+    const struct eng_sampler_params *p = &s->p;
     int32_t V = s->vocab;
     float *w = s->w;
 

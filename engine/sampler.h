@@ -34,7 +34,7 @@ struct eng_logit_bias {
     float bias;
 };
 
-struct eng_sampling {
+struct eng_sampler_params {
     float temperature;        /* >= 0; 0 is greedy */
     int32_t top_k;            /* <= 0: off */
     float top_p;              /* (0, 1]; 1: off */
@@ -49,7 +49,7 @@ struct eng_sampling {
 };
 
 /* Neutral settings: greedy, no penalties, seed 0, no logprobs. */
-void eng_sampling_default(struct eng_sampling *s);
+void eng_sampler_params_default(struct eng_sampler_params *s);
 
 struct eng_sample {
     int32_t token;
@@ -64,7 +64,7 @@ typedef struct eng_sampler eng_sampler_t;
 /* A sampler for one request over a vocabulary of vocab tokens; its work
  * arrays are allocated here, once. Errors: INF_E_INVALID (a value out of
  * range, named), INF_E_NOMEM. The caller owns *out. */
-inf_status_t eng_sampler_create(const struct eng_sampling *params, int32_t vocab,
+inf_status_t eng_sampler_create(const struct eng_sampler_params *params, int32_t vocab,
                                 eng_sampler_t **out, struct inf_err *err);
 void eng_sampler_destroy(eng_sampler_t *s); /* NULL is a no-op */
 

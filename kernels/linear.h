@@ -8,6 +8,7 @@
  * Kernels never allocate, log or synchronize. */
 #include "kernels/q4.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,11 @@ size_t krn_cpu_q4_bytes(const struct krn_q4_weight *src);
 /* Repack src into mem (krn_cpu_q4_bytes bytes, 64-byte aligned) and describe
  * it in *dst. */
 void krn_cpu_q4_repack(const struct krn_q4_weight *src, void *mem, struct krn_cpu_q4 *dst);
+
+/* Use the INT4 kernel's SIMD path where the CPU has it (default true); false
+ * forces the portable loop (tests compare the two). Not thread-safe: set it
+ * before any kernel runs. */
+void krn_cpu_simd(bool on);
 
 /* INT4: y rows have stride ldy, x rows ldx; bias fp32 [n] or NULL. */
 void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x,

@@ -9,8 +9,33 @@
 
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+#endif
+
 #define MT 8  /* rows of x per tile */
 #define BK 32 /* columns per block */
+
+/* The fp loops are compiled twice on x86-64, for the baseline and for
+ * x86-64-v3 (8-wide lanes), picked at load time by the dynamic linker
+ * (ifunc); both accumulate in the same order and fma contraction is off for
+ * this file (kernels/CMakeLists.txt), so they give identical bits. The INT4
+ * loop has a hand-written AVX2 + FMA path instead (the compiler's own
+ * vectorization of the nibble unpack was slower than SSE2), chosen at run
+ * time unless krn_cpu_simd(false) asked for the portable one. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+
+static bool krn_cpu_simd_on = true;
+
+void krn_cpu_simd(bool on)
+{
+    krn_cpu_simd_on = on;
+}
 
 size_t krn_cpu_q4_bytes(const struct krn_q4_weight *src)
 {
@@ -94,9 +119,96 @@ static inline void finish(float (*acc)[BK], const float *bias, float *y, int64_t
     }
 }
 
+/* Unpack block b of a row into 32 weights: w = code * s + mz. */
+static inline void unpack_block(const uint8_t *qb, float s, float mz, float *wb)
+{
+    for (int j = 0; j < 16; j++) {
+        wb[j] = (float)(qb[j] & 0xf) * s + mz;
+        wb[j + 16] = (float)(qb[j] >> 4) * s + mz;
+    }
+}
+
+#ifdef HAVE_AVX2_PATH
+/* The same computation with AVX2 + FMA: one 16-byte load gives the 32 codes
+ * of a block; bytes 0..7 / 8..15 widen to columns 0..7 / 8..15 (low
+ * nibbles) and 16..23 / 24..31 (high nibbles), so vector lane j is
+ * accumulator lane j of the portable path. Dequantization and accumulation
+ * are fused multiply-adds (one rounding each instead of two), so this path
+ * and the portable one differ in the last bits; each is deterministic and
+ * independent of m and of the column split. The short last block of a row
+ * uses the portable code in both paths. */
+__attribute__((target("avx2,fma"))) static void linear_q4_avx2(const struct krn_cpu_q4 *w,
+                                                            const float *bias, const float *x,
+                                                            int64_t ldx, float *y, int64_t ldy,
+                                                            int32_t m, int32_t n0, int32_t n1)
+{
+    float acc[MT][BK];
+    float wb[BK];
+    int32_t nfull = w->k / BK, nblk = (w->k + BK - 1) / BK;
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int32_t m0 = 0; m0 < m; m0 += MT) {
+        int32_t mt = m - m0 < MT ? m - m0 : MT;
+        const float *xt = x + (int64_t)m0 * ldx;
+        for (int32_t n = n0; n < n1; n++) {
+            const uint8_t *qr = w->q + (int64_t)n * (w->kr / 2);
+            const float *sr = w->scale + (int64_t)n * (w->kr / BK);
+            const float *zr = w->mzs + (int64_t)n * (w->kr / BK);
+            if (mt == 1) {
+                /* decode: accumulators stay in registers */
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                for (int32_t b = 0; b < nfull; b++) {
+                    __m128i v = _mm_loadu_si128((const __m128i *)(qr + b * 16));
+                    __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+                    __m256 s = _mm256_set1_ps(sr[b]), z = _mm256_set1_ps(zr[b]);
+                    const float *xb = xt + b * BK;
+#define W8(c) _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), s, z)
+                    a0 = _mm256_fmadd_ps(W8(lo), _mm256_loadu_ps(xb), a0);
+                    a1 = _mm256_fmadd_ps(W8(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xb + 8), a1);
+                    a2 = _mm256_fmadd_ps(W8(hi), _mm256_loadu_ps(xb + 16), a2);
+                    a3 = _mm256_fmadd_ps(W8(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xb + 24), a3);
+                }
+                _mm256_storeu_ps(acc[0], a0);
+                _mm256_storeu_ps(acc[0] + 8, a1);
+                _mm256_storeu_ps(acc[0] + 16, a2);
+                _mm256_storeu_ps(acc[0] + 24, a3);
+            } else {
+                memset(acc, 0, sizeof acc);
+                for (int32_t b = 0; b < nfull; b++) {
+                    __m128i v = _mm_loadu_si128((const __m128i *)(qr + b * 16));
+                    __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+                    __m256 s = _mm256_set1_ps(sr[b]), z = _mm256_set1_ps(zr[b]);
+                    __m256 w0 = W8(lo), w1 = W8(_mm_srli_si128(lo, 8)), w2 = W8(hi),
+                           w3 = W8(_mm_srli_si128(hi, 8));
+#undef W8
+                    for (int32_t r = 0; r < mt; r++) {
+                        const float *xb = xt + r * ldx + b * BK;
+                        float *ar = acc[r];
+                        _mm256_storeu_ps(ar, _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), _mm256_loadu_ps(ar)));
+                        _mm256_storeu_ps(ar + 8, _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(ar + 8)));
+                        _mm256_storeu_ps(ar + 16, _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), _mm256_loadu_ps(ar + 16)));
+                        _mm256_storeu_ps(ar + 24, _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), _mm256_loadu_ps(ar + 24)));
+                    }
+                }
+            }
+            for (int32_t b = nfull; b < nblk; b++) { /* the short last block */
+                unpack_block(qr + b * 16, sr[b], zr[b], wb);
+                block_fma(acc, wb, xt, ldx, mt, b * BK, w->k - b * BK);
+            }
+            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
+        }
+    }
+}
+#endif
+
 void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x,
                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
+#ifdef HAVE_AVX2_PATH
+    if (krn_cpu_simd_on && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        linear_q4_avx2(w, bias, x, ldx, y, ldy, m, n0, n1);
+        return;
+    }
+#endif
     float acc[MT][BK];
     float wb[BK];
     int32_t nblk = (w->k + BK - 1) / BK;
@@ -109,12 +221,7 @@ void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const floa
             const float *sr = w->scale + (int64_t)n * (w->kr / BK);
             const float *zr = w->mzs + (int64_t)n * (w->kr / BK);
             for (int32_t b = 0; b < nblk; b++) {
-                const uint8_t *qb = qr + b * 16;
-                float s = sr[b], mz = zr[b];
-                for (int j = 0; j < 16; j++) {
-                    wb[j] = (float)(qb[j] & 0xf) * s + mz;
-                    wb[j + 16] = (float)(qb[j] >> 4) * s + mz;
-                }
+                unpack_block(qr + b * 16, sr[b], zr[b], wb);
                 int32_t c0 = b * BK;
                 block_fma(acc, wb, xt, ldx, mt, c0, w->k - c0 < BK ? w->k - c0 : BK);
             }
@@ -123,7 +230,7 @@ void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const floa
     }
 }
 
-void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
+HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
                         int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];
@@ -143,7 +250,7 @@ void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const floa
     }
 }
 
-void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
+HOT void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
                         int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];

@@ -3,6 +3,8 @@
  * admission bound, cancel, drain, abort_all, the step-time test hook. */
 #include "engine/eng.h"
 #include "engine/mock.h"
+#include "engine/model.h"
+#include "engine/scheduler_lm.h"
 #include "engine/tokenizer.h"
 
 #include <check.h>
@@ -23,6 +25,8 @@ struct out {
     size_t len;
     int32_t toks[1024];
     int32_t n_toks;
+    int32_t toks1[1024]; /* choice 1 */
+    int32_t n_toks1;
     enum eng_finish fin;
     int n_final, n_done, n_error, n_events;
     bool after_end;
@@ -68,7 +72,10 @@ static int take(eng_engine_t *eng)
         if (o->n_done || o->n_error)
             o->after_end = true;
         o->n_events++;
-        if (ev->kind == ENG_EV_DELTA) {
+        if (ev->kind == ENG_EV_DELTA && ev->choice == 1) {
+            for (int i = 0; i < ev->n_tokens; i++)
+                o->toks1[o->n_toks1++] = ev->tokens[i].id;
+        } else if (ev->kind == ENG_EV_DELTA) {
             ck_assert_int_eq(ev->choice, 0);
             ck_assert_uint_lt(o->len + ev->text_len, sizeof o->text);
             memcpy(o->text + o->len, ev->text, ev->text_len);
@@ -125,7 +132,7 @@ static void pump(eng_engine_t *eng, int want, int timeout_ms)
 }
 
 /* Poll stats until pred holds (up to 5 s). */
-#define WAIT_FOR(eng, st, pred)                                                                   \
+#define WAIT_FOR(eng, st, pred)                                                                    \
     do {                                                                                           \
         uint64_t until_ = inf_now_ns() + 5000000000ull;                                            \
         for (;;) {                                                                                 \
@@ -387,7 +394,7 @@ START_TEST(cancel_running_and_queued)
     ck_assert_int_eq(outs[2].fin, ENG_FINISH_ABORT);
     ck_assert_int_eq(outs[2].completion_tokens, 0);
     ck_assert_int_eq(outs[1].n_done, 0);
-    eng_request_cancel(eng, 1); /* running */
+    eng_request_cancel(eng, 1);  /* running */
     eng_request_cancel(eng, 77); /* unknown */
     pump(eng, 2, 5000);
     ck_assert_int_eq(outs[1].fin, ENG_FINISH_ABORT);
@@ -481,6 +488,215 @@ START_TEST(invalid_and_destroy_in_flight)
 }
 END_TEST
 
+/* ---- the real model on the CPU backend ----------------------------------------------------- */
+/* A tiny synthetic checkpoint made by the project's int4serve-mkmodel. */
+static char model_dir[256];
+
+static void make_model(void)
+{
+    const char *bdir = getenv("INT4SERVE_BUILD_DIR");
+    ck_assert_msg(bdir != NULL, "INT4SERVE_BUILD_DIR is not set");
+    snprintf(model_dir, sizeof model_dir, "/tmp/int4serve-test-engine-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(model_dir));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s/tools/mkmodel/int4serve-mkmodel' --preset tiny --layers 2 --max-pos 512 "
+             "--seed 3 --out '%s/m' >/dev/null",
+             bdir, model_dir);
+    ck_assert_msg(system(cmd) == 0, "mkmodel failed: %s", cmd);
+    strcat(model_dir, "/m");
+}
+
+static void remove_model(void)
+{
+    char cmd[600];
+    char *slash = strrchr(model_dir, '/');
+    *slash = '\0';
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", model_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static eng_engine_t *open_cpu(int32_t max_batch, int64_t kv_tokens)
+{
+    reset();
+    struct eng_config cfg = {0};
+    cfg.backend = ENG_BACKEND_CPU;
+    cfg.model_dir = model_dir;
+    cfg.threads = 1;
+    cfg.max_batch = max_batch;
+    cfg.max_batched_tokens = 128;
+    cfg.max_model_len = 160;
+    cfg.kv_cache_tokens = kv_tokens;
+    cfg.quantize = true;
+    cfg.group_size = 32;
+    cfg.fuse_qkv = true;
+    cfg.max_queue = 64;
+    eng_engine_t *eng = NULL;
+    struct inf_err err;
+    inf_status_t st = eng_engine_create(&cfg, on_notify, NULL, &eng, &err);
+    ck_assert_msg(st == INF_OK, "create: %s", err.msg);
+    return eng;
+}
+
+static const char *const texts[] = {
+    "The quick brown fox",
+    "Once upon a time there was a little",
+    "hello",
+    "1 2 3 4 5 6 7 8 9",
+    "In a hole in the ground there lived a hobbit. Not a nasty, dirty, wet hole",
+    "caf\xC3\xA9 na\xC3\xAFve",
+};
+#define N_TEXTS 6
+
+static struct eng_request *text_req(eng_engine_t *eng, uint64_t id, int t, int32_t max_tokens)
+{
+    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(eng);
+    ck_assert_ptr_nonnull(tok);
+    struct eng_tok_ids ids = {0};
+    struct inf_err err;
+    ck_assert_int_eq(eng_tok_encode(tok, texts[t], strlen(texts[t]), NULL, &ids, &err), INF_OK);
+    struct eng_request *r = eng_request_create();
+    r->id = id;
+    r->n_prompt = (int32_t)ids.n;
+    r->prompt = malloc(sizeof(int32_t) * ids.n);
+    memcpy(r->prompt, ids.ids, sizeof(int32_t) * ids.n);
+    eng_tok_ids_fini(&ids);
+    r->max_tokens = max_tokens;
+    r->sampling.temperature = 0.0f;
+    r->sampling.ignore_eos = true;
+    return r;
+}
+
+START_TEST(cpu_model_batched_equals_alone)
+{
+    make_model();
+    eng_engine_t *eng = open_cpu(8, 0);
+    struct eng_info info;
+    eng_engine_info(eng, &info);
+    ck_assert_str_eq(info.backend_name, "cpu");
+    ck_assert_int_eq(info.max_model_len, 160);
+    static struct out alone[N_TEXTS];
+    for (int t = 0; t < N_TEXTS; t++) {
+        struct eng_request *r = text_req(eng, 1, t, 12);
+        r->stream = t % 2;
+        submit_ok(eng, r);
+        pump(eng, 1, 60000);
+        alone[t] = outs[1];
+        reset();
+    }
+    /* all at once, plus an n = 2 request sharing its prompt blocks */
+    for (int t = 0; t < N_TEXTS; t++)
+        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, 12));
+    struct eng_request *two = text_req(eng, 20, 4, 12);
+    two->n = 2;
+    submit_ok(eng, two);
+    pump(eng, N_TEXTS + 1, 120000);
+    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(eng);
+    for (int t = 0; t < N_TEXTS; t++) {
+        struct out *o = &outs[t + 1];
+        ck_assert_int_eq(alone[t].n_toks, 12);
+        ck_assert_int_eq(o->n_toks, 12);
+        ck_assert_msg(memcmp(o->toks, alone[t].toks, sizeof(int32_t) * 12) == 0,
+                      "text %d: batched output differs from alone", t);
+        ck_assert_uint_eq(o->len, alone[t].len);
+        ck_assert(memcmp(o->text, alone[t].text, o->len) == 0);
+        /* the streamed / final text is the tokenizer's decode of the tokens */
+        char *dec = NULL;
+        size_t dlen = 0;
+        struct inf_err err;
+        /* ids past the tokenizer (the model's vocabulary padding) give no text */
+        int32_t known[12], n_known = 0;
+        for (int i = 0; i < 12; i++)
+            if (o->toks[i] < eng_tok_vocab_size(tok))
+                known[n_known++] = o->toks[i];
+        ck_assert_int_eq(eng_tok_decode(tok, known, (size_t)n_known, true, &dec, &dlen, &err),
+                         INF_OK);
+        ck_assert_uint_eq(dlen, o->len);
+        ck_assert(memcmp(dec, o->text, dlen) == 0);
+        free(dec);
+    }
+    /* both choices of the n = 2 request (choice 1 recomputed the prompt's
+     * last partial block over shared full blocks) equal the request alone */
+    ck_assert_int_eq(outs[20].n_toks, 12);
+    ck_assert_int_eq(outs[20].n_toks1, 12);
+    ck_assert(memcmp(outs[20].toks, alone[4].toks, sizeof(int32_t) * 12) == 0);
+    ck_assert(memcmp(outs[20].toks1, alone[4].toks, sizeof(int32_t) * 12) == 0);
+    ck_assert_int_eq(outs[20].n_done, 1);
+    ck_assert_int_eq(outs[20].completion_tokens, 24);
+    struct eng_stats st;
+    WAIT_FOR(eng, st, st.running == 0);
+    ck_assert_uint_gt(st.batched_steps_total, 5);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    eng_engine_destroy(eng);
+    remove_model();
+}
+END_TEST
+
+START_TEST(cpu_model_preemption_keeps_outputs)
+{
+    make_model();
+    /* 160 tokens of KV (one sequence's worth) for four sequences of ~70 */
+    eng_engine_t *eng = open_cpu(4, 160);
+    static struct out alone[4];
+    for (int t = 0; t < 4; t++) {
+        submit_ok(eng, text_req(eng, 1, t, 40));
+        pump(eng, 1, 60000);
+        alone[t] = outs[1];
+        reset();
+    }
+    for (int t = 0; t < 4; t++)
+        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, 40));
+    pump(eng, 4, 120000);
+    for (int t = 0; t < 4; t++) {
+        ck_assert_int_eq(outs[t + 1].n_toks, 40);
+        ck_assert_msg(memcmp(outs[t + 1].toks, alone[t].toks, sizeof(int32_t) * 40) == 0,
+                      "text %d: output after preemption differs from alone", t);
+    }
+    struct eng_stats st;
+    WAIT_FOR(eng, st, st.running == 0);
+    ck_assert_uint_gt(st.preemptions_total, 0);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    eng_engine_destroy(eng);
+    remove_model();
+}
+END_TEST
+
+START_TEST(cpu_model_keep_fp16_names)
+{
+    make_model();
+    /* a bare name keeps every tensor containing it; a pattern is a pattern */
+    const char *keep[2] = {"lm_head", "model.layers.1.mlp.*"};
+    struct eng_lm_model_opts o = {
+        .dir = model_dir,
+        .threads = 1,
+        .quantize = true,
+        .group_size = 32,
+        .fuse_qkv = false,
+        .keep_fp16 = keep,
+        .n_keep_fp16 = 2,
+        .max_tokens = 64,
+        .kv_blocks = 16,
+    };
+    struct eng_lm lm;
+    struct inf_err err;
+    inf_status_t st = eng_lm_model_create(&o, &lm, &err);
+    ck_assert_msg(st == INF_OK, "%s", err.msg);
+    const eng_model_t *m = eng_lm_model(&lm);
+    int n_fp = 0, n_q = 0;
+    for (int32_t i = 0; i < eng_model_layer_count(m); i++) {
+        const struct eng_layer_info *li = eng_model_layer_info(m, i);
+        bool want_fp = strstr(li->name, "lm_head") || strstr(li->name, "model.layers.1.mlp.");
+        ck_assert_msg(li->quantized == !want_fp, "%s", li->name);
+        n_fp += want_fp;
+        n_q += !want_fp;
+    }
+    ck_assert_int_eq(n_fp, 4); /* lm_head, layer 1 gate, up, down */
+    ck_assert_int_gt(n_q, 8);
+    lm.destroy(lm.self);
+    remove_model();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine");
@@ -498,6 +714,12 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_running_and_queued);
     tcase_add_test(tc, drain_refuses_new_and_finishes_running);
     tcase_add_test(tc, abort_all_ends_everything);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cpu_model");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, cpu_model_batched_equals_alone);
+    tcase_add_test(tc, cpu_model_preemption_keeps_outputs);
+    tcase_add_test(tc, cpu_model_keep_fp16_names);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -343,9 +343,9 @@ START_TEST(roundtrip_sharded)
     json_error_t jerr;
     json_t *idx = json_load_file(path_in("model.safetensors.index.json"), 0, &jerr);
     ck_assert_ptr_nonnull(idx);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(idx, "metadata"),
-                                                        "total_size")),
-                     NT * NE * 4);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(idx, "metadata"), "total_size")),
+        NT * NE * 4);
     json_t *wm = json_object_get(idx, "weight_map");
     ck_assert_int_eq(json_object_size(wm), NT);
     ck_assert_str_eq(json_string_value(json_object_get(wm, name[0])),
@@ -390,8 +390,7 @@ START_TEST(writer_refusals)
     ck_assert_int_eq(eng_st_writer_add(w, "x", ENG_DT_F32, 2, s, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "'x'"));
     ck_assert_int_eq(eng_st_writer_add(w, "", ENG_DT_F32, 2, s, &err), INF_E_INVALID);
-    ck_assert_int_eq(eng_st_writer_add(w, "__metadata__", ENG_DT_F32, 2, s, &err),
-                     INF_E_INVALID);
+    ck_assert_int_eq(eng_st_writer_add(w, "__metadata__", ENG_DT_F32, 2, s, &err), INF_E_INVALID);
     ck_assert_int_eq(eng_st_writer_add(w, "n", ENG_DT_F32, 1, neg, &err), INF_E_INVALID);
     ck_assert_int_eq(eng_st_writer_add(w, "b", ENG_DT_F32, 4, big, &err), INF_E_INVALID);
     ck_assert_int_eq(eng_st_writer_add(w, "d", ENG_DT_F32, 5, s, &err), INF_E_INVALID);
@@ -413,8 +412,7 @@ START_TEST(malformed_header_length)
     /* the length says 1000 bytes of header, the file has 20 */
     unsigned char b[28] = {0xe8, 0x03, 0, 0, 0, 0, 0, 0, '{', '}'};
     write_bytes("bad.safetensors", b, sizeof b);
-    expect_open_fails(path_in("bad.safetensors"), INF_E_FORMAT, "bad.safetensors",
-                      "past the end");
+    expect_open_fails(path_in("bad.safetensors"), INF_E_FORMAT, "bad.safetensors", "past the end");
     /* a length near 2^64 must not wrap */
     unsigned char c[16] = {0xf8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'};
     write_bytes("bad.safetensors", c, sizeof c);
@@ -433,8 +431,8 @@ START_TEST(malformed_offsets)
     expect_bad("{\"w.x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
                INF_E_FORMAT, "w.x");
     /* begin after end */
-    expect_bad("{\"w.y\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[6,4]}}", 8,
-               INF_E_FORMAT, "w.y");
+    expect_bad("{\"w.y\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[6,4]}}", 8, INF_E_FORMAT,
+               "w.y");
     /* negative offset */
     expect_bad("{\"w.z\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[-2,0]}}", 8,
                INF_E_FORMAT, "w.z");
@@ -490,8 +488,8 @@ START_TEST(malformed_shapes)
     /* non-integer or missing shape */
     expect_bad("{\"m.s\":{\"dtype\":\"U8\",\"shape\":[1.5],\"data_offsets\":[0,1]}}", 16,
                INF_E_FORMAT, "m.s");
-    expect_bad("{\"m.t\":{\"dtype\":\"U8\",\"shape\":4,\"data_offsets\":[0,4]}}", 16,
-               INF_E_FORMAT, "m.t");
+    expect_bad("{\"m.t\":{\"dtype\":\"U8\",\"shape\":4,\"data_offsets\":[0,4]}}", 16, INF_E_FORMAT,
+               "m.t");
     /* a zero dimension with zero bytes is fine; with bytes it is not */
     expect_bad("{\"m.u\":{\"dtype\":\"F32\",\"shape\":[0,4294967296,4294967296],"
                "\"data_offsets\":[0,4]}}",

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static eng_sampler_t *mk(const struct eng_sampling *p, int vocab)
+static eng_sampler_t *mk(const struct eng_sampler_params *p, int vocab)
 {
     eng_sampler_t *s;
     struct inf_err err = {0};
@@ -26,8 +26,8 @@ static int draw(eng_sampler_t *s, const float *lg)
 
 START_TEST(greedy_argmax_lowest_on_ties)
 {
-    struct eng_sampling p;
-    eng_sampling_default(&p);
+    struct eng_sampler_params p;
+    eng_sampler_params_default(&p);
     float lg[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -INFINITY};
     eng_sampler_t *s = mk(&p, 6);
     ck_assert_int_eq(draw(s, lg), 1);
@@ -38,8 +38,8 @@ END_TEST
 
 START_TEST(seed_reproducible_and_distribution)
 {
-    struct eng_sampling p;
-    eng_sampling_default(&p);
+    struct eng_sampler_params p;
+    eng_sampler_params_default(&p);
     p.temperature = 1.0f;
     p.seed = 1234;
     float lg[4] = {0.0f, logf(2.0f), logf(3.0f), logf(4.0f)}; /* p = .1 .2 .3 .4 */
@@ -64,8 +64,8 @@ END_TEST
 START_TEST(top_k_top_p_min_p_restrict)
 {
     float lg[5] = {3.0f, 2.9f, 2.8f, 0.0f, -1.0f};
-    struct eng_sampling p;
-    eng_sampling_default(&p);
+    struct eng_sampler_params p;
+    eng_sampler_params_default(&p);
     p.temperature = 1.0f;
     p.top_k = 2;
     eng_sampler_t *s = mk(&p, 5);
@@ -108,8 +108,8 @@ START_TEST(penalties_exact)
      * (negative: -1 -> -2); frequency 0.5 and presence 0.25 on token 2 seen
      * twice in the output: 3 - 1 - 0.25 = 1.75 < token 3's 1.8. */
     float lg[4] = {4.0f, -1.0f, 3.0f, 1.8f};
-    struct eng_sampling p;
-    eng_sampling_default(&p);
+    struct eng_sampler_params p;
+    eng_sampler_params_default(&p);
     p.repetition_penalty = 2.0f;
     eng_sampler_t *s = mk(&p, 4);
     int32_t prompt[1] = {0};
@@ -135,8 +135,8 @@ START_TEST(logit_bias_and_logprobs)
 {
     float lg[6] = {1.0f, 3.0f, 2.0f, -2.0f, 3.0f, 0.5f};
     struct eng_logit_bias lb[1] = {{3, 10.0f}};
-    struct eng_sampling p;
-    eng_sampling_default(&p);
+    struct eng_sampler_params p;
+    eng_sampler_params_default(&p);
     p.logit_bias = lb;
     p.n_logit_bias = 1;
     p.n_logprobs = 5;
@@ -163,37 +163,37 @@ END_TEST
 
 START_TEST(settings_validated)
 {
-    struct eng_sampling p;
+    struct eng_sampler_params p;
     eng_sampler_t *s;
     struct inf_err err;
-    eng_sampling_default(&p);
+    eng_sampler_params_default(&p);
     p.temperature = -1.0f;
     ck_assert_int_eq(eng_sampler_create(&p, 10, &s, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "temperature"));
-    eng_sampling_default(&p);
+    eng_sampler_params_default(&p);
     p.top_p = 0.0f;
     ck_assert_int_eq(eng_sampler_create(&p, 10, &s, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "top_p"));
-    eng_sampling_default(&p);
+    eng_sampler_params_default(&p);
     p.min_p = 1.5f;
     ck_assert_int_eq(eng_sampler_create(&p, 10, &s, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "min_p"));
-    eng_sampling_default(&p);
+    eng_sampler_params_default(&p);
     p.presence_penalty = 3.0f;
     ck_assert_int_eq(eng_sampler_create(&p, 10, &s, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "presence_penalty"));
-    eng_sampling_default(&p);
+    eng_sampler_params_default(&p);
     p.n_logprobs = 21;
     ck_assert_int_eq(eng_sampler_create(&p, 10, &s, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "logprobs"));
-    eng_sampling_default(&p);
+    eng_sampler_params_default(&p);
     struct eng_logit_bias lb = {10, 1.0f};
     p.logit_bias = &lb;
     p.n_logit_bias = 1;
     ck_assert_int_eq(eng_sampler_create(&p, 10, &s, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "10"));
     /* everything excluded */
-    eng_sampling_default(&p);
+    eng_sampler_params_default(&p);
     p.temperature = 0.7f;
     s = mk(&p, 3);
     float lg[3] = {-INFINITY, -INFINITY, -INFINITY};

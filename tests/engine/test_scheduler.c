@@ -902,8 +902,8 @@ START_TEST(validation_names_the_field)
     ck_assert_ptr_nonnull(strstr(err.msg, "logprobs"));
     eng_request_destroy(r);
     /* the configuration is checked too */
-    struct eng_sched_config sc = {.max_batch = 4, .max_batched_tokens = 64, .max_model_len = 128,
-                                  .kv_blocks = 7};
+    struct eng_sched_config sc = {
+        .max_batch = 4, .max_batched_tokens = 64, .max_model_len = 128, .kv_blocks = 7};
     eng_sched_t *s2 = NULL;
     ck_assert_int_eq(eng_sched_create(&sc, &h.lm, &eng_mock_detok, collect, NULL, &s2, &err),
                      INF_E_INVALID);
@@ -947,6 +947,48 @@ START_TEST(logprobs_of_the_chosen_token)
 }
 END_TEST
 
+START_TEST(sampling_settings_reach_the_sampler)
+{
+    struct harness h;
+    h_open(&h, 4, 64, 128, 16);
+    int32_t p[10];
+    mkprompt(p, 10, 12);
+    /* a bias of +100 on 'q' wins every greedy step */
+    struct eng_request *r = mkreq(1, p, 10, 6);
+    r->sampling.n_logit_bias = 1;
+    r->sampling.logit_bias_ids = malloc(sizeof(int32_t));
+    r->sampling.logit_bias_vals = malloc(sizeof(float));
+    r->sampling.logit_bias_ids[0] = B('q');
+    r->sampling.logit_bias_vals[0] = 100.0f;
+    add(&h, r);
+    h_run(&h, 100);
+    ck_assert_str_eq(outs[1].ch[0].text.p, "qqqqqq");
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    /* out-of-range settings are refused at submission, by name */
+    struct inf_err err;
+    struct eng_request *y = mkreq(3, p, 10, 6);
+    y->sampling.presence_penalty = 2.5f;
+    ck_assert_int_eq(eng_sched_add(h.s, y, 0, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "presence_penalty"));
+    y->sampling.presence_penalty = 0.0f;
+    y->sampling.top_p = 0.0f;
+    ck_assert_int_eq(eng_sched_add(h.s, y, 0, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "top_p"));
+    y->sampling.top_p = 1.0f;
+    y->sampling.n_logit_bias = 1;
+    y->sampling.logit_bias_ids = calloc(1, sizeof(int32_t));
+    y->sampling.logit_bias_vals = malloc(sizeof(float));
+    y->sampling.logit_bias_vals[0] = -INFINITY;
+    ck_assert_int_eq(eng_sched_add(h.s, y, 0, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "logit_bias"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "finite"));
+    eng_request_destroy(y);
+    h_close(&h);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("scheduler");
@@ -966,6 +1008,7 @@ static Suite *suite(void)
     tcase_add_test(tc, n3_sampled_choice_i_uses_seed_plus_i);
     tcase_add_test(tc, seed_reproducible_in_any_batch);
     tcase_add_test(tc, logprobs_of_the_chosen_token);
+    tcase_add_test(tc, sampling_settings_reach_the_sampler);
     suite_add_tcase(s, tc);
     tc = tcase_create("stops");
     tcase_add_test(tc, stop_string_across_tokens);

@@ -104,6 +104,8 @@ static void check_q4_linear(int n, int k, int kp, int group, int m)
 START_TEST(linear_q4_matches_naive)
 {
     static const int ms[] = {1, 3, 9, 17};
+    /* the SIMD path where the CPU has one, then the portable loop */
+    krn_cpu_simd(_i == 0);
     for (int i = 0; i < 4; i++) {
         check_q4_linear(7, 100, 128, 32, ms[i]);   /* K padded within a group */
         check_q4_linear(5, 288, 512, 256, ms[i]);  /* K 288 at group 256 */
@@ -313,7 +315,7 @@ int main(void)
     Suite *s = suite_create("kernels_cpu");
     TCase *t = tcase_create("linear");
     tcase_set_timeout(t, 60);
-    tcase_add_test(t, linear_q4_matches_naive);
+    tcase_add_loop_test(t, linear_q4_matches_naive, 0, 2);
     tcase_add_test(t, linear_fp_matches_naive);
     tcase_add_test(t, half_to_float_every_pattern);
     suite_add_tcase(s, t);

@@ -278,24 +278,24 @@ inf_status_t bpe_write_tokenizer_json(const struct bpe_vocab *v, const char *pat
     }
     json_t *single = json_pack("[{s:{s:s, s:i}}, {s:{s:s, s:i}}]", "SpecialToken", "id", BPE_BOS,
                                "type_id", 0, "Sequence", "id", "A", "type_id", 0);
-    json_t *pair = json_pack("[{s:{s:s, s:i}}, {s:{s:s, s:i}}, {s:{s:s, s:i}}, {s:{s:s, s:i}}]",
-                             "SpecialToken", "id", BPE_BOS, "type_id", 0, "Sequence", "id", "A",
-                             "type_id", 0, "SpecialToken", "id", BPE_BOS, "type_id", 1,
-                             "Sequence", "id", "B", "type_id", 1);
+    json_t *pair =
+        json_pack("[{s:{s:s, s:i}}, {s:{s:s, s:i}}, {s:{s:s, s:i}}, {s:{s:s, s:i}}]",
+                  "SpecialToken", "id", BPE_BOS, "type_id", 0, "Sequence", "id", "A", "type_id", 0,
+                  "SpecialToken", "id", BPE_BOS, "type_id", 1, "Sequence", "id", "B", "type_id", 1);
     json_t *special = json_pack("{s:{s:s, s:[i], s:[s]}}", BPE_BOS, "id", BPE_BOS, "ids",
                                 (int)v->bos_id, "tokens", BPE_BOS);
-    json_t *post = json_pack("{s:s, s:o, s:o, s:o}", "type", "TemplateProcessing", "single",
-                             single, "pair", pair, "special_tokens", special);
-    json_t *model = json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:O, s:O}", "type", "BPE",
-                              "dropout", "unk_token", "continuing_subword_prefix",
-                              "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0, "vocab",
-                              vocab, "merges", merges);
-    json_t *added = json_pack("[o, o]", added_token(v->bos_id, BPE_BOS),
-                              added_token(v->eos_id, BPE_EOS));
+    json_t *post = json_pack("{s:s, s:o, s:o, s:o}", "type", "TemplateProcessing", "single", single,
+                             "pair", pair, "special_tokens", special);
+    json_t *model =
+        json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:O, s:O}", "type", "BPE", "dropout",
+                  "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0,
+                  "byte_fallback", 0, "vocab", vocab, "merges", merges);
+    json_t *added =
+        json_pack("[o, o]", added_token(v->bos_id, BPE_BOS), added_token(v->eos_id, BPE_EOS));
     root = json_pack("{s:s, s:n, s:n, s:o, s:n, s:o, s:o, s:o, s:o}", "version", "1.0",
-                     "truncation", "padding", "added_tokens", added, "normalizer",
-                     "pre_tokenizer", byte_level(false), "post_processor", post, "decoder",
-                     byte_level(true), "model", model);
+                     "truncation", "padding", "added_tokens", added, "normalizer", "pre_tokenizer",
+                     byte_level(false), "post_processor", post, "decoder", byte_level(true),
+                     "model", model);
     if (!root)
         goto nomem;
     json_decref(vocab);

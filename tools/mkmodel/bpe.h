@@ -13,7 +13,7 @@ struct bpe_vocab {
     int32_t n_symbols; /* 256 byte symbols + merged symbols: ids 0..n_symbols-1 */
     char **symbols;    /* id -> its text in GPT-2's byte-to-unicode alphabet (UTF-8) */
     int32_t n_merges;
-    int32_t (*merges)[2]; /* in rank order: pair of symbol ids */
+    int32_t (*merges)[2];   /* in rank order: pair of symbol ids */
     int32_t bos_id, eos_id; /* the special tokens, after the symbols */
     int32_t size;           /* n_symbols + 2 */
 };

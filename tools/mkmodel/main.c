@@ -175,7 +175,8 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
     size_t es = eng_dtype_size(dt);
     for (int32_t i = 0; i < n; i++) {
         int64_t numel = sp[i].shape[0] * (sp[i].ndim == 2 ? sp[i].shape[1] : 1);
-        struct rng r = {.s = seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)i + 1) * 0xd1b54a32d192ed03ull};
+        struct rng r = {.s = seed * 0x9e3779b97f4a7c15ull ^
+                             ((uint64_t)i + 1) * 0xd1b54a32d192ed03ull};
         for (int64_t done = 0; done < numel;) {
             int64_t k = numel - done < CHUNK ? numel - done : CHUNK;
             for (int64_t j = 0; j < k; j++)
@@ -184,7 +185,8 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
                 if (dt == ENG_DT_F32) {
                     memcpy(buf + 4 * j, &vals[j], 4);
                 } else {
-                    uint16_t b = dt == ENG_DT_F16 ? inf_f32_to_f16(vals[j]) : inf_f32_to_bf16(vals[j]);
+                    uint16_t b =
+                        dt == ENG_DT_F16 ? inf_f32_to_f16(vals[j]) : inf_f32_to_bf16(vals[j]);
                     memcpy(buf + 2 * j, &b, 2);
                 }
             }
@@ -250,8 +252,8 @@ static json_t *make_config(const struct opts *o, int32_t bos, int32_t eos)
     json_object_set_new(c, "rope_theta", json_real(o->rope_theta));
     if (o->rope_llama3 == 1)
         json_object_set_new(c, "rope_scaling",
-                            json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", 8.0,
-                                      "low_freq_factor", 1.0, "high_freq_factor", 4.0,
+                            json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", 8.0, "low_freq_factor",
+                                      1.0, "high_freq_factor", 4.0,
                                       "original_max_position_embeddings", 8192, "rope_type",
                                       "llama3"));
     else
@@ -364,8 +366,9 @@ static void usage(FILE *f)
             "  --seed N             random seed (default 1)\n"
             "  --shards N           write N shards and model.safetensors.index.json\n"
             "  --tokenizer FILE     copy this tokenizer.json instead of the built-in one\n"
-            "The built-in tokenizer is a byte-level BPE of %d merges; vocab_size defaults\n"
-            "to its size rounded up to a multiple of 8.\n",
+            "The built-in tokenizer is a byte-level BPE of up to %d merges; vocab_size\n"
+            "defaults to its size rounded up to a multiple of 8 (a copied tokenizer's\n"
+            "size exactly: max id + 1). The 7b/8b presets keep their real vocab_size.\n",
             N_MERGES);
 }
 
@@ -382,19 +385,61 @@ static bool parse_i64(const char *s, int64_t *out)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.tie = -1, .rope_llama3 = -1, .seed = 1, .shards = 0, .hidden = -1,
-                     .intermediate = -1, .layers = -1, .heads = -1, .kv_heads = -1,
-                     .head_dim = -1, .vocab = -1, .max_pos = -1, .rope_theta = -1};
-    enum { O_OUT = 256, O_PRESET, O_ARCH, O_HIDDEN, O_INTER, O_LAYERS, O_HEADS, O_KV, O_HD,
-           O_VOCAB, O_MAXPOS, O_THETA, O_TIE, O_L3, O_DTYPE, O_SEED, O_SHARDS, O_TOK, O_HELP };
+    struct opts o = {.tie = -1,
+                     .rope_llama3 = -1,
+                     .seed = 1,
+                     .shards = 0,
+                     .hidden = -1,
+                     .intermediate = -1,
+                     .layers = -1,
+                     .heads = -1,
+                     .kv_heads = -1,
+                     .head_dim = -1,
+                     .vocab = -1,
+                     .max_pos = -1,
+                     .rope_theta = -1};
+    enum {
+        O_OUT = 256,
+        O_PRESET,
+        O_ARCH,
+        O_HIDDEN,
+        O_INTER,
+        O_LAYERS,
+        O_HEADS,
+        O_KV,
+        O_HD,
+        O_VOCAB,
+        O_MAXPOS,
+        O_THETA,
+        O_TIE,
+        O_L3,
+        O_DTYPE,
+        O_SEED,
+        O_SHARDS,
+        O_TOK,
+        O_HELP
+    };
     static const struct option longopts[] = {
-        {"out", 1, 0, O_OUT},          {"preset", 1, 0, O_PRESET},  {"arch", 1, 0, O_ARCH},
-        {"hidden", 1, 0, O_HIDDEN},    {"intermediate", 1, 0, O_INTER},
-        {"layers", 1, 0, O_LAYERS},    {"heads", 1, 0, O_HEADS},    {"kv-heads", 1, 0, O_KV},
-        {"head-dim", 1, 0, O_HD},      {"vocab", 1, 0, O_VOCAB},    {"max-pos", 1, 0, O_MAXPOS},
-        {"rope-theta", 1, 0, O_THETA}, {"tie", 0, 0, O_TIE},        {"rope-llama3", 0, 0, O_L3},
-        {"dtype", 1, 0, O_DTYPE},      {"seed", 1, 0, O_SEED},      {"shards", 1, 0, O_SHARDS},
-        {"tokenizer", 1, 0, O_TOK},    {"help", 0, 0, O_HELP},      {0, 0, 0, 0},
+        {"out", 1, 0, O_OUT},
+        {"preset", 1, 0, O_PRESET},
+        {"arch", 1, 0, O_ARCH},
+        {"hidden", 1, 0, O_HIDDEN},
+        {"intermediate", 1, 0, O_INTER},
+        {"layers", 1, 0, O_LAYERS},
+        {"heads", 1, 0, O_HEADS},
+        {"kv-heads", 1, 0, O_KV},
+        {"head-dim", 1, 0, O_HD},
+        {"vocab", 1, 0, O_VOCAB},
+        {"max-pos", 1, 0, O_MAXPOS},
+        {"rope-theta", 1, 0, O_THETA},
+        {"tie", 0, 0, O_TIE},
+        {"rope-llama3", 0, 0, O_L3},
+        {"dtype", 1, 0, O_DTYPE},
+        {"seed", 1, 0, O_SEED},
+        {"shards", 1, 0, O_SHARDS},
+        {"tokenizer", 1, 0, O_TOK},
+        {"help", 0, 0, O_HELP},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -407,17 +452,39 @@ int main(int argc, char **argv)
             return 2;
         }
         switch (c) {
-        case O_OUT: o.out = optarg; break;
-        case O_PRESET: o.preset = optarg; break;
-        case O_ARCH: o.arch = optarg; break;
-        case O_HIDDEN: o.hidden = v; break;
-        case O_INTER: o.intermediate = v; break;
-        case O_LAYERS: o.layers = v; break;
-        case O_HEADS: o.heads = v; break;
-        case O_KV: o.kv_heads = v; break;
-        case O_HD: o.head_dim = v; break;
-        case O_VOCAB: o.vocab = v; break;
-        case O_MAXPOS: o.max_pos = v; break;
+        case O_OUT:
+            o.out = optarg;
+            break;
+        case O_PRESET:
+            o.preset = optarg;
+            break;
+        case O_ARCH:
+            o.arch = optarg;
+            break;
+        case O_HIDDEN:
+            o.hidden = v;
+            break;
+        case O_INTER:
+            o.intermediate = v;
+            break;
+        case O_LAYERS:
+            o.layers = v;
+            break;
+        case O_HEADS:
+            o.heads = v;
+            break;
+        case O_KV:
+            o.kv_heads = v;
+            break;
+        case O_HD:
+            o.head_dim = v;
+            break;
+        case O_VOCAB:
+            o.vocab = v;
+            break;
+        case O_MAXPOS:
+            o.max_pos = v;
+            break;
         case O_THETA: {
             char *end;
             o.rope_theta = strtod(optarg, &end);
@@ -427,8 +494,12 @@ int main(int argc, char **argv)
             }
             break;
         }
-        case O_TIE: o.tie = 1; break;
-        case O_L3: o.rope_llama3 = 1; break;
+        case O_TIE:
+            o.tie = 1;
+            break;
+        case O_L3:
+            o.rope_llama3 = 1;
+            break;
         case O_DTYPE:
             o.dtype_set = true;
             if (strcmp(optarg, "f32") == 0 || strcmp(optarg, "fp32") == 0)
@@ -442,11 +513,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case O_SEED: o.seed = (uint64_t)v; break;
-        case O_SHARDS: o.shards = (int32_t)(v > 99999 ? 0 : v); break;
-        case O_TOK: o.tokenizer = optarg; break;
-        case O_HELP: usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case O_SEED:
+            o.seed = (uint64_t)v;
+            break;
+        case O_SHARDS:
+            o.shards = (int32_t)(v > 99999 ? 0 : v);
+            break;
+        case O_TOK:
+            o.tokenizer = optarg;
+            break;
+        case O_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc || !o.out) {
@@ -469,7 +550,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "int4serve-mkmodel: --arch must be llama, mistral or qwen2\n");
         return 2;
     }
-#define DEF(f) if (o.f < 0) o.f = p->f
+#define DEF(f)                                                                                     \
+    if (o.f < 0)                                                                                   \
+    o.f = p->f
     DEF(hidden);
     DEF(intermediate);
     DEF(layers);
@@ -513,7 +596,7 @@ int main(int argc, char **argv)
         eos = bv.eos_id;
     }
     if (o.vocab < 0)
-        o.vocab = p->vocab > 0 ? p->vocab : (tok_size + 7) / 8 * 8;
+        o.vocab = p->vocab > 0 ? p->vocab : o.tokenizer ? tok_size : (tok_size + 7) / 8 * 8;
     if (o.vocab < tok_size) {
         fprintf(stderr, "int4serve-mkmodel: --vocab %lld is smaller than the tokenizer's %lld\n",
                 (long long)o.vocab, (long long)tok_size);
@@ -535,11 +618,11 @@ int main(int argc, char **argv)
     }
     if (dump(cj, o.out, "config.json", &err))
         goto fail;
-    json_t *tc = json_pack("{s:b, s:b, s:s, s:s, s:b, s:I, s:s}", "add_bos_token", bos >= 0,
-                           "add_eos_token", 0, "bos_token", bos_name ? bos_name : "",
-                           "eos_token", eos_name ? eos_name : "", "clean_up_tokenization_spaces",
-                           0, "model_max_length", (json_int_t)o.max_pos, "tokenizer_class",
-                           "PreTrainedTokenizerFast");
+    json_t *tc =
+        json_pack("{s:b, s:b, s:s, s:s, s:b, s:I, s:s}", "add_bos_token", bos >= 0, "add_eos_token",
+                  0, "bos_token", bos_name ? bos_name : "", "eos_token", eos_name ? eos_name : "",
+                  "clean_up_tokenization_spaces", 0, "model_max_length", (json_int_t)o.max_pos,
+                  "tokenizer_class", "PreTrainedTokenizerFast");
     if (tc && bos < 0)
         json_object_set_new(tc, "bos_token", json_null());
     if (tc && eos < 0)
