@@ -50,7 +50,7 @@ static struct krn_q4_weight make_q4(int n, int k, int kp, int group)
     }
     for (int r = 0; r < n; r++)
         for (int c = 0; c < kp; c++) {
-            int code = c < k ? (int)(rng >> 7) % 16 : (int)inf_f16_to_f32(w.zero[r * ng + c / group]);
+            int code = c < k ? (int)((rng >> 7) % 16) : (int)inf_f16_to_f32(w.zero[r * ng + c / group]);
             urand();
             uint8_t *b = &w.q[(size_t)r * (size_t)(kp / 2) + (size_t)(c / 2)];
             *b = (uint8_t)(c % 2 ? (*b & 0x0f) | (code << 4) : (*b & 0xf0) | code);
