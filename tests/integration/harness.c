@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <unistd.h>
 
+const char *it_backend = "mock";
+
 double it_now(void)
 {
     struct timespec ts;
@@ -79,7 +81,7 @@ static bool spawn(struct it_server *s, const char *const *extra)
     int n = 0;
     argv[n++] = exe;
     argv[n++] = "--backend";
-    argv[n++] = "mock";
+    argv[n++] = it_backend;
     argv[n++] = "--host";
     argv[n++] = "127.0.0.1";
     argv[n++] = "--port";

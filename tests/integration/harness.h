@@ -14,7 +14,10 @@ struct it_server {
     char base[64]; /* "http://127.0.0.1:<port>" */
 };
 
-/* Start int4serve with the mock backend and the extra arguments (NULL
+/* The --backend it_start passes ("mock" unless a test sets it). */
+extern const char *it_backend;
+
+/* Start int4serve with it_backend and the extra arguments (NULL
  * terminated, may be NULL), wait until /health/ready answers 200.
  * Returns false (after printing the server's log) when it did not come up. */
 bool it_start(struct it_server *s, const char *const *extra);
