@@ -8,7 +8,9 @@
 #   BACKEND=mock scripts/loadcheck.sh         # the deterministic mock model
 #
 # Environment: BIN (default build/server/int4serve), BACKEND (cpu), MODEL
-# (models/tiny), CONNS (64), THREADS (2), DURATION (30s), MAX_TOKENS (64).
+# (models/tiny; made with int4serve-mkmodel --preset tiny when missing), CONNS
+# (64), THREADS (2), DURATION (30s), MAX_TOKENS (64), TIMEOUT (60s: a request
+# slower than this counts as a wrk error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,9 +21,17 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 DURATION=${DURATION:-30s}
 MAX_TOKENS=${MAX_TOKENS:-64}
+TIMEOUT=${TIMEOUT:-60s}
+MKMODEL=${MKMODEL:-build/tools/mkmodel/int4serve-mkmodel}
 
 command -v wrk >/dev/null || { echo "loadcheck: wrk is not installed (apt-get install wrk)"; exit 2; }
 [ -x "$BIN" ] || { echo "loadcheck: $BIN not built"; exit 2; }
+
+if [ "$BACKEND" = cpu ] && [ ! -f "$MODEL/config.json" ]; then
+    [ -x "$MKMODEL" ] || { echo "loadcheck: no model in $MODEL and no $MKMODEL to make one"; exit 2; }
+    mkdir -p "$(dirname "$MODEL")"
+    "$MKMODEL" --out "$MODEL" --preset tiny
+fi
 
 tmp=$(mktemp -d)
 pid=
@@ -57,7 +67,8 @@ done
 rss_before=$(rss_kib "$pid")
 
 INT4SERVE_MODEL=$name INT4SERVE_MAX_TOKENS=$MAX_TOKENS \
-    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s deploy/wrk/completions.lua \
+    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --timeout "$TIMEOUT" --latency \
+    -s deploy/wrk/completions.lua \
     "http://127.0.0.1:$port" | tee "$tmp/wrk.out"
 
 alive=yes
@@ -78,7 +89,7 @@ echo
 echo "### loadcheck summary"
 echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); machine: $(nproc) CPUs, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1)"
 echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); backend: $BACKEND; model: $name"
-echo "- wrk: $THREADS threads, $CONNS connections, $DURATION, max_tokens $MAX_TOKENS"
+echo "- wrk: $THREADS threads, $CONNS connections, $DURATION, timeout $TIMEOUT, max_tokens $MAX_TOKENS"
 echo "- $(grep -E '^Requests/sec' "$tmp/wrk.out")"
 echo "- $(grep -E 'requests in' "$tmp/wrk.out" | sed 's/^ *//')"
 echo "- latency p50/p99: $(awk '$1=="50%" {a=$2} $1=="99%" {b=$2} END {print a " / " b}' "$tmp/wrk.out")"
