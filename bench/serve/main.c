@@ -89,16 +89,21 @@ static void on_event(struct slot *s, const char *data, size_t len)
         s->got_done = true;
         return;
     }
-    json_t *j = json_loadb(data, len, 0, NULL);
+    json_t *j = json_loadb(data, len, JSON_ALLOW_NUL, NULL);
     if (!j) {
+        if (!s->failed)
+            fprintf(stderr, "error: an event is not JSON: %.200s\n", data);
         s->failed = true;
         return;
     }
     json_t *u = json_object_get(j, "usage");
     if (json_is_object(u))
         s->completion_tokens = (long)json_integer_value(json_object_get(u, "completion_tokens"));
-    if (json_object_get(j, "error"))
+    if (json_object_get(j, "error")) {
+        if (!s->failed)
+            fprintf(stderr, "error event: %.300s\n", data);
         s->failed = true;
+    }
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
     const char *text = json_string_value(json_object_get(ch, "text"));
     if (text && *text) {
@@ -300,7 +305,7 @@ int main(int argc, char **argv)
             long code = 0;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &code);
             if (!o.stream && msg->data.result == CURLE_OK && code == 200) {
-                json_t *j = json_loadb(s->buf, s->len, 0, NULL);
+                json_t *j = json_loadb(s->buf, s->len, JSON_ALLOW_NUL, NULL);
                 s->completion_tokens = (long)json_integer_value(
                     json_object_get(json_object_get(j, "usage"), "completion_tokens"));
                 s->got_done = j != NULL;

@@ -298,7 +298,7 @@ json_t *it_json(const struct it_resp *r)
 {
     if (!r->body)
         return NULL;
-    return json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL);
+    return json_loadb(r->body, r->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 }
 
 ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out, size_t cap,
@@ -402,7 +402,7 @@ char *it_stream_text(const char *body, size_t len, size_t index, char *finish, s
     if (finish && cap)
         finish[0] = '\0';
     for (size_t i = 0; i < n; i++) {
-        json_t *j = json_loads(ev[i], 0, NULL);
+        json_t *j = json_loads(ev[i], JSON_ALLOW_NUL, NULL);
         if (!j)
             continue;
         json_t *chs = json_object_get(j, "choices");
