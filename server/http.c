@@ -369,7 +369,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 /* Content-Length checked before any body byte is read: a value over the limit
- * is answered 413 at once (libmicrohttpd then reads nothing more and closes). */
+ * is answered 413 at once (libmicrohttpd then reads nothing more and closes).
+ * libmicrohttpd 0.9.75 answers a Content-Length that is not a number, or does
+ * not fit in 64 bits, itself (400 / 413 with its own HTML body, and it writes
+ * that answer's header block twice) before this handler is called; the checks
+ * here cover what it lets through (leading blanks, values it accepted). */
 static bool check_content_length(struct srv_req *r)
 {
     const char *cl =
