@@ -181,9 +181,9 @@ q4_rows_avx2(const uint8_t *qr, const float *sr, const float *zr, int32_t nfull,
 #undef W8
 
 __attribute__((target("avx2,fma"))) static void linear_q4_avx2(const struct krn_cpu_q4 *w,
-                                                                const float *bias, const float *x,
-                                                                int64_t ldx, float *y, int64_t ldy,
-                                                                int32_t m, int32_t n0, int32_t n1)
+                                                               const float *bias, const float *x,
+                                                               int64_t ldx, float *y, int64_t ldy,
+                                                               int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];
     float wb[BK];
@@ -209,8 +209,8 @@ __attribute__((target("avx2,fma"))) static void linear_q4_avx2(const struct krn_
 }
 #endif
 
-void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x,
-                       int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x, int64_t ldx,
+                       float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
 #ifdef HAVE_AVX2_PATH
     if (krn_cpu_simd_on && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -240,7 +240,7 @@ void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const floa
 }
 
 HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
-                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+                            int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];
     int32_t nblk = (k + BK - 1) / BK;
@@ -260,7 +260,7 @@ HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const 
 }
 
 HOT void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
-                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+                            int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];
     float wb[BK];
