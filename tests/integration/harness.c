@@ -172,6 +172,11 @@ int it_wait_exit(struct it_server *s, double timeout_s)
     return -1;
 }
 
+void it_cleanup(struct it_server *s)
+{
+    unlink(s->log_path);
+}
+
 int it_stop(struct it_server *s, int sig, double timeout_s)
 {
     if (s->pid <= 0)
@@ -182,6 +187,8 @@ int it_stop(struct it_server *s, int sig, double timeout_s)
         char *log = it_log(s);
         fprintf(stderr, "--- server exit %d; log ---\n%s\n", rc, log);
         free(log);
+    } else {
+        unlink(s->log_path); /* kept only when something went wrong */
     }
     return rc;
 }

@@ -22,9 +22,12 @@ extern const char *it_backend;
  * Returns false (after printing the server's log) when it did not come up. */
 bool it_start(struct it_server *s, const char *const *extra);
 /* Send sig (0 = SIGTERM) and wait up to timeout_s for the exit; returns the
- * exit status, or -1 when it had to be killed or died of a signal. */
+ * exit status, or -1 when it had to be killed or died of a signal. The log
+ * file is removed after a clean exit (0) and printed otherwise. */
 int it_stop(struct it_server *s, int sig, double timeout_s);
-/* Wait for the server to exit by itself; status as it_stop. */
+/* Remove the server's log file (after a test that passed). */
+void it_cleanup(struct it_server *s);
+/* Wait for the server to exit by itself; status as it_stop (the log stays). */
 int it_wait_exit(struct it_server *s, double timeout_s);
 /* The server's log so far (malloc'd). */
 char *it_log(const struct it_server *s);

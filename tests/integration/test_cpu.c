@@ -32,8 +32,8 @@ static void make_model(void)
 static void start_cpu(void)
 {
     it_backend = "cpu";
-    const char *args[] = {"--model", model_dir, "--threads", "2", "--set",
-                          "limits.per_ip_connections=0", NULL};
+    const char *args[] = {
+        "--model", model_dir, "--threads", "2", "--set", "limits.per_ip_connections=0", NULL};
     ck_assert_msg(it_start(&srv, args), "server did not start");
 }
 

@@ -243,6 +243,7 @@ START_TEST(test_sigterm_drains)
     char *log = it_log(&srv);
     ck_assert_msg(strstr(log, "stopped cleanly"), "log: %s", log);
     free(log);
+    it_cleanup(&srv);
 }
 END_TEST
 
@@ -259,6 +260,7 @@ START_TEST(test_drain_zero)
     load_check(&l, "abort", -1);
     ck_assert_int_eq(it_wait_exit(&srv, 5.0), 0);
     ck_assert_double_lt(it_now() - t0, 3.0);
+    it_cleanup(&srv);
 }
 END_TEST
 
@@ -277,6 +279,7 @@ START_TEST(test_drain_timeout)
     ck_assert_int_eq(it_wait_exit(&srv, 5.0), 0);
     ck_assert_double_ge(dt, 0.5);
     ck_assert_double_lt(dt, 4.0);
+    it_cleanup(&srv);
 }
 END_TEST
 
@@ -295,6 +298,7 @@ START_TEST(test_second_signal)
     load_check(&l, "abort", -1);
     ck_assert_int_eq(it_wait_exit(&srv, 5.0), 0);
     ck_assert_double_lt(it_now() - t0, 3.0);
+    it_cleanup(&srv);
 }
 END_TEST
 

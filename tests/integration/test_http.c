@@ -442,6 +442,7 @@ START_TEST(test_sd_notify)
     ck_assert_int_eq(it_wait_exit(&srv, 10.0), 0);
     close(fd);
     unlink(path);
+    it_cleanup(&srv);
 }
 END_TEST
 
