@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The int4serve binary's exit statuses and messages: 0 for --help, --version
 # and --print-config, 2 for bad flags or configuration, 1 (for now) after the
-# configuration is checked and logged. Usage: main_test.sh path/to/int4serve
+# configuration is checked and logged (no model in the test's folder: the
+# engine refuses to start). Usage: main_test.sh path/to/int4serve
 set -uo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -27,7 +28,7 @@ expect() {
 expect 0 "max_batch = 128" out -- --help
 expect 0 "--set KEY=VALUE" out -- -h --bogus
 expect 0 "int4serve 0.1.0" out -- --version
-expect 1 "no model runtime exists yet" err --
+expect 1 "int4serve: " err --
 expect 1 "config engine.max_batch = 128 (default)" err --
 expect 1 "config server.port = 9999 (--port)" err -- --port 9999
 expect 2 "unknown flag '--bogus' (see --help)" err -- --bogus
@@ -44,7 +45,7 @@ grep -qF 'config server.api_key = "****" (INT4SERVE_API_KEY)' "$tmp/err" || fail
 # --print-config writes a file the daemon reads back; log_level applies.
 "$bin" --print-config --max-batch 7 >"$tmp/printed.toml" || fail "--print-config failed"
 expect 1 "config engine.max_batch = 7 ($tmp/printed.toml:" err -- --config "$tmp/printed.toml"
-expect 1 "no model runtime" err -- --log-level error
+expect 1 "int4serve: " err -- --log-level error
 grep -q " I srv " "$tmp/err" && fail "--log-level error still writes INFO lines"
 
 [ "$failures" -eq 0 ] && echo "OK" || exit 1
