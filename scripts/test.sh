@@ -8,7 +8,7 @@ source scripts/deps.sh
 int4serve_install_deps
 
 jobs=$(nproc)
-export INT4SERVE_TOKENIZER_CACHE="$(scripts/fetch-tokenizers.sh)"
+INT4SERVE_TOKENIZER_CACHE=$(scripts/fetch-tokenizers.sh); export INT4SERVE_TOKENIZER_CACHE
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
