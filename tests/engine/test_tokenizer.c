@@ -621,6 +621,50 @@ START_TEST(tiny_byte_level)
 }
 END_TEST
 
+START_TEST(tiny_sentencepiece)
+{
+    /* tests/fixtures/tokenizer_tiny_sp.json: Llama-2 style (NFKC, Prepend and
+     * Replace to "▁", byte fallback, unk fused), Digits pre-tokenizer,
+     * template <s> $A </s>, decoder Replace/ByteFallback/Fuse/Strip. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer_tiny_sp.json", src_dir());
+    eng_tok_t *tok;
+    struct inf_err err;
+    ck_assert_msg(eng_tok_load_files(path, NULL, &tok, &err) == INF_OK, "%s", err.msg);
+    int32_t the = eng_tok_token_to_id(tok, "\xE2\x96\x81the");
+    int32_t world = eng_tok_token_to_id(tok, "\xE2\x96\x81world");
+    int32_t x = eng_tok_token_to_id(tok, "x"), zh = eng_tok_token_to_id(tok, "\xE4\xB8\xAD");
+    int32_t sp = eng_tok_token_to_id(tok, "\xE2\x96\x81"), one = eng_tok_token_to_id(tok, "1");
+    int32_t two = eng_tok_token_to_id(tok, "2");
+    ck_assert(the > 0 && world > 0 && x > 0 && zh > 0 && sp > 0 && one > 0 && two > 0);
+    expect_ids(tok, "the world", NULL, (const int32_t[]){1, the, world, 2}, 4);
+    /* "€" is not in the vocab: its UTF-8 bytes E2 82 AC through <0xXX> (id 3 + byte) */
+    const struct eng_tok_encode_opts plain = {.add_special = false, .parse_special = true};
+    expect_ids(tok, "x\xE4\xB8\xAD\xE2\x82\xAC", &plain,
+               (const int32_t[]){sp, x, zh, 3 + 0xE2, 3 + 0x82, 3 + 0xAC}, 6);
+    /* Digits isolates each digit; NFKC folds the fullwidth "１" */
+    expect_ids(tok, "12", &plain, (const int32_t[]){sp, one, two}, 3);
+    expect_ids(tok, "\xEF\xBC\x91", &plain, (const int32_t[]){sp, one}, 2);
+    /* decode: the leading space of the first piece is stripped, bytes fused */
+    int32_t in[] = {1, the, world, 3 + 0xE2, 3 + 0x82, 3 + 0xAC, 2};
+    char *text;
+    size_t tl;
+    ck_assert_int_eq(eng_tok_decode(tok, in, 7, true, &text, &tl, &err), INF_OK);
+    ck_assert_str_eq(text, "the world\xE2\x82\xAC");
+    free(text);
+    /* an unfinished byte sequence: one U+FFFD per byte token */
+    ck_assert_int_eq(eng_tok_decode(tok, (const int32_t[]){x, 3 + 0xE2, 3 + 0x82}, 3, false, &text,
+                                    &tl, &err),
+                     INF_OK);
+    ck_assert_str_eq(text, "x\xEF\xBF\xBD\xEF\xBF\xBD");
+    free(text);
+    check_stream(tok, in, 7, false);
+    check_stream(tok, in, 7, true);
+    check_stream(tok, (const int32_t[]){the, 3 + 0xE2, 3 + 0x82, world, 3 + 0xE2}, 5, false);
+    eng_tok_destroy(tok);
+}
+END_TEST
+
 START_TEST(errors)
 {
     eng_tok_t *tok = tiny();
@@ -699,6 +743,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(tc, split_behaviors);
     tcase_add_test(tc, digits_and_metaspace);
     tcase_add_test(tc, tiny_byte_level);
+    tcase_add_test(tc, tiny_sentencepiece);
     tcase_add_test(tc, errors);
     suite_add_tcase(s, tc);
     return s;
