@@ -285,7 +285,7 @@ static void stream_corpus(const char *name)
     /* Random ids, weighted to the byte tokens that make partial characters. */
     uint64_t x = 12345;
     int32_t nv = eng_tok_vocab_size(tok);
-    int32_t bytes[256];
+    int32_t bytes[512];
     int nb = 0;
     for (int b = 0; b < 256; b++) {
         char nm[8];
