@@ -241,8 +241,8 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
                     tok_utf8_valid_prefix(bytes->p + k - 1, nb - (k - 1)) == 0) {
                     /* truncated: check that what is there is a valid start */
                     struct tok_buf probe = {0};
-                    bool ok = tok_utf8_lossy(&probe, (unsigned char *)bytes->p + k - 1,
-                                             nb - (k - 1));
+                    bool ok =
+                        tok_utf8_lossy(&probe, (unsigned char *)bytes->p + k - 1, nb - (k - 1));
                     /* one U+FFFD for the whole tail means a single truncated
                      * sequence, which later bytes may complete */
                     bool single = ok && probe.n == 3;
@@ -271,9 +271,9 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
     return true;
 }
 
-inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
-                            bool skip_special, bool cont, bool partial, struct tok_buf *out,
-                            bool *settled, struct inf_err *err)
+inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n, bool skip_special,
+                            bool cont, bool partial, struct tok_buf *out, bool *settled,
+                            struct inf_err *err)
 {
     tok_bytelevel_init();
     for (size_t i = 0; i < n; i++)
@@ -321,8 +321,7 @@ inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
     }
     for (size_t i = 0; i < cur->n; i++) {
         bool sep = !tok->dec && (i > 0 || cont);
-        if ((sep && !tok_buf_put(out, " ", 1)) ||
-            !tok_buf_put(out, PIECE(cur, i), cur->p[i].len)) {
+        if ((sep && !tok_buf_put(out, " ", 1)) || !tok_buf_put(out, PIECE(cur, i), cur->p[i].len)) {
             rc = inf_err_set(err, INF_E_NOMEM, "out of memory");
             goto done;
         }
@@ -338,9 +337,8 @@ done:
     return rc;
 }
 
-inf_status_t eng_tok_decode(const eng_tok_t *tok, const int32_t *ids, size_t n,
-                            bool skip_special, char **text, size_t *text_len,
-                            struct inf_err *err)
+inf_status_t eng_tok_decode(const eng_tok_t *tok, const int32_t *ids, size_t n, bool skip_special,
+                            char **text, size_t *text_len, struct inf_err *err)
 {
     struct tok_buf out = {0};
     inf_status_t rc = tok_decode_run(tok, ids, n, skip_special, false, false, &out, NULL, err);

@@ -233,15 +233,15 @@ static bool unicode_normalize(enum tok_norm_type t, const char *s, size_t n, str
         opt |= UTF8PROC_DECOMPOSE;
     else
         opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-    utf8proc_ssize_t need = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
-                                               NULL, 0, opt);
+    utf8proc_ssize_t need =
+        utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, NULL, 0, opt);
     if (need < 0)
         return false;
     utf8proc_int32_t *buf = malloc(((size_t)need + 1) * sizeof *buf);
     if (!buf)
         return false;
-    utf8proc_ssize_t got = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
-                                              buf, need, opt);
+    utf8proc_ssize_t got =
+        utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, buf, need, opt);
     bool ok = got >= 0 && got <= need;
     if (ok) {
         utf8proc_ssize_t len = utf8proc_reencode(buf, got, opt);
@@ -466,14 +466,13 @@ static int pretok_apply(const struct tok_pretok *p, struct enc *e, struct tok_li
             /* ' ' becomes the replacement first; the prepend check sees that. */
             if (n > 0 && s[0] == ' ')
                 starts = true;
-            bool prep = (p->prepend == PREPEND_ALWAYS ||
-                         (p->prepend == PREPEND_FIRST && at)) &&
-                        !starts;
+            bool prep =
+                (p->prepend == PREPEND_ALWAYS || (p->prepend == PREPEND_FIRST && at)) && !starts;
             if (prep && !tok_buf_put(t, p->repl, p->repl_len))
                 return -2;
             for (size_t k = 0; k < n; k++) {
-                bool ok = s[k] == ' ' ? tok_buf_put(t, p->repl, p->repl_len)
-                                      : tok_buf_put(t, s + k, 1);
+                bool ok =
+                    s[k] == ' ' ? tok_buf_put(t, p->repl, p->repl_len) : tok_buf_put(t, s + k, 1);
                 if (!ok)
                     return -2;
             }
@@ -562,7 +561,8 @@ static int pretokenize(const struct tok_pretok *p, struct enc *e, struct tok_lis
     return rc;
 }
 
-/* ---- BPE -------------------------------------------------------------------------------------------- */
+/* ---- BPE
+ * -------------------------------------------------------------------------------------------- */
 static bool merge_get(const eng_tok_t *tok, int32_t a, int32_t b, uint32_t *rank, int32_t *id)
 {
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
@@ -785,7 +785,8 @@ static bool bpe_cached(eng_tok_t *tok, struct enc *e, const char *s, size_t n,
     return true;
 }
 
-/* ---- the pipeline -------------------------------------------------------------------------------------- */
+/* ---- the pipeline
+ * -------------------------------------------------------------------------------------- */
 /* Normalized text t[0..n) (no added tokens left in it): pre-tokenize and run
  * the model on each piece. */
 static inf_status_t encode_text(eng_tok_t *tok, struct enc *e, const char *t, size_t n,
@@ -842,10 +843,10 @@ static inf_status_t encode_body(eng_tok_t *tok, struct enc *e, const char *text,
         for (size_t k = 0; k < e->sub.n; k++) {
             struct seg ss = e->sub.s[k];
             inf_status_t st =
-                ss.id >= 0 ? (ids_push(out, ss.id) ? INF_OK
-                                                   : inf_err_set(err, INF_E_NOMEM, "out of memory"))
-                           : encode_text(tok, e, t + ss.off, ss.len, sg.off == 0 && ss.off == 0,
-                                         out, err);
+                ss.id >= 0
+                    ? (ids_push(out, ss.id) ? INF_OK
+                                            : inf_err_set(err, INF_E_NOMEM, "out of memory"))
+                    : encode_text(tok, e, t + ss.off, ss.len, sg.off == 0 && ss.off == 0, out, err);
             if (st != INF_OK)
                 return st;
         }

@@ -103,7 +103,15 @@ int tok_pattern_next(const struct tok_pattern *pat, const char *s, size_t n, siz
                      pcre2_match_data *md, size_t *ms, size_t *me);
 
 /* ---- components ---------------------------------------------------------------- */
-enum tok_norm_type { NORM_SEQ, NORM_PREPEND, NORM_REPLACE, NORM_NFC, NORM_NFKC, NORM_NFD, NORM_NFKD };
+enum tok_norm_type {
+    NORM_SEQ,
+    NORM_PREPEND,
+    NORM_REPLACE,
+    NORM_NFC,
+    NORM_NFKC,
+    NORM_NFD,
+    NORM_NFKD
+};
 
 struct tok_norm {
     enum tok_norm_type type;
@@ -114,8 +122,13 @@ struct tok_norm {
     struct tok_pattern pat; /* Replace */
 };
 
-enum tok_split_behavior { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT,
-                          SPLIT_CONTIGUOUS };
+enum tok_split_behavior {
+    SPLIT_REMOVED,
+    SPLIT_ISOLATED,
+    SPLIT_MERGED_PREV,
+    SPLIT_MERGED_NEXT,
+    SPLIT_CONTIGUOUS
+};
 enum tok_prepend { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 
 enum tok_pretok_type { PT_SEQ, PT_BYTELEVEL, PT_SPLIT, PT_METASPACE, PT_DIGITS };
@@ -135,8 +148,15 @@ struct tok_pretok {
     bool individual_digits; /* Digits */
 };
 
-enum tok_dec_type { DEC_SEQ, DEC_BYTELEVEL, DEC_METASPACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP,
-                    DEC_REPLACE };
+enum tok_dec_type {
+    DEC_SEQ,
+    DEC_BYTELEVEL,
+    DEC_METASPACE,
+    DEC_BYTEFALLBACK,
+    DEC_FUSE,
+    DEC_STRIP,
+    DEC_REPLACE
+};
 
 struct tok_dec {
     enum tok_dec_type type;
@@ -191,7 +211,7 @@ struct eng_tok {
     struct tok_buf pool;
     uint32_t *id_off, *id_len; /* id_len UINT32_MAX: no token */
     int32_t n_ids;
-    struct tok_strmap vocab;   /* model vocab: token -> id */
+    struct tok_strmap vocab;     /* model vocab: token -> id */
     struct tok_strmap added_map; /* added token content -> id */
     bool *is_special;
     /* model */
@@ -231,6 +251,6 @@ bool tok_normalize(const struct tok_norm *norm, const char *s, size_t n, struct 
 /* Decode ids[0..n) through the decoder chain (tokenizer_decode.c).
  * partial: hold back what later ids could change; *settled (may be NULL) is
  * set when nothing was held back. cont: the ids continue earlier text. */
-inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
-                            bool skip_special, bool cont, bool partial, struct tok_buf *out,
-                            bool *settled, struct inf_err *err);
+inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n, bool skip_special,
+                            bool cont, bool partial, struct tok_buf *out, bool *settled,
+                            struct inf_err *err);

@@ -99,8 +99,7 @@ static inf_status_t regex_translate(const char *src, size_t n, struct tok_buf *o
                     continue;
                 }
             }
-            return inf_err_set(err, INF_E_UNSUPPORTED,
-                               "tokenizer regex: nested character classes");
+            return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer regex: nested character classes");
         }
         if (c == ']' && depth)
             depth = 0;
@@ -121,8 +120,8 @@ static inf_status_t regex_compile(const char *src, size_t n, struct tok_pattern 
     }
     int ec;
     PCRE2_SIZE eo;
-    pat->re = pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n, PCRE2_UTF | PCRE2_UCP, &ec, &eo,
-                            NULL);
+    pat->re =
+        pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
     tok_buf_fini(&b);
     if (!pat->re) {
         PCRE2_UCHAR msg[128];
@@ -281,7 +280,8 @@ static inf_status_t char_parse(const json_t *j, const char *key, char *buf, size
 {
     size_t l;
     const char *s = jstr(j, key, &l);
-    if (!s || l == 0 || l > 4 || tok_utf8_valid_prefix(s, l) != l || tok_utf8_len((unsigned char)s[0]) != l)
+    if (!s || l == 0 || l > 4 || tok_utf8_valid_prefix(s, l) != l ||
+        tok_utf8_len((unsigned char)s[0]) != l)
         return inf_err_set(err, INF_E_FORMAT, "tokenizer.json: %s must be one character", key);
     if (buf) {
         memcpy(buf, s, l);
@@ -302,8 +302,7 @@ static inf_status_t pretok_parse(const json_t *j, struct tok_pretok *p, struct i
     if (!strcmp(type, "Sequence")) {
         json_t *arr = json_object_get(j, "pretokenizers");
         if (!json_is_array(arr))
-            return inf_err_set(err, INF_E_FORMAT,
-                               "tokenizer.json: Sequence without pretokenizers");
+            return inf_err_set(err, INF_E_FORMAT, "tokenizer.json: Sequence without pretokenizers");
         p->type = PT_SEQ;
         p->kids = calloc(json_array_size(arr) + 1, sizeof *p->kids);
         if (!p->kids)
@@ -448,8 +447,7 @@ static inf_status_t dec_parse(const json_t *j, struct tok_dec *d, struct inf_err
             return inf_err_set(err, INF_E_NOMEM, "out of memory");
         return pattern_parse(json_object_get(j, "pattern"), &d->pat, "Replace", err);
     }
-    return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer.json: decoder %s is not supported",
-                       type);
+    return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer.json: decoder %s is not supported", type);
 }
 
 /* ---- vocabulary ---------------------------------------------------------------------------- */
@@ -571,7 +569,8 @@ static inf_status_t model_parse(eng_tok_t *tok, const json_t *model, const json_
     /* The pool is sized once: the vocab map's keys point into it. */
     size_t pool_bytes = 16;
     json_object_keylen_foreach((json_t *)vocab, key, klen, v) pool_bytes += klen + 1;
-    json_array_foreach(added, i, v) pool_bytes += json_string_length(json_object_get(v, "content")) + 1;
+    json_array_foreach(added, i, v) pool_bytes +=
+        json_string_length(json_object_get(v, "content")) + 1;
     if (!tok_buf_reserve(&tok->pool, pool_bytes))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     tok->n_ids = (int32_t)(max_id + 1);
@@ -624,7 +623,8 @@ static inf_status_t model_parse(eng_tok_t *tok, const json_t *model, const json_
     return merges_build(tok, merges, err);
 }
 
-/* ---- added tokens ------------------------------------------------------------------------------- */
+/* ---- added tokens -------------------------------------------------------------------------------
+ */
 static int cmp_added;
 static const struct tok_added *cmp_base;
 
@@ -739,7 +739,8 @@ static inf_status_t added_parse(eng_tok_t *tok, const json_t *added, struct inf_
     return st;
 }
 
-/* ---- post-processor ------------------------------------------------------------------------------ */
+/* ---- post-processor
+ * ------------------------------------------------------------------------------ */
 static inf_status_t template_parse(eng_tok_t *tok, const json_t *j, struct inf_err *err)
 {
     if (tok->tmpl)
@@ -804,11 +805,12 @@ static inf_status_t post_parse(eng_tok_t *tok, const json_t *j, struct inf_err *
         return INF_OK; /* only trims offsets; ids are unchanged */
     if (!strcmp(type, "TemplateProcessing"))
         return template_parse(tok, j, err);
-    return inf_err_set(err, INF_E_UNSUPPORTED,
-                       "tokenizer.json: post_processor %s is not supported", type);
+    return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer.json: post_processor %s is not supported",
+                       type);
 }
 
-/* ---- tokenizer_config.json ------------------------------------------------------------------------- */
+/* ---- tokenizer_config.json
+ * ------------------------------------------------------------------------- */
 static int32_t config_token(const eng_tok_t *tok, const json_t *cfg, const char *key)
 {
     json_t *v = json_object_get(cfg, key);
@@ -822,7 +824,8 @@ static int32_t config_token(const eng_tok_t *tok, const json_t *cfg, const char 
     return id >= 0 ? id : tok_strmap_get(&tok->vocab, s, l);
 }
 
-/* ---- entry points ------------------------------------------------------------------------------------- */
+/* ---- entry points
+ * ------------------------------------------------------------------------------------- */
 inf_status_t eng_tok_load_json(const char *text, size_t len, const char *config_text,
                                size_t config_len, eng_tok_t **out, struct inf_err *err)
 {
@@ -898,8 +901,7 @@ inf_status_t eng_tok_load_json(const char *text, size_t len, const char *config_
             (st = matcher_build(tok, &tok->match_norm, true, err)) != INF_OK)
             goto fail;
     }
-    if (!json_is_null(json_object_get(root, "truncation")) &&
-        json_object_get(root, "truncation"))
+    if (!json_is_null(json_object_get(root, "truncation")) && json_object_get(root, "truncation"))
         inf_log(WARN, "tokenizer.json: truncation settings ignored");
     if (!json_is_null(json_object_get(root, "padding")) && json_object_get(root, "padding"))
         inf_log(WARN, "tokenizer.json: padding settings ignored");

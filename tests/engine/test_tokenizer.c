@@ -187,8 +187,8 @@ static void check_fixtures(const char *name)
     }
     printf("fixtures %s: encode %d/%d, add_special=false %d/%d, parse_special=false %d/%d, "
            "decode %d/%d, decode skip_special %d/%d, round trip %d/%d\n",
-           name, t.encode, t.total, t.plain, t.total, t.nosplit, t.nosplit_total, t.decode,
-           t.total, t.decode_skip, t.total, t.roundtrip, t.roundtrip_total);
+           name, t.encode, t.total, t.plain, t.total, t.nosplit, t.nosplit_total, t.decode, t.total,
+           t.decode_skip, t.total, t.roundtrip, t.roundtrip_total);
     free(line);
     fclose(f);
     ck_assert_int_eq(t.total, (int)json_array_size(corpus));
@@ -275,9 +275,9 @@ static void stream_corpus(const char *name)
     {
         struct eng_tok_ids ids = {0};
         struct inf_err err;
-        ck_assert_int_eq(eng_tok_encode(tok, json_string_value(v), json_string_length(v), NULL,
-                                        &ids, &err),
-                         INF_OK);
+        ck_assert_int_eq(
+            eng_tok_encode(tok, json_string_value(v), json_string_length(v), NULL, &ids, &err),
+            INF_OK);
         check_stream(tok, ids.ids, ids.n, false);
         check_stream(tok, ids.ids, ids.n, true);
         eng_tok_ids_fini(&ids);
@@ -318,7 +318,8 @@ static void stream_corpus(const char *name)
         for (size_t k = 0; k < n; k++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             uint32_t r = (uint32_t)(x >> 33);
-            ids[k] = (nb && r % 3) ? bytes[(r / 3) % (uint32_t)nb] : (int32_t)((r / 3) % (uint32_t)nv);
+            ids[k] =
+                (nb && r % 3) ? bytes[(r / 3) % (uint32_t)nb] : (int32_t)((r / 3) % (uint32_t)nv);
             if (!eng_tok_id_to_token(tok, ids[k]))
                 ids[k] = 0;
         }
@@ -481,8 +482,8 @@ static void expect_words(eng_tok_t *tok, const char *s, const char *const *words
 START_TEST(split_behaviors)
 {
     /* The reference documentation's example, "the-final--countdown" split on "-". */
-    static const char *const words[] = {"the",  "final", "countdown", "-",          "--",
-                                        "the-", "final-", "-final",   "-countdown"};
+    static const char *const words[] = {"the",  "final",  "countdown", "-",         "--",
+                                        "the-", "final-", "-final",    "-countdown"};
     int32_t wid[N(words)];
     static const struct {
         const char *behavior;
@@ -517,16 +518,24 @@ END_TEST
 
 START_TEST(digits_and_metaspace)
 {
-    static const char *const words[] = {"123", "1", "2", "3", "ab", "\xE2\x96\x81" "ab",
-                                        "\xE2\x96\x81" "cd", "cd"};
+    static const char *const words[] = {"123",
+                                        "1",
+                                        "2",
+                                        "3",
+                                        "ab",
+                                        "\xE2\x96\x81"
+                                        "ab",
+                                        "\xE2\x96\x81"
+                                        "cd",
+                                        "cd"};
     int32_t wid[N(words)];
     eng_tok_t *tok = word_tokenizer("{\"type\":\"Digits\",\"individual_digits\":false}", NULL,
                                     words, N(words), wid);
     static const char *const w1[] = {"ab", "123", "cd"};
     expect_words(tok, "ab123cd", words, N(words), wid, w1, 3);
     eng_tok_destroy(tok);
-    tok = word_tokenizer("{\"type\":\"Digits\",\"individual_digits\":true}", NULL, words,
-                         N(words), wid);
+    tok = word_tokenizer("{\"type\":\"Digits\",\"individual_digits\":true}", NULL, words, N(words),
+                         wid);
     static const char *const w2[] = {"ab", "1", "2", "3", "cd"};
     expect_words(tok, "ab123cd", words, N(words), wid, w2, 5);
     eng_tok_destroy(tok);
@@ -535,13 +544,17 @@ START_TEST(digits_and_metaspace)
     tok = word_tokenizer("{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\","
                          "\"prepend_scheme\":\"always\",\"split\":true}",
                          NULL, words, N(words), wid);
-    static const char *const w3[] = {"\xE2\x96\x81" "ab", "\xE2\x96\x81" "cd"};
+    static const char *const w3[] = {"\xE2\x96\x81"
+                                     "ab",
+                                     "\xE2\x96\x81"
+                                     "cd"};
     expect_words(tok, "ab cd", words, N(words), wid, w3, 2);
     eng_tok_destroy(tok);
     tok = word_tokenizer("{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\","
                          "\"prepend_scheme\":\"never\",\"split\":true}",
                          NULL, words, N(words), wid);
-    static const char *const w4[] = {"ab", "\xE2\x96\x81" "cd"};
+    static const char *const w4[] = {"ab", "\xE2\x96\x81"
+                                           "cd"};
     expect_words(tok, "ab cd", words, N(words), wid, w4, 2);
     eng_tok_destroy(tok);
 }
@@ -615,7 +628,8 @@ START_TEST(tiny_byte_level)
     /* a lone continuation byte decodes to U+FFFD */
     ck_assert_int_eq(eng_tok_decode(tok, (const int32_t[]){0xA9, 'a'}, 2, false, &text, &tl, &err),
                      INF_OK);
-    ck_assert_str_eq(text, "\xEF\xBF\xBD" "a");
+    ck_assert_str_eq(text, "\xEF\xBF\xBD"
+                           "a");
     free(text);
     eng_tok_destroy(tok);
 }
@@ -653,9 +667,9 @@ START_TEST(tiny_sentencepiece)
     ck_assert_str_eq(text, "the world\xE2\x82\xAC");
     free(text);
     /* an unfinished byte sequence: one U+FFFD per byte token */
-    ck_assert_int_eq(eng_tok_decode(tok, (const int32_t[]){x, 3 + 0xE2, 3 + 0x82}, 3, false, &text,
-                                    &tl, &err),
-                     INF_OK);
+    ck_assert_int_eq(
+        eng_tok_decode(tok, (const int32_t[]){x, 3 + 0xE2, 3 + 0x82}, 3, false, &text, &tl, &err),
+        INF_OK);
     ck_assert_str_eq(text, "x\xEF\xBF\xBD\xEF\xBF\xBD");
     free(text);
     check_stream(tok, in, 7, false);
