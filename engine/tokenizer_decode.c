@@ -294,7 +294,7 @@ inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n, 
                 k--;
                 continue;
             }
-            if (byte_token(tok->pool.p + tok->id_off[id], tok->id_len[id]) < 0)
+            if (byte_token(tok->id_str[id], tok->id_len[id]) < 0)
                 break;
             k--;
             keep = k;
@@ -306,7 +306,7 @@ inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n, 
         int32_t id = ids[i];
         if (skip_special && tok->is_special[id])
             continue;
-        if (!tok_list_push(&la, tok->pool.p + tok->id_off[id], tok->id_len[id], false)) {
+        if (!tok_list_push(&la, tok->id_str[id], tok->id_len[id], false)) {
             rc = inf_err_set(err, INF_E_NOMEM, "out of memory");
             goto done;
         }

@@ -208,8 +208,9 @@ struct tok_cache_slot {
 
 struct eng_tok {
     /* vocabulary: id -> token string (model vocab, overridden by added tokens) */
-    struct tok_buf pool;
-    uint32_t *id_off, *id_len; /* id_len UINT32_MAX: no token */
+    struct tok_buf pool; /* vocab strings; sized once, never moves */
+    const char **id_str; /* into pool, or an added token's own string */
+    uint32_t *id_len;    /* UINT32_MAX: no token */
     int32_t n_ids;
     struct tok_strmap vocab;     /* model vocab: token -> id */
     struct tok_strmap added_map; /* added token content -> id */

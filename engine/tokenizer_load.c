@@ -451,16 +451,21 @@ static inf_status_t dec_parse(const json_t *j, struct tok_dec *d, struct inf_err
 }
 
 /* ---- vocabulary ---------------------------------------------------------------------------- */
-static inf_status_t set_token(eng_tok_t *tok, int32_t id, const char *s, size_t n,
-                              struct inf_err *err)
+/* The vocab string of id: a copy in the pool (which was sized for all of
+ * them, so earlier pointers stay valid). */
+static inf_status_t vocab_token(eng_tok_t *tok, int32_t id, const char *s, size_t n,
+                                struct inf_err *err)
 {
     if (id < 0 || id >= tok->n_ids)
         return inf_err_set(err, INF_E_FORMAT, "tokenizer.json: token id %d out of range", id);
-    if (tok->pool.n > UINT32_MAX - n - 1)
-        return inf_err_set(err, INF_E_TOOBIG, "tokenizer.json: vocabulary too large");
-    tok->id_off[id] = (uint32_t)tok->pool.n;
+    if (tok->pool.n + n + 1 > tok->pool.cap)
+        return inf_err_set(err, INF_E_INTERNAL, "tokenizer vocabulary pool overflow");
+    char *p = tok->pool.p + tok->pool.n;
+    tok_buf_put(&tok->pool, s, n);
+    tok_buf_put(&tok->pool, "", 1);
+    tok->id_str[id] = p;
     tok->id_len[id] = (uint32_t)n;
-    if (!tok_buf_put(&tok->pool, s, n) || !tok_buf_put(&tok->pool, "", 1))
+    if (!tok_strmap_put(&tok->vocab, p, n, id))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     return INF_OK;
 }
@@ -569,32 +574,23 @@ static inf_status_t model_parse(eng_tok_t *tok, const json_t *model, const json_
     /* The pool is sized once: the vocab map's keys point into it. */
     size_t pool_bytes = 16;
     json_object_keylen_foreach((json_t *)vocab, key, klen, v) pool_bytes += klen + 1;
-    json_array_foreach(added, i, v) pool_bytes +=
-        json_string_length(json_object_get(v, "content")) + 1;
     if (!tok_buf_reserve(&tok->pool, pool_bytes))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     tok->n_ids = (int32_t)(max_id + 1);
-    tok->id_off = calloc((size_t)tok->n_ids + 1, sizeof *tok->id_off);
+    tok->id_str = calloc((size_t)tok->n_ids + 1, sizeof *tok->id_str);
     tok->id_len = malloc(((size_t)tok->n_ids + 1) * sizeof *tok->id_len);
     tok->is_special = calloc((size_t)tok->n_ids + 1, sizeof *tok->is_special);
-    if (!tok->id_off || !tok->id_len || !tok->is_special)
+    if (!tok->id_str || !tok->id_len || !tok->is_special ||
+        !tok_strmap_init(&tok->vocab, json_object_size(vocab)))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     for (int32_t k = 0; k < tok->n_ids; k++)
         tok->id_len[k] = UINT32_MAX;
     json_object_keylen_foreach((json_t *)vocab, key, klen, v)
     {
-        inf_status_t st = set_token(tok, (int32_t)json_integer_value(v), key, klen, err);
+        inf_status_t st = vocab_token(tok, (int32_t)json_integer_value(v), key, klen, err);
         if (st != INF_OK)
             return st;
     }
-    if (!tok_strmap_init(&tok->vocab, json_object_size(vocab)))
-        return inf_err_set(err, INF_E_NOMEM, "out of memory");
-    /* Keys point into the pool, which is complete now (added tokens go to
-     * their own copies). */
-    for (int32_t k = 0; k < tok->n_ids; k++)
-        if (tok->id_len[k] != UINT32_MAX &&
-            !tok_strmap_put(&tok->vocab, tok->pool.p + tok->id_off[k], tok->id_len[k], k))
-            return inf_err_set(err, INF_E_NOMEM, "out of memory");
 
     tok->byte_fallback = jbool(model, "byte_fallback", false);
     tok->fuse_unk = jbool(model, "fuse_unk", false);
@@ -726,7 +722,10 @@ static inf_status_t added_parse(eng_tok_t *tok, const json_t *added, struct inf_
             st = inf_err_set(err, INF_E_NOMEM, "out of memory");
             break;
         }
-        st = set_token(tok, a->id, s, l, err);
+        /* The reference keeps a normalized token's normalized form: that is
+         * what decoding it gives. */
+        tok->id_str[a->id] = a->normalized ? a->norm : a->content;
+        tok->id_len[a->id] = (uint32_t)(a->normalized ? a->norm_len : a->len);
         tok->is_special[a->id] = a->special;
     }
     tok_buf_fini(&nb);
@@ -997,7 +996,7 @@ void eng_tok_destroy(eng_tok_t *tok)
     if (!tok)
         return;
     tok_buf_fini(&tok->pool);
-    free(tok->id_off);
+    free(tok->id_str);
     free(tok->id_len);
     free(tok->is_special);
     tok_strmap_fini(&tok->vocab);
@@ -1035,7 +1034,7 @@ const char *eng_tok_id_to_token(const eng_tok_t *tok, int32_t id)
 {
     if (id < 0 || id >= tok->n_ids || tok->id_len[id] == UINT32_MAX)
         return NULL;
-    return tok->pool.p + tok->id_off[id];
+    return tok->id_str[id];
 }
 
 int32_t eng_tok_token_to_id(const eng_tok_t *tok, const char *token)

@@ -231,6 +231,25 @@ BASE = [
     "\n\nstart with newlines",
     "spaces then newline   \n   spaces after",
     "x\r\ny\rz\n",
+    # added-token options (lstrip/rstrip/single_word/normalized in the variants)
+    "magicword",
+    "a magicword b",
+    "amagicwordb",
+    "magicword_x magicword.",
+    "x <|eot_id|>  y",
+    "  <|eot_id|>\n\n",
+    "<|start_header_id|>x",
+    "a <|start_header_id|> b",
+    "a<|start_header_id|>b",
+    "it is spaced out here",
+    "café and cafe\u0301 and CAFÉ",
+    " <tag> and  <tag>x",
+    "Ｆｕｌｌｗｉｄｔｈ ﬁ ① ㎏",
+    "well-known co-op re-entry --flag",
+    "Hello-World HTTP-Server XMLHttpRequest",
+    "a  b   c\t\td",
+    "x,y;z!w?v",
+    "2024-01-15 12:30",
 ]
 
 PIECES = [
@@ -245,7 +264,7 @@ PIECES = [
 def main():
     rng = random.Random(20261130)
     out = list(BASE)
-    while len(out) < 640:
+    while len(out) < 680:
         k = rng.randint(2, 9)
         out.append("".join(rng.choice(PIECES) for _ in range(k)))
     here = os.path.dirname(os.path.abspath(__file__))
