@@ -10,6 +10,7 @@
 
 #include <check.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,11 +331,17 @@ static void check_stream(eng_tok_t *tok, const int32_t *ids, size_t n, bool skip
     eng_tok_stream_destroy(s);
 }
 
+static void stream_corpus_with(eng_tok_t *tok);
+
 static void stream_corpus(const char *name)
 {
     eng_tok_t *tok = load_real(name);
-    if (!tok)
-        return;
+    if (tok)
+        stream_corpus_with(tok);
+}
+
+static void stream_corpus_with(eng_tok_t *tok)
+{
     json_t *corpus = load_json_file("tests/tokenizer/corpus.json");
     size_t i;
     json_t *v;
@@ -411,6 +418,80 @@ END_TEST
 START_TEST(stream_qwen3)
 {
     stream_corpus("qwen3");
+}
+END_TEST
+
+START_TEST(stream_variants)
+{
+    json_t *vs = load_json_file("tests/tokenizer/variants.json");
+    eng_tok_t *tok = load_variant(json_array_get(vs, (size_t)_i));
+    if (tok)
+        stream_corpus_with(tok);
+    json_decref(vs);
+}
+END_TEST
+
+struct enc_job {
+    eng_tok_t *tok;
+    json_t *corpus;
+    int start;
+    struct eng_tok_ids *out;
+};
+
+static void *enc_thread(void *arg)
+{
+    struct enc_job *j = arg;
+    size_t n = json_array_size(j->corpus);
+    /* each thread walks the corpus from its own offset, twice, so the
+     * threads meet in the shared word cache */
+    for (size_t k = 0; k < 2 * n; k++) {
+        size_t i = (k + (size_t)j->start) % n;
+        json_t *v = json_array_get(j->corpus, i);
+        struct eng_tok_ids ids = {0};
+        struct inf_err err;
+        if (eng_tok_encode(j->tok, json_string_value(v), json_string_length(v), NULL, &ids, &err) !=
+            INF_OK)
+            return (void *)1;
+        bool same =
+            ids.n == j->out[i].n && memcmp(ids.ids, j->out[i].ids, ids.n * sizeof *ids.ids) == 0;
+        eng_tok_ids_fini(&ids);
+        if (!same)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+START_TEST(encode_concurrent)
+{
+    eng_tok_t *tok = load_real("llama3_1");
+    if (!tok)
+        return;
+    json_t *corpus = load_json_file("tests/tokenizer/corpus.json");
+    size_t n = json_array_size(corpus);
+    struct eng_tok_ids *serial = calloc(n, sizeof *serial);
+    struct inf_err err;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(corpus, i);
+        ck_assert_int_eq(eng_tok_encode(tok, json_string_value(v), json_string_length(v), NULL,
+                                        &serial[i], &err),
+                         INF_OK);
+    }
+    pthread_t th[4];
+    struct enc_job jobs[4];
+    for (int t = 0; t < 4; t++) {
+        jobs[t] = (struct enc_job){tok, corpus, t * 97, serial};
+        ck_assert_int_eq(pthread_create(&th[t], NULL, enc_thread, &jobs[t]), 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        void *r;
+        pthread_join(th[t], &r);
+        ck_assert_msg(r == NULL, "thread %d saw different ids", t);
+    }
+    for (size_t i = 0; i < n; i++)
+        eng_tok_ids_fini(&serial[i]);
+    free(serial);
+    json_decref(corpus);
+    eng_tok_destroy(tok);
 }
 END_TEST
 
@@ -818,7 +899,9 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(tc, stream_llama2);
     tcase_add_test(tc, stream_llama3_1);
     tcase_add_test(tc, stream_qwen3);
+    tcase_add_loop_test(tc, stream_variants, 0, 4);
     tcase_add_test(tc, stream_continuation);
+    tcase_add_test(tc, encode_concurrent);
     tcase_add_test(tc, real_metadata);
     suite_add_tcase(s, tc);
     tc = tcase_create("components");
