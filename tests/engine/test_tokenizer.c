@@ -549,6 +549,18 @@ START_TEST(real_metadata)
     ck_assert_int_eq(eng_tok_token_to_id(tok, "<|eot_id|>"), 128009);
     ck_assert_ptr_null(eng_tok_id_to_token(tok, 128256));
     eng_tok_destroy(tok);
+    /* tokenizer_config.json names: Llama-2 <s>/</s>; Qwen3 no BOS, <|im_end|>, <|endoftext|> */
+    if ((tok = load_real("llama2"))) {
+        ck_assert_int_eq(eng_tok_bos_id(tok), 1);
+        ck_assert_int_eq(eng_tok_eos_id(tok), 2);
+        eng_tok_destroy(tok);
+    }
+    if ((tok = load_real("qwen3"))) {
+        ck_assert_int_eq(eng_tok_bos_id(tok), -1);
+        ck_assert_int_eq(eng_tok_eos_id(tok), 151645);
+        ck_assert_int_eq(eng_tok_pad_id(tok), 151643);
+        eng_tok_destroy(tok);
+    }
 }
 END_TEST
 
@@ -827,6 +839,41 @@ START_TEST(tiny_sentencepiece)
 }
 END_TEST
 
+START_TEST(strip_end_stream)
+{
+    /* A Strip decoder that also cuts the end: streamed text holds back the
+     * trailing spaces until it knows they are not the end. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer_tiny_sp.json", src_dir());
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    ck_assert_ptr_nonnull(root);
+    json_object_set_new(root, "decoder",
+                        json_loads("{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\","
+                                   "\"pattern\":{\"String\":\"\xE2\x96\x81\"},\"content\":\" \"},"
+                                   "{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \","
+                                   "\"start\":1,\"stop\":2}]}",
+                                   0, &je));
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    eng_tok_t *tok;
+    struct inf_err err;
+    ck_assert_int_eq(eng_tok_load_json(text, strlen(text), NULL, 0, &tok, &err), INF_OK);
+    free(text);
+    int32_t the = eng_tok_token_to_id(tok, "\xE2\x96\x81the");
+    int32_t world = eng_tok_token_to_id(tok, "\xE2\x96\x81world");
+    int32_t sp = eng_tok_token_to_id(tok, "\xE2\x96\x81");
+    int32_t ids[] = {the, sp, sp, world, sp, sp, sp};
+    char *out;
+    ck_assert_int_eq(eng_tok_decode(tok, ids, 7, false, &out, NULL, &err), INF_OK);
+    ck_assert_str_eq(out, "the   world ");
+    free(out);
+    for (size_t n = 1; n <= 7; n++)
+        check_stream(tok, ids, n, false);
+    eng_tok_destroy(tok);
+}
+END_TEST
+
 START_TEST(errors)
 {
     eng_tok_t *tok = tiny();
@@ -909,6 +956,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(tc, digits_and_metaspace);
     tcase_add_test(tc, tiny_byte_level);
     tcase_add_test(tc, tiny_sentencepiece);
+    tcase_add_test(tc, strip_end_stream);
     tcase_add_test(tc, errors);
     suite_add_tcase(s, tc);
     return s;
