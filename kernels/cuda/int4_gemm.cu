@@ -1,0 +1,668 @@
+/*
+ * int4_gemm.cu — C[M,N] = A[M,K] · dequant(W)[N,K]ᵀ (+ bias); A, C fp16 row-major.
+ * Layout   W repacked by krn_int4_gemm_repack(): 512-byte chunks of (64 columns,
+ *          16 k); lane l's 16-byte word holds the 32 codes of its eight
+ *          m16n8k16 B fragments, so one LDS.128 feeds eight mma (see
+ *          int4_repack.c for the nibble order).
+ * Shapes   any M >= 1 (tiles of 16/32/64 rows), any N, K (padded at repack to
+ *          256 / 128; A is read as zero past K, C written only inside N).
+ * Mapping  grid = #SMs x resident blocks (persistent), block = 256 threads =
+ *          NWN warps along N x KW warps along K. The work is the list of units
+ *          (m tile, n tile, k tile) in the order n tile, m tile, k tile; block b
+ *          takes the contiguous stripe [b*U/G, (b+1)*U/G), so every block gets
+ *          the same number of k tiles (±1) whatever the shape: all 132 SMs stay
+ *          busy for every N, M and K, small N included.
+ * Reduce   A tile finished inside one block is written straight to C. A tile
+ *          shared by several blocks (a stripe boundary falls inside it) is
+ *          split-K: each writes its fp32 partial to the workspace, the last
+ *          to arrive (atomic counter) sums them in block order — deterministic —
+ *          adds the bias, writes C and resets the counter for the next launch.
+ * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros); W is
+ *          fetched with an L2 evict-first policy (streamed once), A is staged
+ *          in shared memory once per k tile and reused by every warp along N.
+ *          The dequantization of a k step is plain ALU work (LOP3, HSUB2/HFMA2,
+ *          HMUL2) that the scheduler interleaves with the tensor-core mma of
+ *          the step before: both k steps of a warp are unrolled together.
+ * Numerics fp32 accumulate; the dequantized weight is exactly the fp16 value
+ *          the CPU reference uses; relative error ~1e-4 (fp16 output rounding).
+ * Arch     sm_80+ (mma.sync m16n8k16, cp.async, ldmatrix) — runs on Hopper;
+ *          int4_gemm_sm75.cu is the Turing fallback. A Hopper wgmma path for
+ *          the compute-bound M would slot into the dispatch in krn_int4_gemm().
+ */
+#include "kernels/cuda/int4_gemm_impl.cuh"
+#include "kernels/int4_gemm.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace int4gemm {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/* 16-byte async copy; src_bytes 0 fills the destination with zeros (rows past
+ * M, columns past K) without touching global memory. */
+__device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, bool pred)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(pred ? 16 : 0));
+}
+
+/* 16-byte async copy with an L2 cache policy: the weights are read exactly
+ * once per launch, so they are marked evict-first and leave the L2 to the
+ * activations, scales, partial sums and counters that are re-read. */
+__device__ __forceinline__ void cp_async16_stream(void *dst, const void *src, uint64_t policy)
+{
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "l"(policy));
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* First unit of block b: floor(b * U / G). */
+__device__ __forceinline__ int unit_start(int b, int units, int grid)
+{
+    return (int)((long long)b * units / grid);
+}
+
+/* The block whose stripe holds unit u: the largest b with start(b) <= u,
+ * i.e. ceil((u + 1) * G / U) - 1. */
+__device__ __forceinline__ int unit_block(int u, int units, int grid)
+{
+    return (int)((((long long)u + 1) * grid + units - 1) / units - 1);
+}
+
+/* Workspace slot of block b's partial of tile t: each block has at most two
+ * shared tiles, the one its stripe starts in (slot 2b) and the one it ends in
+ * (slot 2b + 1). */
+__device__ __forceinline__ int partial_slot(int b, int t, const Params &p, int grid)
+{
+    const int first_tile = unit_start(b, p.units, grid) / p.k_tiles;
+    return t == first_tile ? 2 * b : 2 * b + 1;
+}
+
+/* Tile geometry of one configuration, shared by the kernel and the host. */
+template <int MB, int NWN, int STAGES> struct Tile {
+    static constexpr int BM = 16 * MB;           /* rows */
+    static constexpr int BN = 64 * NWN;          /* columns */
+    static constexpr int KW = 8 / NWN;           /* warps splitting a k tile */
+    static constexpr int KSTEPS = 2 * KW;        /* k16 steps per k tile */
+    static constexpr int BK = 16 * KSTEPS;       /* 128 or 64 */
+    static constexpr int B_BYTES = KSTEPS * NWN * 512; /* 8 KiB of codes */
+    static constexpr int A_BYTES = BM * BK * 2;
+    static constexpr int S_BYTES = KW * NWN * 128; /* <= KW groups x NWN x 64 fp16 */
+    static constexpr int STAGE_BYTES = B_BYTES + A_BYTES + 2 * S_BYTES;
+    static constexpr int RED_BYTES = (KW - 1) * NWN * MB * 8 * 32 * 16;
+    static constexpr int SMEM = STAGES * STAGE_BYTES + RED_BYTES + 16;
+    static_assert(KSTEPS * NWN * 32 == 512, "two W copies per thread per stage");
+};
+
+/*
+ * The kernel. Template parameters:
+ *   MB      16-row m blocks per tile (BM = 16 MB rows: 1, 2 or 4)
+ *   NWN     warps along N, each owning 64 columns (BN = 64 NWN)
+ *   STAGES  depth of the cp.async ring
+ *   ZP      asymmetric weights (zero points read from the zero section)
+ * Each warp owns BM x 64 outputs and two consecutive k16 steps of every k
+ * tile; the KW = 8 / NWN warps sharing a column range split the k tile
+ * (BK = 32 KW) and are summed through shared memory when a tile ends. A
+ * warp's two k steps are in one scale group (groups are >= 32 wide and start
+ * at even steps), so scales are read once per warp per k tile.
+ */
+template <int MB, int NWN, int STAGES, bool ZP>
+__global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
+    int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    using T = Tile<MB, NWN, STAGES>;
+    constexpr int BM = T::BM, BN = T::BN, KW = T::KW, KSTEPS = T::KSTEPS, BK = T::BK;
+    constexpr int B_BYTES = T::B_BYTES, A_BYTES = T::A_BYTES, S_BYTES = T::S_BYTES;
+    constexpr int STAGE_BYTES = T::STAGE_BYTES;
+    constexpr int A_CHUNKS = BM * BK / 8; /* 16-byte chunks of the A tile */
+    constexpr int A_ROW_CHUNKS = BK / 8;
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    float4 *red = reinterpret_cast<float4 *>(smem + STAGES * STAGE_BYTES);
+    volatile int *flag = reinterpret_cast<volatile int *>(smem + STAGES * STAGE_BYTES + T::RED_BYTES);
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int nw = warp % NWN; /* 64-column slice of the tile */
+    const int kw = warp / NWN; /* pair of k steps of the k tile */
+    const int grid = gridDim.x;
+    const int b = blockIdx.x;
+    const int u_begin = unit_start(b, p.units, grid);
+    const int n_units = unit_start(b + 1, p.units, grid) - u_begin;
+    const int ksteps_total = p.k_pad / 16;
+
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+
+    /* Issue the copies of unit u into ring slot s. */
+    auto load_stage = [&](int u, int s) {
+        unsigned char *st = smem + s * STAGE_BYTES;
+        const int t = u / p.k_tiles;
+        const int kk = u - t * p.k_tiles;
+        const int n_tile = t / p.m_tiles;
+        const int m_tile = t - n_tile * p.m_tiles;
+        /* W: 16 chunks of 512 bytes; a warp copies one whole chunk (coalesced). */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int idx = tid + i * kThreads;
+            const int chunk = idx >> 5; /* = ks * NWN + j */
+            const int ks = chunk / NWN, j = chunk % NWN;
+            const uint4 *src = p.q + ((int64_t)(n_tile * NWN + j) * ksteps_total +
+                                      kk * KSTEPS + ks) * 32 + (idx & 31);
+            cp_async16_stream(st + idx * 16, src, policy);
+        }
+        /* Scales (and zeros) of the groups this k tile touches. */
+        const int gfirst = kk * KSTEPS / p.gsteps;
+        const int ng = p.gsteps >= KSTEPS ? 1 : KSTEPS / p.gsteps;
+        if (tid < ng * NWN * 8) {
+            const int gi = tid / (NWN * 8), j = (tid / 8) % NWN, e = tid % 8;
+            const int64_t off = ((int64_t)(n_tile * NWN + j) * p.groups + gfirst + gi) * 8 + e;
+            cp_async16(st + B_BYTES + A_BYTES + tid * 16, p.scales + off);
+            if (ZP)
+                cp_async16(st + B_BYTES + A_BYTES + S_BYTES + tid * 16, p.zeros + off);
+        }
+        /* A: BM x BK fp16. The 16-byte chunk index is XOR-swizzled with the row
+         * so that ldmatrix's eight row addresses hit eight different bank
+         * groups (rows are 128 or 256 bytes apart, which would all map to the
+         * same banks). */
+        half *sa = reinterpret_cast<half *>(st + B_BYTES);
+        const int row0 = m_tile * BM;
+        if (p.a_vec) {
+#pragma unroll
+            for (int i = 0; i < (A_CHUNKS + kThreads - 1) / kThreads; i++) {
+                const int idx = tid + i * kThreads;
+                if (A_CHUNKS % kThreads == 0 || idx < A_CHUNKS) {
+                    const int r = idx / A_ROW_CHUNKS, kc = idx % A_ROW_CHUNKS;
+                    const int gr = row0 + r, gk = kk * BK + kc * 8;
+                    const bool ok = gr < p.m && gk < p.k;
+                    const half *src = ok ? p.a + (int64_t)gr * p.k + gk : p.a;
+                    cp_async16_zfill(sa + r * BK + ((kc ^ (r & 7)) * 8), src, ok);
+                }
+            }
+        } else {
+            /* Rows of A not 16-byte aligned (k % 8 != 0): element loads. Only odd
+             * shapes take this path; it is correct, not fast. */
+            for (int idx = tid; idx < BM * BK; idx += kThreads) {
+                const int r = idx / BK, kx = idx % BK;
+                const int gr = row0 + r, gk = kk * BK + kx;
+                half v = __float2half(0.0f);
+                if (gr < p.m && gk < p.k)
+                    v = p.a[(int64_t)gr * p.k + gk];
+                sa[r * BK + (((kx >> 3) ^ (r & 7)) << 3) + (kx & 7)] = v;
+            }
+        }
+    };
+
+    float acc[MB][8][4];
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int f = 0; f < 8; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mb][f][e] = 0.0f;
+
+    /* Prologue: STAGES - 1 units in flight before the first mma. */
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < n_units)
+            load_stage(u_begin + s, s);
+        cp_async_commit();
+    }
+
+    for (int i = 0; i < n_units; i++) {
+        /* Unit i has landed once at most STAGES - 2 younger groups are pending. */
+        cp_async_wait<STAGES - 2>();
+        __syncthreads(); /* also: every warp is done with slot (i - 1) % STAGES */
+        if (i + STAGES - 1 < n_units)
+            load_stage(u_begin + i + STAGES - 1, (i + STAGES - 1) % STAGES);
+        cp_async_commit();
+
+        const int u = u_begin + i;
+        const int t = u / p.k_tiles;
+        const int kk = u - t * p.k_tiles;
+        const unsigned char *st = smem + (i % STAGES) * STAGE_BYTES;
+
+        /* ---- this warp's two k16 steps of the tile ---- */
+        {
+            const int ks0 = 2 * kw;
+            const uint4 *sb = reinterpret_cast<const uint4 *>(st);
+            const uint4 q0 = sb[(ks0 * NWN + nw) * 32 + lane];
+            const uint4 q1 = sb[((ks0 + 1) * NWN + nw) * 32 + lane];
+            const int gi = (kk * KSTEPS + ks0) / p.gsteps - kk * KSTEPS / p.gsteps;
+            const uint4 *ss = reinterpret_cast<const uint4 *>(st + B_BYTES + A_BYTES);
+            const uint4 sv = ss[(gi * NWN + nw) * 8 + (lane >> 2)];
+            uint4 zv = make_uint4(0, 0, 0, 0);
+            if (ZP)
+                zv = ss[S_BYTES / 16 + (gi * NWN + nw) * 8 + (lane >> 2)];
+            GroupConsts g;
+            group_consts<ZP>(sv, zv, g);
+
+            /* Step by step: the A fragments (ldmatrix) and the dequantized B
+             * fragments of step s + 1 do not depend on the mma of step s, so
+             * the scheduler overlaps them; keeping one step's fragments live at
+             * a time leaves registers for the MB x 8 accumulators. */
+            const half *sa = reinterpret_cast<const half *>(st + B_BYTES);
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                uint32_t af[MB][4];
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++) {
+                    const int r = mb * 16 + (lane & 15);
+                    const int kc = (ks0 + s) * 2 + (lane >> 4);
+                    ldsm_x4(af[mb], sa + r * BK + ((kc ^ (r & 7)) * 8));
+                }
+                uint32_t bf[8][2];
+                dequant_word(s == 0 ? q0 : q1, g, bf);
+#pragma unroll
+                for (int f = 0; f < 8; f++)
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++)
+                        mma_16816(acc[mb][f], af[mb], bf[f][0], bf[f][1]);
+            }
+        }
+
+        /* ---- end of this block's part of tile t: reduce and write ---- */
+        if (kk == p.k_tiles - 1 || i == n_units - 1) {
+            if (KW > 1) {
+                /* Sum the KW warps of each column slice, in warp order. */
+                if (kw > 0) {
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                        for (int f = 0; f < 8; f++)
+                            red[((((kw - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane] =
+                                make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2],
+                                            acc[mb][f][3]);
+                }
+                __syncthreads();
+                if (kw == 0) {
+                    for (int w2 = 1; w2 < KW; w2++)
+#pragma unroll
+                        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                            for (int f = 0; f < 8; f++) {
+                                const float4 v =
+                                    red[((((w2 - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane];
+                                acc[mb][f][0] += v.x;
+                                acc[mb][f][1] += v.y;
+                                acc[mb][f][2] += v.z;
+                                acc[mb][f][3] += v.w;
+                            }
+                }
+            }
+            const int n_tile = t / p.m_tiles;
+            const int m_tile = t - n_tile * p.m_tiles;
+            const int rows = min(BM, p.m - m_tile * BM);
+            const int cf = unit_block(t * p.k_tiles, p.units, grid);
+            const int cl = unit_block((t + 1) * p.k_tiles - 1, p.units, grid);
+            const int g8 = lane >> 2, c2 = (lane & 3) * 2;
+            if (cf == cl) {
+                /* The whole k range was ours: straight to C. */
+                if (kw == 0) {
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                        for (int f = 0; f < 8; f++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const int r = mb * 16 + g8 + 8 * h;
+                                if (r < rows)
+                                    store_pair(p, m_tile * BM + r, n_tile * BN + nw * 64 + f * 8 + c2,
+                                               acc[mb][f][2 * h], acc[mb][f][2 * h + 1]);
+                            }
+                }
+            } else {
+                const int64_t tile_elems = (int64_t)p.slot_rows * BN;
+                if (kw == 0) {
+                    float *dst = p.partials + partial_slot(b, t, p, grid) * tile_elems;
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                        for (int f = 0; f < 8; f++)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const int r = mb * 16 + g8 + 8 * h;
+                                if (r < rows)
+                                    __stcg(reinterpret_cast<float2 *>(
+                                               dst + r * BN + nw * 64 + f * 8 + c2),
+                                           make_float2(acc[mb][f][2 * h], acc[mb][f][2 * h + 1]));
+                            }
+                }
+                /* Publish the partial, then count the arrival. */
+                __threadfence();
+                __syncthreads();
+                if (tid == 0) {
+                    const int old = atomicAdd(p.counters + t, 1);
+                    const bool last = old == cl - cf;
+                    if (last)
+                        p.counters[t] = 0; /* ready for the next launch */
+                    *flag = last;
+                }
+                __syncthreads();
+                if (*flag) {
+                    __threadfence();
+                    /* Sum every contributor's partial in block order: the result
+                     * does not depend on which block arrived last. */
+                    const int quads = rows * BN / 4;
+                    for (int q = tid; q < quads; q += kThreads) {
+                        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+                        for (int bb = cf; bb <= cl; bb++) {
+                            const float4 v = __ldcg(reinterpret_cast<const float4 *>(
+                                p.partials + partial_slot(bb, t, p, grid) * tile_elems) + q);
+                            sum.x += v.x;
+                            sum.y += v.y;
+                            sum.z += v.z;
+                            sum.w += v.w;
+                        }
+                        const int r = q * 4 / BN, col = q * 4 % BN;
+                        const int grow = m_tile * BM + r, gcol = n_tile * BN + col;
+                        store_pair(p, grow, gcol, sum.x, sum.y);
+                        store_pair(p, grow, gcol + 2, sum.z, sum.w);
+                    }
+                }
+            }
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int f = 0; f < 8; f++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[mb][f][e] = 0.0f;
+        }
+    }
+    cp_async_wait<0>();
+#else
+    __trap(); /* never launched: the dispatcher sends sm < 80 to the fallback */
+#endif
+}
+
+/* ---- explicit configuration list ---------------------------------------- */
+
+typedef void (*KernelFn)(const Params);
+
+struct Config {
+    const char *name;
+    int bm, bn;
+    int max_blocks_per_sm; /* resident blocks the grid is sized for (at most) */
+    int smem;              /* dynamic shared memory bytes */
+    KernelFn kernel[2];    /* [symmetric, asymmetric] */
+};
+
+#define INT4GEMM_CONFIG(NAME, MB, NWN, STAGES, BPS)                                            \
+    {NAME, Tile<MB, NWN, STAGES>::BM, Tile<MB, NWN, STAGES>::BN, BPS, Tile<MB, NWN, STAGES>::SMEM, \
+     {int4_gemm_kernel<MB, NWN, STAGES, false>, int4_gemm_kernel<MB, NWN, STAGES, true>}}
+
+/* Indexes 0-3 are what the automatic choice uses (by M); the rest are
+ * alternatives kept compiled for benchmarking (args->config). */
+const Config kConfigs[] = {
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 s4", 1, 2, 4, 2),
+    INT4GEMM_CONFIG("sm80 m32 n128 k128 s4", 2, 2, 4, 1),
+    INT4GEMM_CONFIG("sm80 m64 n128 k128 s4", 4, 2, 4, 1),
+    INT4GEMM_CONFIG("sm80 m64 n256 k64 s4", 4, 4, 4, 1),
+    INT4GEMM_CONFIG("sm80 m16 n256 k64 s4", 1, 4, 4, 3),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 s6", 1, 2, 6, 2),
+    INT4GEMM_CONFIG("sm80 m32 n256 k64 s4", 2, 4, 4, 2),
+    INT4GEMM_CONFIG("sm80 m64 n256 k64 s3", 4, 4, 3, 1),
+};
+constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
+constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
+
+int auto_config(int m)
+{
+    if (m <= 16)
+        return 0;
+    if (m <= 32)
+        return 1;
+    if (m <= 64)
+        return 2;
+    return 3;
+}
+
+/* Per device and kernel: resident blocks per SM once the shared-memory limit
+ * was raised (0: not yet known). Racing writers store the same value. */
+constexpr int kMaxDevices = 16;
+int g_occupancy[kMaxDevices][kNumConfigs][2];
+
+cudaError_t occupancy(int dev, int ci, int zp, int *out)
+{
+    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp] > 0) {
+        *out = g_occupancy[dev][ci][zp];
+        return cudaSuccess;
+    }
+    const Config &c = kConfigs[ci];
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[zp]),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
+    if (e != cudaSuccess)
+        return e;
+    int n = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, c.kernel[zp], kThreads, c.smem);
+    if (e != cudaSuccess)
+        return e;
+    if (n < 1)
+        return cudaErrorInvalidConfiguration;
+    if (dev >= 0 && dev < kMaxDevices)
+        g_occupancy[dev][ci][zp] = n;
+    *out = n;
+    return cudaSuccess;
+}
+
+int ceil_div(long long a, long long b)
+{
+    return (int)((a + b - 1) / b);
+}
+
+size_t align256(size_t x)
+{
+    return (x + 255) / 256 * 256;
+}
+
+/* Workspace bytes for config ci, m rows, at most `grid` blocks. */
+size_t workspace_need(const krn_int4_gemm_layout *lay, int ci, int m, long long grid)
+{
+    const Config &c = kConfigs[ci];
+    size_t m_tiles = (size_t)ceil_div(m, c.bm);
+    size_t n_tiles = (size_t)(lay->n_pad / c.bn);
+    size_t slot_rows = (size_t)(m < c.bm ? m : c.bm);
+    return align256(m_tiles * n_tiles * sizeof(int)) +
+           2 * (size_t)grid * slot_rows * (size_t)c.bn * sizeof(float);
+}
+
+bool layout_ok(const krn_int4_gemm_layout *l)
+{
+    return l->n >= 1 && l->k >= 1 && l->n_pad >= l->n && l->k_pad >= l->k &&
+           l->n_pad % KRN_INT4_GEMM_N_ALIGN == 0 && l->k_pad % KRN_INT4_GEMM_K_ALIGN == 0 &&
+           l->group_steps >= 2 && l->group_steps % 2 == 0 && l->groups >= 1 &&
+           (long long)l->groups * l->group_steps * 16 >= l->k_pad &&
+           l->q_offset % 16 == 0 && l->scale_offset % 16 == 0 && l->zero_offset % 16 == 0;
+}
+
+} // namespace
+} // namespace int4gemm
+
+using namespace int4gemm;
+
+extern "C" int krn_int4_gemm_config_count(void)
+{
+    return kNumConfigs + 1;
+}
+
+extern "C" const char *krn_int4_gemm_config_name(int index)
+{
+    if (index >= 0 && index < kNumConfigs)
+        return kConfigs[index].name;
+    if (index == kSm75Config)
+        return "sm75 fallback m16 n64";
+    return NULL;
+}
+
+extern "C" size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout *lay,
+                                               int32_t max_m)
+{
+    if (!lay || max_m < 1 || !layout_ok(lay))
+        return 0;
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 0;
+    size_t need = 256;
+    for (int ci = 0; ci < kNumConfigs; ci++) {
+        size_t w = workspace_need(lay, ci, max_m, (long long)sms * kConfigs[ci].max_blocks_per_sm);
+        if (w > need)
+            need = w;
+    }
+    return need;
+}
+
+extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, struct inf_err *err)
+{
+    if (!args || !args->lay)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm: NULL arguments");
+    const krn_int4_gemm_layout *lay = args->lay;
+    if (args->m < 0)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm: m=%d", (int)args->m);
+    if (args->m == 0)
+        return INF_OK;
+    if (!args->a || !args->b || !args->c || !args->workspace)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm: NULL device pointer");
+    if ((uintptr_t)args->workspace % 16)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: workspace not 16-byte aligned");
+    if (!layout_ok(lay))
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "int4 gemm: layout n=%d k=%d n_pad=%d k_pad=%d group_steps=%d not "
+                           "supported by this build",
+                           (int)lay->n, (int)lay->k, (int)lay->n_pad, (int)lay->k_pad,
+                           (int)lay->group_steps);
+    if ((uintptr_t)args->b % 16 || (uintptr_t)args->a % 2 || (uintptr_t)args->c % 2 ||
+        (uintptr_t)args->bias % 2)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "int4 gemm: misaligned pointer (weights need 16 bytes, fp16 2)");
+    if (args->m > (1 << 24))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d too large", (int)args->m);
+    if (args->config < -1 || args->config > kSm75Config)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: no configuration %d",
+                           (int)args->config);
+
+    int dev = 0, major = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+
+    Params p = {};
+    const unsigned char *wb = static_cast<const unsigned char *>(args->b);
+    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
+    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
+    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
+    p.a = reinterpret_cast<const half *>(args->a);
+    p.bias = reinterpret_cast<const half *>(args->bias);
+    p.c = reinterpret_cast<half *>(args->c);
+    p.m = args->m;
+    p.n = lay->n;
+    p.k = lay->k;
+    p.k_pad = lay->k_pad;
+    p.n_pad = lay->n_pad;
+    p.gsteps = lay->group_steps;
+    p.groups = lay->groups;
+    p.a_vec = lay->k % 8 == 0 && (uintptr_t)args->a % 16 == 0;
+    p.c_vec = lay->n % 2 == 0 && (uintptr_t)args->c % 4 == 0;
+    cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
+
+    /* Dispatch: Turing (or a forced fallback) takes the sm_75 kernel; sm_80 and
+     * newer, Hopper included, the mma.sync m16n8k16 pipeline. A Hopper wgmma
+     * kernel for large M would be chosen here for major == 9. */
+    const bool fallback = (args->flags & KRN_INT4_GEMM_FORCE_SM75) || major < 8 ||
+                          args->config == kSm75Config;
+    if (fallback) {
+        p.m_tiles = ceil_div(p.m, 16);
+        p.n_tiles = p.n_pad / 64;
+        if (p.m_tiles > 65535)
+            return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm (sm75): m=%d too large",
+                               (int)p.m);
+        e = launch_sm75(p, stream);
+        if (e == cudaSuccess)
+            e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return inf_err_set(err, INF_E_DEVICE, "int4 gemm (sm75): %s", cudaGetErrorString(e));
+        return INF_OK;
+    }
+
+    const int ci = args->config >= 0 ? args->config : auto_config(p.m);
+    const Config &c = kConfigs[ci];
+    const int zp = lay->symmetric ? 0 : 1;
+    int occ = 0;
+    e = occupancy(dev, ci, zp, &occ);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+    const int bk = 16 * 2 * (8 / (c.bn / 64));
+    p.m_tiles = ceil_div(p.m, c.bm);
+    p.n_tiles = p.n_pad / c.bn;
+    p.k_tiles = p.k_pad / bk;
+    const long long units = (long long)p.m_tiles * p.n_tiles * p.k_tiles;
+    if (units > (1LL << 30))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d n=%d k=%d too large",
+                           (int)p.m, (int)p.n, (int)p.k);
+    p.units = (int)units;
+    p.slot_rows = p.m < c.bm ? p.m : c.bm;
+    long long grid = (long long)sms * (occ < c.max_blocks_per_sm ? occ : c.max_blocks_per_sm);
+    if (grid > p.units)
+        grid = p.units;
+    size_t need = workspace_need(lay, ci, p.m, grid);
+    if (args->workspace_bytes < need)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm: workspace %zu bytes, need %zu",
+                           args->workspace_bytes, need);
+    unsigned char *ws = static_cast<unsigned char *>(args->workspace);
+    p.counters = reinterpret_cast<int *>(ws);
+    p.partials = reinterpret_cast<float *>(
+        ws + align256((size_t)p.m_tiles * p.n_tiles * sizeof(int)));
+
+    c.kernel[zp]<<<(unsigned)grid, kThreads, c.smem, stream>>>(p);
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+    return INF_OK;
+}

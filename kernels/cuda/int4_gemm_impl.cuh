@@ -1,0 +1,132 @@
+#pragma once
+/* int4_gemm_impl.cuh — pieces shared by the INT4 GEMM kernels (sm_80 path in
+ * int4_gemm.cu, sm_75 fallback in int4_gemm_sm75.cu). Private to kernels/cuda. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace int4gemm {
+
+/* Everything a kernel needs, passed by value (flash-attention's params idea). */
+struct Params {
+    const uint4 *q;       /* [n_pad/64][k_pad/16][32] repacked codes, one uint4 per lane */
+    const uint4 *scales;  /* [n_pad/64][groups][8] uint4 = 64 permuted fp16 scales */
+    const uint4 *zeros;   /* same as scales, or nullptr when symmetric */
+    const half *a;        /* [m][k] activations */
+    const half *bias;     /* [n] or nullptr */
+    half *c;              /* [m][n] output */
+    float *partials;      /* split-K partial tiles (workspace) */
+    int *counters;        /* one arrival counter per output tile (workspace, zeroed) */
+    int m, n, k;          /* logical sizes */
+    int k_pad, n_pad;
+    int gsteps;           /* k16 steps per scale group */
+    int groups;           /* scale rows per 64-column tile */
+    int a_vec;            /* 1: rows of A are 16-byte aligned (k % 8 == 0): cp.async path */
+    int c_vec;            /* 1: C rows 4-byte aligned (n even): half2 stores */
+    int m_tiles, n_tiles, k_tiles;
+    int units;            /* m_tiles * n_tiles * k_tiles (<= 2^30) */
+    int slot_rows;        /* rows stored per partial tile: min(BM, m) */
+};
+
+/* (a & b) | c in one LOP3: mask out two nibbles and OR in the exponent of
+ * 1024.0 (0x6400), giving the fp16 pair (1024 + lo, 1024 + hi) — or
+ * (1024 + 16 lo, 1024 + 16 hi) for the nibbles at bits 4-7 / 20-23. */
+template <uint32_t MASK>
+__device__ __forceinline__ uint32_t lop3_mask_or_magic(uint32_t a)
+{
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(MASK), "n"(0x64006400u));
+    return r;
+}
+
+__device__ __forceinline__ half2 as_h2(uint32_t x)
+{
+    return *reinterpret_cast<half2 *>(&x);
+}
+
+__device__ __forceinline__ uint32_t as_u32(half2 x)
+{
+    return *reinterpret_cast<uint32_t *>(&x);
+}
+
+/* Per-fragment constants of one scale group, in registers: the scale as a
+ * broadcast pair, 1024 + zero (for the low-nibble pairs) and -(64 + zero) (for
+ * the high-nibble pairs, which carry 16 * code). */
+struct GroupConsts {
+    half2 s[8], zlo[8], zhin[8];
+};
+
+/* sv: the lane's eight scales (fragments 0..7), zv its eight zeros. PRMT
+ * broadcasts each half into both halves of a pair. */
+template <bool ZP>
+__device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, GroupConsts &g)
+{
+    const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
+    const uint32_t zw[4] = {zv.x, zv.y, zv.z, zv.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        g.s[2 * i] = as_h2(__byte_perm(sw[i], 0, 0x1010));
+        g.s[2 * i + 1] = as_h2(__byte_perm(sw[i], 0, 0x3232));
+        if (ZP) {
+            half2 z0 = as_h2(__byte_perm(zw[i], 0, 0x1010));
+            half2 z1 = as_h2(__byte_perm(zw[i], 0, 0x3232));
+            g.zlo[2 * i] = __hadd2(z0, __float2half2_rn(1024.0f));
+            g.zlo[2 * i + 1] = __hadd2(z1, __float2half2_rn(1024.0f));
+            g.zhin[2 * i] = __hneg2(__hadd2(z0, __float2half2_rn(64.0f)));
+            g.zhin[2 * i + 1] = __hneg2(__hadd2(z1, __float2half2_rn(64.0f)));
+        } else {
+            g.zlo[2 * i] = g.zlo[2 * i + 1] = __float2half2_rn(1032.0f);
+            g.zhin[2 * i] = g.zhin[2 * i + 1] = __float2half2_rn(-72.0f);
+        }
+    }
+}
+
+/* Dequantize one lane's 16-byte word (32 codes) into the B fragments of the
+ * eight n8 tiles: b[f][0] holds k = 2c, 2c+1 and b[f][1] k = 2c+8, 2c+9.
+ * Each pair costs one LOP3 (plus one shift per two pairs), one exact
+ * subtraction (or FMA with 1/16) and one multiply by the scale, so the result
+ * is fp16((code - zero) * scale), bit for bit the CPU reference's value. */
+__device__ __forceinline__ void dequant_word(const uint4 &qv, const GroupConsts &g,
+                                             uint32_t (&b)[8][2])
+{
+    const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+    const half2 sixteenth = __float2half2_rn(0.0625f);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t w = qw[j], w8 = qw[j] >> 8;
+        half2 lo0 = as_h2(lop3_mask_or_magic<0x000f000fu>(w));
+        half2 hi0 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w));
+        half2 lo1 = as_h2(lop3_mask_or_magic<0x000f000fu>(w8));
+        half2 hi1 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w8));
+        const int f0 = 2 * j, f1 = 2 * j + 1;
+        b[f0][0] = as_u32(__hmul2(__hsub2(lo0, g.zlo[f0]), g.s[f0]));
+        b[f0][1] = as_u32(__hmul2(__hfma2(hi0, sixteenth, g.zhin[f0]), g.s[f0]));
+        b[f1][0] = as_u32(__hmul2(__hsub2(lo1, g.zlo[f1]), g.s[f1]));
+        b[f1][1] = as_u32(__hmul2(__hfma2(hi1, sixteenth, g.zhin[f1]), g.s[f1]));
+    }
+}
+
+/* Store two adjacent outputs (row, col), (row, col+1), each only if inside. */
+__device__ __forceinline__ void store_pair(const Params &p, int row, int col, float v0, float v1)
+{
+    if (p.bias) {
+        if (col < p.n)
+            v0 += __half2float(p.bias[col]);
+        if (col + 1 < p.n)
+            v1 += __half2float(p.bias[col + 1]);
+    }
+    half *dst = p.c + (int64_t)row * p.n + col;
+    if (p.c_vec && col + 1 < p.n) {
+        *reinterpret_cast<half2 *>(dst) = __floats2half2_rn(v0, v1);
+    } else {
+        if (col < p.n)
+            dst[0] = __float2half_rn(v0);
+        if (col + 1 < p.n)
+            dst[1] = __float2half_rn(v1);
+    }
+}
+
+/* The sm_75 fallback launcher (int4_gemm_sm75.cu). */
+cudaError_t launch_sm75(const Params &p, cudaStream_t stream);
+
+} // namespace int4gemm

@@ -1,0 +1,111 @@
+#pragma once
+/* kernels/int4_gemm.h — INT4-weight GEMM for fp16 activations on CUDA GPUs.
+ *
+ *     C[m][n] = sum_k A[m][k] * W[n][k]  (+ bias[n])
+ *
+ * A [m][k] and C [m][n] are fp16, row-major, contiguous; W is a layer in the
+ * canonical quantized form (kernels/q4.h), repacked once on the host by
+ * krn_int4_gemm_repack() into the kernel's layout and uploaded by the caller.
+ * Accumulation is fp32; the dequantized weight equals fp16((code - zero) *
+ * scale) exactly, as the CPU reference computes it.
+ *
+ * Repacked layout (one host buffer, three 256-byte aligned sections)
+ *   q      [n_pad/64][k_pad/16][32 lanes][4 u32]: one 512-byte chunk per
+ *          (64 columns, 16 k) holds, for mma lane l, exactly the 32 codes of
+ *          its eight m16n8k16 B fragments in one 16-byte word (see
+ *          int4_gemm.cu for the nibble order)
+ *   scale  [n_pad/64][groups][64] fp16, columns permuted so lane l's eight
+ *          scales are one 16-byte word
+ *   zero   same shape as scale, fp16 integer zero points (absent when
+ *          symmetric: the kernel uses 8)
+ * Padding: n_pad is n rounded up to 256, k_pad is k rounded up to 128; padded
+ * codes dequantize to 0 and padded activations are read as 0, so callers never
+ * see the padding. */
+#include "common/inf.h"
+#include "kernels/q4.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KRN_INT4_GEMM_N_ALIGN 256
+#define KRN_INT4_GEMM_K_ALIGN 128
+
+/* Shape and section offsets of one repacked weight. Plain data; fill it with
+ * krn_int4_gemm_plan(). */
+struct krn_int4_gemm_layout {
+    int32_t n, k;         /* logical output / input features */
+    int32_t n_pad, k_pad; /* padded: multiples of 256 / 128 */
+    int32_t group;        /* the canonical group size (kp for per-channel) */
+    int32_t group_steps;  /* 16-wide k steps per scale group (k_pad/16: one group) */
+    int32_t groups;       /* scale rows per 64-column tile */
+    bool symmetric;       /* zero section absent; zero point 8 */
+    size_t q_offset;      /* byte offsets into the repacked buffer */
+    size_t scale_offset;
+    size_t zero_offset;   /* == bytes when symmetric */
+    size_t bytes;         /* total size of the repacked buffer */
+};
+
+/* Compute the repacked layout of w (sizes, padding, offsets); no allocation.
+ * Thread: any. Errors: INF_E_INVALID (NULL or inconsistent w: kp not a
+ * multiple of group, n or k < 1), INF_E_UNSUPPORTED (group not 32, 64, 128,
+ * 256 or kp; sizes whose repacked form would overflow). */
+inf_status_t krn_int4_gemm_plan(const struct krn_q4_weight *w, struct krn_int4_gemm_layout *lay,
+                                struct inf_err *err);
+
+/* Repack w into dst (host memory, dst_bytes >= lay->bytes, lay from
+ * krn_int4_gemm_plan(w)). The caller keeps ownership of both and uploads dst
+ * to the device as is. Thread: any (w and dst not shared with a writer).
+ * Errors: INF_E_INVALID (NULL, dst too small, lay not w's), INF_E_UNSUPPORTED
+ * (a zero point that is not an integer in [0, 15], or not 8 when symmetric). */
+inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
+                                  const struct krn_int4_gemm_layout *lay, void *dst,
+                                  size_t dst_bytes, struct inf_err *err);
+
+/* Launcher flags. */
+#define KRN_INT4_GEMM_FORCE_SM75 0x1u /* use the sm_75 fallback whatever the GPU */
+
+/* One GEMM. All pointers but lay are device pointers. */
+struct krn_int4_gemm_args {
+    const struct krn_int4_gemm_layout *lay; /* host memory: the weight's layout */
+    const void *b;          /* the repacked weight buffer on the device, 16-byte aligned */
+    const uint16_t *a;      /* [m][k] fp16 activations, 2-byte aligned */
+    const uint16_t *bias;   /* [n] fp16, or NULL */
+    uint16_t *c;            /* [m][n] fp16 output, 2-byte aligned; must not alias a */
+    int32_t m;              /* rows of A and C, >= 0 (0: nothing to do) */
+    void *workspace;        /* krn_int4_gemm_workspace_size() bytes, zero-filled once
+                               before its first use; every launch leaves it zeroed */
+    size_t workspace_bytes;
+    void *stream;           /* cudaStream_t to launch on (NULL: the default stream) */
+    uint32_t flags;         /* KRN_INT4_GEMM_* */
+    int32_t config;         /* -1: automatic; else an index into the compiled
+                               configurations (krn_int4_gemm_config_name) */
+};
+
+/* Bytes of workspace a launch with m <= max_m rows needs for layout lay on the
+ * current device (any configuration). Thread: any. Returns 0 on a CUDA error
+ * or without CUDA. */
+size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout *lay, int32_t max_m);
+
+/* Enqueue C = A * dequant(W)^T (+ bias) on args->stream. Never allocates nor
+ * synchronizes; safe to capture in a CUDA graph. Workspace may not be shared
+ * by two launches in flight at once.
+ * Thread: the thread owning the current device's stream.
+ * Errors: INF_E_INVALID (NULL pointers, m < 0, workspace too small),
+ * INF_E_UNSUPPORTED (misaligned pointers, a layout this build cannot run, a
+ * config index out of range, m too large), INF_E_DEVICE (a CUDA error,
+ * including one left sticky by earlier work). */
+inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, struct inf_err *err);
+
+/* Number of compiled configurations and a short name of each ("sm80 m16 n128
+ * k128 s4"); NULL for an index out of range. Thread: any. */
+int krn_int4_gemm_config_count(void);
+const char *krn_int4_gemm_config_name(int index);
+
+#ifdef __cplusplus
+}
+#endif
