@@ -911,6 +911,20 @@ START_TEST(errors)
         {"{\"post_processor\":{\"type\":\"BertProcessing\"},\"model\":{\"type\":\"BPE\","
          "\"vocab\":{},\"merges\":[]}}",
          "BertProcessing"},
+        /* refused inside a Sequence, after components that own memory */
+        {"{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Replace\","
+         "\"pattern\":{\"Regex\":\"a+\"},\"content\":\"b\"},{\"type\":\"Lowercase\"}]},"
+         "\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}",
+         "Lowercase"},
+        {"{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+         "\"pattern\":{\"Regex\":\"\\\\s+\"},\"behavior\":\"Isolated\"},{\"type\":"
+         "\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\"},{\"type\":\"Punctuation\"}]}]},"
+         "\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}",
+         "Punctuation"},
+        {"{\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":"
+         "{\"String\":\"a\"},\"content\":\"b\"},{\"type\":\"WordPiece\"}]},\"model\":{\"type\":"
+         "\"BPE\",\"vocab\":{},\"merges\":[]}}",
+         "WordPiece"},
         {"{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"x\"},"
          "\"behavior\":\"Sideways\"},\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}",
          "Sideways"},
