@@ -53,7 +53,9 @@ static int byte_token(const char *s, size_t n)
     return hi * 16 + lo;
 }
 
-#define PIECE(l, i) ((l)->b.p + (l)->p[i].off)
+/* The bytes of piece i. An empty list of pieces may have no buffer yet:
+ * answer "" rather than offsetting a null pointer. */
+#define PIECE(l, i) ((l)->b.p ? (l)->b.p + (l)->p[i].off : "")
 
 static bool replace_token(const struct tok_pattern *pat, const char *rep, size_t rep_len,
                           const char *s, size_t n, struct tok_list *out, pcre2_match_data *md)
