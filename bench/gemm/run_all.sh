@@ -27,7 +27,7 @@ if has bench; then
   timeout 150 "$bin/bench_gemm" "$out/bench.json" > "$out/bench.log" 2>&1; echo "bench rc=$?"; cat "$out/bench.log"
 fi
 if has sweep; then
-  timeout 120 "$bin/bench_gemm" "$out/sweep.json" --sweep --shapes llama2 --ms 1,4,16,32,64,128 --replays 5 > "$out/sweep.log" 2>&1; echo "sweep rc=$?"; grep -v "^    sweep" "$out/sweep.log" | tail -40
+  timeout 120 "$bin/bench_gemm" "$out/sweep.json" --sweep --shapes llama2 --ms 1,16,32,64,128,256 --replays 5 > "$out/sweep.log" 2>&1; echo "sweep rc=$?"; grep -v "^    sweep" "$out/sweep.log" | tail -40
 fi
 if has sanitize; then
   INT4SERVE_GEMM_TEST_QUICK=1 timeout 100 compute-sanitizer --tool memcheck "$bin/test_gpu_int4_gemm" > "$out/memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -4 "$out/memcheck.log"

@@ -268,7 +268,7 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
  * at even steps), so scales are read once per warp per k tile.
  */
 template <int MB, int NWN, int STAGES, bool ZP, bool AVEC>
-__global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
     int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -349,14 +349,19 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
         half *sa = reinterpret_cast<half *>(st + B_BYTES);
         const int row0 = l_m * BM;
         if (AVEC) {
+            /* Only the rows that exist are copied (M = 1 moves one row, not
+             * 16); the rows past M keep whatever they hold — zeros from the
+             * start or another tile's rows — and only feed outputs that are
+             * never stored, since row r of C depends on row r of A alone. */
+            const int lim = min(BM, p.m - row0) * A_ROW_CHUNKS;
 #pragma unroll
             for (int i = 0; i < A_ITERS; i++) {
                 const int idx = tid + i * kThreads;
-                if (A_CHUNKS % kThreads == 0 || idx < A_CHUNKS) {
+                if (idx < lim) {
                     const int r = idx / A_ROW_CHUNKS, kc = idx % A_ROW_CHUNKS;
-                    const int gr = row0 + r, gk = l_kk * BK + kc * 8;
-                    const bool ok = gr < p.m && gk < p.k;
-                    const half *src = ok ? p.a + (int64_t)gr * p.k + gk : p.a;
+                    const int gk = l_kk * BK + kc * 8;
+                    const bool ok = gk < p.k;
+                    const half *src = ok ? p.a + (int64_t)(row0 + r) * p.k + gk : p.a;
                     cp_async16_zfill(sa + r * BK + ((kc ^ (r & 7)) * 8), src, ok);
                 }
             }
@@ -389,6 +394,12 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mb][f][e] = 0.0f;
+
+    /* Zero the A tiles once, so rows past M are finite zeros. */
+    for (int s = 0; s < STAGES; s++)
+        for (int idx = tid; idx < A_BYTES / 16; idx += kThreads)
+            reinterpret_cast<uint4 *>(smem + s * STAGE_BYTES + B_BYTES)[idx] = make_uint4(0, 0, 0, 0);
+    __syncthreads();
 
     /* Prologue: STAGES - 1 units in flight before the first mma. */
 #pragma unroll
@@ -502,19 +513,22 @@ const Config kConfigs[] = {
     INT4GEMM_CONFIG("sm80 m16 n128 k128 s6", 1, 2, 6, 2),
     INT4GEMM_CONFIG("sm80 m32 n256 k64 s4", 2, 4, 4, 2),
     INT4GEMM_CONFIG("sm80 m64 n256 k64 s3", 4, 4, 3, 1),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 s3", 1, 2, 3, 3),
 };
 constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
 
+/* From the H200 sweep (docs/gemm-notes.md): the 16-row tile with two blocks
+ * per SM up to M = 16; the 32-row tile (one block per SM, no spills) up to
+ * M = 128, beating the 64-row tiles whose 128 accumulators spill; the 64 x 256
+ * tile with three stages beyond. */
 int auto_config(int m)
 {
     if (m <= 16)
         return 0;
-    if (m <= 32)
+    if (m <= 128)
         return 1;
-    if (m <= 64)
-        return 2;
-    return 3;
+    return 7;
 }
 
 /* Per device and kernel: resident blocks per SM once the shared-memory limit
