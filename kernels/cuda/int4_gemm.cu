@@ -17,8 +17,8 @@
  *          split-K: each writes its fp32 partial to the workspace, the last
  *          to arrive (atomic counter) sums them in block order — deterministic —
  *          adds the bias, writes C and resets the counter for the next launch.
- * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros); W is
- *          fetched with an L2 evict-first policy (streamed once), A is staged
+ * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros), all
+ *          16-byte cp.async.cg (no L1 allocation); A is staged
  *          in shared memory once per k tile and reused by every warp along N.
  *          The dequantization of a k step is plain ALU work (LOP3, HSUB2/HFMA2,
  *          HMUL2) that the scheduler interleaves with the tensor-core mma of
@@ -54,16 +54,13 @@ __device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, boo
                  "l"(src), "r"(pred ? 16 : 0));
 }
 
-/* 16-byte async copy with an L2 cache policy: the weights are read exactly
- * once per launch, so they are marked evict-first and leave the L2 to the
- * activations, scales, partial sums and counters that are re-read. */
-__device__ __forceinline__ void cp_async16_stream(void *dst, const void *src, uint64_t policy)
-{
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "l"(policy));
-}
-
+/* The weights are read exactly once per launch. An L2 evict-first policy on
+ * their copies (cp.async ... L2::cache_hint with createpolicy) was the first
+ * design, but ptxas 13.0 encoded the constant policy descriptor of the
+ * in-loop copy as an odd uniform-register pair (desc[UR1]), which faults
+ * with "illegal instruction" on the H200 (docs/gemm-notes.md). The copies
+ * are plain cp.async.cg (L1 bypassed); the weights still pass through L2
+ * once, and the rotation in bench/gemm keeps them from being L2 hits. */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -296,8 +293,6 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
     const int n_units = unit_start(b + 1, p.units, grid) - u_begin;
     const int ksteps_total = p.k_pad / 16;
 
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
 
     /* Per-thread constants of the copies, computed once: every unit then costs
      * a few multiply-adds and no division (the loop is issue-bound at small M,
@@ -333,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
         const uint4 *wsrc = p.q + ((int64_t)l_n * NWN * ksteps_total + l_kk * KSTEPS) * 32;
 #pragma unroll
         for (int i = 0; i < 2; i++)
-            cp_async16_stream(st + (tid + i * kThreads) * 16, wsrc + w_off[i], policy);
+            cp_async16(st + (tid + i * kThreads) * 16, wsrc + w_off[i]);
         /* Scales (and zeros) of the groups this k tile touches. */
         if (s_copy) {
             const int64_t off = (int64_t)l_n * NWN * p.groups * 8 +
@@ -420,6 +415,10 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
         if (i + STAGES - 1 < n_units)
             load_stage((i + STAGES - 1) % STAGES);
         cp_async_commit();
+        /* The copies are predicated per thread (rows past M, scale groups):
+         * reconverge the warp before ldmatrix / mma, whose .sync.aligned forms
+         * must be executed by the whole warp together. */
+        __syncwarp();
 
         const unsigned char *st = smem + (i % STAGES) * STAGE_BYTES;
 
