@@ -1,10 +1,18 @@
-#include "api/api.h"
+/* error.c — status → HTTP status and OpenAI error type, and the error body.
+ * The only place these mappings live. */
+#include "api/api_impl.h"
 
 int api_status_http(inf_status_t st)
 {
     switch (st) {
     case INF_OK:
         return 200;
+    case INF_E_INVALID:
+    case INF_E_FORMAT:
+    case INF_E_RANGE:
+    case INF_E_CONTEXT:
+    case INF_E_UNSUPPORTED:
+        return 400;
     case INF_E_AUTH:
         return 401;
     case INF_E_NOTFOUND:
@@ -13,17 +21,37 @@ int api_status_http(inf_status_t st)
         return 405;
     case INF_E_TOOBIG:
         return 413;
-    case INF_E_BUSY:
-        return 429;
-    case INF_E_SHUTDOWN:
+    case INF_E_BUSY:     /* the submit queue is full: try again later */
+    case INF_E_SHUTDOWN: /* draining after SIGTERM */
         return 503;
-    case INF_E_INVALID:
-    case INF_E_FORMAT:
-    case INF_E_RANGE:
-    case INF_E_CONTEXT:
-    case INF_E_UNSUPPORTED:
-        return 400;
     default:
         return 500;
     }
+}
+
+const char *api_error_type(inf_status_t st)
+{
+    int http = api_status_http(st);
+    /* OpenAI's wire: every client error, a bad API key included, is an
+     * "invalid_request_error" told apart by its code; overload and internal
+     * failures are "server_error". */
+    return http >= 400 && http < 500 ? "invalid_request_error" : "server_error";
+}
+
+inf_status_t api_error_encode(inf_status_t st, const char *message, const char *param,
+                              const char *code, struct inf_arena *a, char **out, size_t *out_len,
+                              struct inf_err *err)
+{
+    struct jw w;
+    jw_init(&w);
+    jw_lit(&w, "{\"error\":{\"message\":");
+    jw_cstr(&w, message ? message : inf_status_str(st));
+    jw_lit(&w, ",\"type\":");
+    jw_cstr(&w, api_error_type(st));
+    jw_lit(&w, ",\"param\":");
+    jw_cstr(&w, param);
+    jw_lit(&w, ",\"code\":");
+    jw_cstr(&w, code);
+    jw_lit(&w, "}}");
+    return jw_finish(&w, a, out, out_len, err);
 }

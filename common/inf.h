@@ -171,6 +171,60 @@ uint16_t inf_f32_to_f16(float f);
 float inf_bf16_to_f32(uint16_t b);
 uint16_t inf_f32_to_bf16(float f);
 
+/* ---- TOML ---------------------------------------------------------------------
+ * A reader for the subset of TOML the configuration uses: tables [a] and
+ * [a.b], bare / quoted / dotted keys, basic strings (escapes \" \\ \b \f \n
+ * \r \t \uXXXX \UXXXXXXXX) and literal strings, decimal integers (sign,
+ * underscores, overflow detected), floats (fraction, exponent, inf, nan),
+ * booleans, arrays of scalars (multi-line, trailing comma) and comments.
+ * Not supported (answered with an error): multi-line strings, inline tables,
+ * arrays of tables, nested arrays, dates, hexadecimal / octal / binary
+ * integers, strings containing U+0000.
+ * The document is a tree of nodes allocated in a caller's arena; it lives as
+ * long as the arena. Thread: any (no shared state). */
+enum inf_toml_type {
+    INF_TOML_TABLE,
+    INF_TOML_STRING,
+    INF_TOML_INT,
+    INF_TOML_FLOAT,
+    INF_TOML_BOOL,
+    INF_TOML_ARRAY,
+};
+
+struct inf_toml_node {
+    enum inf_toml_type type;
+    const char *key;            /* name in the parent table; NULL for the root and array items */
+    int line, col;              /* 1-based position of the key (array items: of the value) */
+    struct inf_toml_node *next; /* next key of the parent table / next item of the array */
+    /* Tables and arrays: children in document order. */
+    struct inf_toml_node *first, *last;
+    size_t count;
+    /* Scalars, by type. Strings are NUL-terminated UTF-8 of str_len bytes. */
+    const char *str;
+    size_t str_len;
+    int64_t i;
+    double f;
+    bool b;
+    unsigned flags; /* private to the reader */
+};
+
+/* Parse len bytes of text into a tree allocated in a; *root is the top-level
+ * table. On error returns INF_E_FORMAT (INF_E_NOMEM when the arena fails) with
+ * err->msg "line L, column C: <what>", columns counted in characters from 1;
+ * *root is then NULL and what was allocated stays in the arena. Duplicate keys
+ * and tables defined twice are errors. */
+inf_status_t inf_toml_parse(const char *text, size_t len, struct inf_arena *a,
+                            struct inf_toml_node **root, struct inf_err *err);
+/* The child of table named key, or NULL (also when table is NULL or not a
+ * table). */
+const struct inf_toml_node *inf_toml_get(const struct inf_toml_node *table, const char *key);
+/* The value of key in the table at the dotted path table_path ("engine",
+ * "a.b"; NULL or "" for root itself), or NULL. Path parts are bare names. */
+const struct inf_toml_node *inf_toml_find(const struct inf_toml_node *root,
+                                          const char *table_path, const char *key);
+/* "table", "string", "integer", "float", "boolean", "array". */
+const char *inf_toml_type_name(enum inf_toml_type t);
+
 /* ---- time ------------------------------------------------------------------ */
 /* Monotonic time in nanoseconds. Thread: any. */
 uint64_t inf_now_ns(void);

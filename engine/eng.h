@@ -1,10 +1,194 @@
 #pragma once
-/* engine — public header: what the server sees of the engine. */
+/* engine — public header: what the server sees of the engine.
+ *
+ * Threads. The engine runs its own thread (one per tensor-parallel rank);
+ * it owns every sequence, the KV cache and the backend. The server's loop
+ * thread talks to it only through eng_request_submit / eng_request_cancel
+ * (a mutex queue drained between steps) and eng_events_take (the outbox).
+ * Requests are known across threads by id, never by pointer. */
 #include "common/inf.h"
+#include "engine/tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct eng_engine eng_engine_t;
+
+/* ---- configuration ---------------------------------------------------------- */
+enum eng_backend_kind { ENG_BACKEND_CPU, ENG_BACKEND_CUDA, ENG_BACKEND_MOCK };
+
+struct eng_config {
+    const char *model_dir;       /* Hugging Face folder (config.json, safetensors, tokenizer.json) */
+    enum eng_backend_kind backend;
+    int32_t threads;             /* CPU backend worker threads, 0 = one per core */
+    int32_t n_devices;           /* CUDA: devices[0..n_devices) */
+    const int32_t *devices;
+    int32_t tp;                  /* tensor-parallel ranks */
+    int32_t max_batch;           /* running sequences at once (default 128) */
+    int32_t max_batched_tokens;  /* token budget of one step (default 2048) */
+    int32_t max_model_len;       /* 0 = the model's max_position_embeddings */
+    int64_t kv_cache_tokens;     /* KV capacity in tokens, 0 = automatic */
+    float gpu_memory_utilization;
+    int32_t max_queue;           /* waiting requests before INF_E_BUSY (default 256) */
+    bool quantize;               /* false = quantization "none" */
+    int32_t group_size;          /* 32, 64, 128, 256, or -1 per-channel */
+    bool symmetric;
+    int32_t n_keep_fp16;         /* name patterns of layers kept in fp16 */
+    const char *const *keep_fp16;
+    bool fuse_qkv;               /* fuse q/k/v and gate/up (default true) */
+    uint64_t seed;               /* base seed for requests without one */
+    uint32_t min_step_us;        /* test hook: every step lasts at least this long (0 = off;
+                                  * env INT4SERVE_MIN_STEP_US is used when this is 0) */
+};
+
+/* ---- requests ------------------------------------------------------------------ */
+struct eng_sampling {
+    float temperature;        /* 0 = greedy */
+    float top_p;              /* 1 = off */
+    int32_t top_k;            /* -1 = off */
+    float min_p;              /* 0 = off */
+    float presence_penalty;   /* 0 = off */
+    float frequency_penalty;  /* 0 = off */
+    float repetition_penalty; /* 1 = off */
+    bool has_seed;
+    uint64_t seed;            /* choice i of n samples with seed + i */
+    int32_t n_logit_bias;
+    int32_t *logit_bias_ids;  /* [n_logit_bias], owned by the request */
+    float *logit_bias_vals;   /* [n_logit_bias], owned by the request */
+    int32_t logprobs;         /* -1 = none, else top-n alternatives (0..5) with the chosen token's */
+    bool ignore_eos;
+};
+
+#define ENG_MAX_STOP 4
+
+/* One completion request. Built by the server with eng_request_create, all
+ * arrays malloc'd and owned by the request (freed by eng_request_destroy). */
+struct eng_request {
+    uint64_t id;              /* unique, chosen by the server; echoed in every event */
+    int32_t n_prompt;
+    int32_t *prompt;          /* [n_prompt] token ids */
+    int32_t max_tokens;       /* >= 1; prompt + max_tokens <= max model length (checked by caller) */
+    int32_t min_tokens;       /* EOS and stop strings ignored before this many tokens */
+    int32_t n;                /* choices, sharing the prompt's KV blocks */
+    struct eng_sampling sampling;
+    int32_t n_stop;
+    char *stop[ENG_MAX_STOP]; /* NUL-terminated, owned */
+    bool stream;              /* send text deltas as they come (else one final event per choice) */
+    bool echo;                /* prompt text is prepended by the server, not the engine */
+};
+
+/* A zeroed request with defaults (n 1, max_tokens 16, temperature 1, top_p 1,
+ * top_k -1, repetition_penalty 1, logprobs -1). NULL on out of memory. */
+struct eng_request *eng_request_create(void);
+/* Frees the request and everything it owns. NULL is a no-op. */
+void eng_request_destroy(struct eng_request *req);
+
+/* ---- events (engine -> loop) ------------------------------------------------------ */
+enum eng_finish {
+    ENG_FINISH_NONE = 0, /* still running */
+    ENG_FINISH_STOP,     /* EOS or a stop string */
+    ENG_FINISH_LENGTH,   /* max_tokens or the context */
+    ENG_FINISH_ABORT,    /* cancelled, drained, or engine failure */
+};
+
+struct eng_token_info {
+    int32_t id;
+    float logprob;             /* of the chosen token (when logprobs >= 0) */
+    int32_t n_top;
+    int32_t top_ids[5];
+    float top_logprobs[5];
+};
+
+enum eng_event_kind {
+    ENG_EV_DELTA,  /* new text and tokens for one choice (maybe with its finish) */
+    ENG_EV_DONE,   /* the whole request is finished: usage; the last event for an id */
+    ENG_EV_ERROR,  /* the request failed: status and message; the last event for an id */
+};
+
+struct eng_event {
+    struct inf_qnode node;      /* outbox link */
+    enum eng_event_kind kind;
+    uint64_t req_id;
+    int32_t choice;             /* DELTA: which of the n choices */
+    char *text;                 /* DELTA: UTF-8 delta, never ending inside a character */
+    size_t text_len;
+    int32_t n_tokens;           /* DELTA: tokens this delta covers */
+    struct eng_token_info *tokens;
+    enum eng_finish finish;     /* DELTA: the choice's finish, or NONE */
+    int32_t prompt_tokens;      /* DONE */
+    int32_t completion_tokens;  /* DONE: summed over choices */
+    uint64_t queue_ns;          /* DONE: time waiting before the first step */
+    uint64_t ttft_ns;           /* DONE: submit to first token */
+    inf_status_t status;        /* ERROR */
+    char msg[INF_ERR_LEN];      /* ERROR */
+};
+
+/* Frees an event taken from eng_events_take (and what it owns). NULL no-op. */
+void eng_event_destroy(struct eng_event *ev);
+
+/* ---- the engine -------------------------------------------------------------------------- */
+/* Called on the engine thread when the outbox goes from empty to non-empty
+ * (the server calls uv_async_send from it). Must not block. */
+typedef void (*eng_notify_fn)(void *user);
+
+/* Load the model and start the engine thread. On success *out owns it.
+ * Thread: loop (start-up). Errors name the file and key: INF_E_NOTFOUND,
+ * INF_E_FORMAT, INF_E_UNSUPPORTED, INF_E_DEVICE, INF_E_NOMEM. */
+inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notify, void *user,
+                               eng_engine_t **out, struct inf_err *err);
+/* Stop the thread (aborting what runs) and free everything. NULL no-op. */
+void eng_engine_destroy(eng_engine_t *eng);
+
+/* Queue req. On INF_OK the engine owns req and frees it after its last event;
+ * on error the caller keeps it. Thread: any.
+ * Errors: INF_E_BUSY (admission queue full), INF_E_SHUTDOWN (draining),
+ * INF_E_INVALID (bad ids, n, lengths). */
+inf_status_t eng_request_submit(eng_engine_t *eng, struct eng_request *req, struct inf_err *err);
+/* Cancel by id: its sequences are freed at the next step and it ends with an
+ * ENG_FINISH_ABORT delta and DONE. Unknown ids are ignored. Thread: any. */
+void eng_request_cancel(eng_engine_t *eng, uint64_t req_id);
+/* Take every pending event, FIFO, as a list linked through node (the next
+ * event is (struct eng_event *)ev->node.next; node is the first member). Thread: any
+ * (the loop). */
+struct eng_event *eng_events_take(eng_engine_t *eng);
+
+/* Stop admitting (submit answers INF_E_SHUTDOWN); running requests go on. */
+void eng_engine_drain(eng_engine_t *eng);
+/* End every running and waiting request now with ENG_FINISH_ABORT. */
+void eng_engine_abort_all(eng_engine_t *eng);
+
+/* Read-only facts for the server. Thread: any after create. */
+struct eng_info {
+    int32_t vocab;
+    int32_t max_model_len;
+    int32_t bos_id;
+    int64_t kv_capacity_tokens;
+    const char *backend_name;
+};
+void eng_engine_info(const eng_engine_t *eng, struct eng_info *info);
+
+/* Gauges and counters for /metrics (a snapshot). Thread: any. */
+struct eng_stats {
+    int32_t running, waiting;       /* sequences (each started choice of a request is one) */
+    int64_t kv_blocks_used, kv_blocks_total;
+    uint64_t prompt_tokens_total, generation_tokens_total;
+    uint64_t preemptions_total;
+    uint64_t steps_total;
+    uint64_t batched_steps_total;   /* steps that ran more than one sequence */
+    int32_t max_running_seen;
+    bool failed;                    /* sticky device error: /health answers 503 */
+};
+void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st);
+
+/* The model's tokenizer, an engine/tokenizer.h eng_tok_t (the mock backend's
+ * is byte-level over its vocabulary); NULL for a model without one. Encode from the
+ * loop thread only; decode from any thread. */
+struct eng_tokenizer;
+const struct eng_tokenizer *eng_engine_tokenizer(const eng_engine_t *eng);
 
 #ifdef __cplusplus
 }

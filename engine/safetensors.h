@@ -10,6 +10,7 @@
  * until eng_st_close. Thread: any, one owner. */
 #include "common/inf.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum eng_dtype {
@@ -73,3 +74,17 @@ inf_status_t eng_st_header_parse(const char *json, size_t json_len, uint64_t dat
                                  const char *file, struct eng_st_header **out,
                                  struct inf_err *err);
 void eng_st_header_free(struct eng_st_header *h);
+
+/* Tensors of a parsed header, in data-offset order: index 0..count-1. */
+int64_t eng_st_header_count(const struct eng_st_header *h);
+const struct eng_st_tensor *eng_st_header_at(const struct eng_st_header *h, int64_t i);
+
+/* Parse a whole safetensors file image buf[0, len) (8-byte little-endian
+ * header length, JSON header, data area) named file in messages. On success
+ * the tensors' data pointers point into buf, which must outlive *out; free
+ * with eng_st_header_free. Errors: INF_E_FORMAT naming file and tensor. */
+inf_status_t eng_st_buffer_parse(const void *buf, size_t len, const char *file,
+                                 struct eng_st_header **out, struct inf_err *err);
+
+/* The dtype called name ("BF16"); false when unknown. */
+bool eng_dtype_parse(const char *name, enum eng_dtype *out);

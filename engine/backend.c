@@ -1,0 +1,271 @@
+/* engine/backend.c — the public wrappers of the backend table: argument
+ * checks shared by every backend, then one call through the slot. */
+#define INF_LOG_MODULE "eng"
+#include "engine/backend.h"
+#include "engine/batch.h"
+
+#include <string.h>
+
+size_t eng_act_size(enum eng_act_dtype dt)
+{
+    return dt == ENG_ACT_F16 ? 2 : 4;
+}
+
+size_t eng_w_size(enum eng_wdtype dt)
+{
+    return dt == ENG_W_F16 ? 2 : 4;
+}
+
+void eng_backend_destroy(struct eng_backend *be)
+{
+    if (be)
+        be->iface->destroy(be);
+}
+
+const char *eng_backend_name(const struct eng_backend *be)
+{
+    return be->iface->name;
+}
+
+/* Does the view hold rows x cols elements of size esz? */
+static bool mat_ok(const struct eng_mat *v, int64_t rows, int64_t cols, size_t esz)
+{
+    if (!v->buf || v->off < 0 || cols < 0 || rows < 0 || (rows > 1 && v->ld < cols))
+        return false;
+    if (rows == 0 || cols == 0)
+        return true;
+    int64_t last = v->off + (rows - 1) * v->ld + cols;
+    return (uint64_t)last * esz <= v->buf->size;
+}
+
+static bool buf_holds(const struct eng_buf *b, int64_t n, size_t esz)
+{
+    return b && n >= 0 && (uint64_t)n * esz <= b->size;
+}
+
+#define CHECK_MAT(v, rows, cols, esz, what)                                                        \
+    do {                                                                                           \
+        if (!mat_ok(&(v), rows, cols, esz))                                                        \
+            return inf_err_set(err, INF_E_INVALID, "%s: view of %lld x %lld out of its buffer",    \
+                               what, (long long)(rows), (long long)(cols));                        \
+    } while (0)
+
+inf_status_t eng_buf_alloc(struct eng_backend *be, size_t bytes, struct eng_buf **out,
+                           struct inf_err *err)
+{
+    *out = NULL;
+    if (bytes == 0)
+        bytes = 1;
+    return be->iface->buf_alloc(be, bytes, out, err);
+}
+
+void eng_buf_free(struct eng_backend *be, struct eng_buf *buf)
+{
+    if (buf)
+        be->iface->buf_free(be, buf);
+}
+
+inf_status_t eng_buf_upload(struct eng_backend *be, struct eng_buf *dst, size_t off,
+                            const void *src, size_t bytes, struct inf_err *err)
+{
+    if (!dst || off > dst->size || bytes > dst->size - off)
+        return inf_err_set(err, INF_E_INVALID, "upload of %zu bytes at %zu out of the buffer",
+                           bytes, off);
+    if (bytes == 0)
+        return INF_OK;
+    return be->iface->buf_upload(be, dst, off, src, bytes, err);
+}
+
+inf_status_t eng_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                              void *dst, size_t bytes, struct inf_err *err)
+{
+    if (!src || off > src->size || bytes > src->size - off)
+        return inf_err_set(err, INF_E_INVALID, "download of %zu bytes at %zu out of the buffer",
+                           bytes, off);
+    if (bytes == 0)
+        return INF_OK;
+    return be->iface->buf_download(be, src, off, dst, bytes, err);
+}
+
+inf_status_t eng_buf_from_host(struct eng_backend *be, const void *src, size_t bytes,
+                               struct eng_buf **out, struct inf_err *err)
+{
+    inf_status_t st = eng_buf_alloc(be, bytes, out, err);
+    if (st != INF_OK)
+        return st;
+    st = eng_buf_upload(be, *out, 0, src, bytes, err);
+    if (st != INF_OK) {
+        eng_buf_free(be, *out);
+        *out = NULL;
+    }
+    return st;
+}
+
+inf_status_t eng_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
+                                  struct eng_q4w **out, struct inf_err *err)
+{
+    *out = NULL;
+    if (w->n <= 0 || w->k <= 0 || w->kp < w->k || w->group <= 0 || w->kp % w->group || !w->q ||
+        !w->scale || !w->zero)
+        return inf_err_set(err, INF_E_INVALID, "bad INT4 weight n=%d k=%d kp=%d group=%d", w->n,
+                           w->k, w->kp, w->group);
+    return be->iface->weight_q4_create(be, w, out, err);
+}
+
+void eng_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
+{
+    if (w)
+        be->iface->weight_q4_destroy(be, w);
+}
+
+inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
+                              const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                              int32_t m, struct inf_err *err)
+{
+    size_t es = eng_act_size(be->act_dtype);
+    if (m < 0 || !w)
+        return inf_err_set(err, INF_E_INVALID, "linear_q4: bad arguments (m=%d)", m);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(x, m, w->k, es, "linear_q4 x");
+    CHECK_MAT(y, m, w->n, es, "linear_q4 y");
+    if (bias && !buf_holds(bias, w->n, 4))
+        return inf_err_set(err, INF_E_INVALID, "linear_q4: bias shorter than n=%d", w->n);
+    return be->iface->linear_q4(be, w, bias, x, y, m, err);
+}
+
+inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
+                              int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
+                              struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err)
+{
+    size_t es = eng_act_size(be->act_dtype);
+    if (m < 0 || n <= 0 || k <= 0 || !buf_holds(w, (int64_t)n * k, eng_w_size(wdt)))
+        return inf_err_set(err, INF_E_INVALID, "linear_fp: bad weight %dx%d or m=%d", n, k, m);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(x, m, k, es, "linear_fp x");
+    CHECK_MAT(y, m, n, y_f32 ? 4 : es, "linear_fp y");
+    if (bias && !buf_holds(bias, n, 4))
+        return inf_err_set(err, INF_E_INVALID, "linear_fp: bias shorter than n=%d", n);
+    return be->iface->linear_fp(be, w, wdt, n, k, bias, x, y, y_f32, m, err);
+}
+
+inf_status_t eng_op_embedding(struct eng_backend *be, const struct eng_buf *table,
+                              enum eng_wdtype wdt, int32_t vocab, int32_t dim,
+                              const struct eng_buf *ids, struct eng_mat out, int32_t m,
+                              struct inf_err *err)
+{
+    if (m < 0 || vocab <= 0 || dim <= 0 ||
+        !buf_holds(table, (int64_t)vocab * dim, eng_w_size(wdt)) || !buf_holds(ids, m, 4))
+        return inf_err_set(err, INF_E_INVALID, "embedding: bad table %dx%d or ids", vocab, dim);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(out, m, dim, eng_act_size(be->act_dtype), "embedding out");
+    return be->iface->embedding(be, table, wdt, vocab, dim, ids, out, m, err);
+}
+
+inf_status_t eng_op_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
+                                const struct eng_mat *delta, const struct eng_buf *w, float eps,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+{
+    size_t es = eng_act_size(be->act_dtype);
+    if (m < 0 || dim <= 0 || !buf_holds(w, dim, 4))
+        return inf_err_set(err, INF_E_INVALID, "rmsnorm: bad dim %d or weight", dim);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(x, m, dim, es, "rmsnorm x");
+    CHECK_MAT(out, m, dim, es, "rmsnorm out");
+    if (delta)
+        CHECK_MAT(*delta, m, dim, es, "rmsnorm delta");
+    return be->iface->rmsnorm_add(be, x, delta, w, eps, out, dim, m, err);
+}
+
+inf_status_t eng_op_rope(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
+                         int32_t head_dim, const struct eng_buf *pos,
+                         const struct eng_rope_params *p, int32_t m, struct inf_err *err)
+{
+    if (m < 0 || n_heads <= 0 || head_dim <= 0 || (head_dim & 1) || head_dim > 512 ||
+        !buf_holds(pos, m, 4))
+        return inf_err_set(err, INF_E_INVALID, "rope: bad head_dim %d or positions", head_dim);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(x, m, (int64_t)n_heads * head_dim, eng_act_size(be->act_dtype), "rope x");
+    return be->iface->rope(be, x, n_heads, head_dim, pos, p, m, err);
+}
+
+static inf_status_t attn_check(struct eng_backend *be, const struct eng_attn_params *p,
+                               struct inf_err *err)
+{
+    size_t es = eng_act_size(be->act_dtype);
+    if (p->n_heads <= 0 || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->head_dim <= 0 ||
+        p->n_seqs < 0 || p->n_slots <= 0 || p->max_blocks <= 0 || p->n_blocks <= 0)
+        return inf_err_set(err, INF_E_INVALID, "attention: bad heads %d/%d or tables", p->n_heads,
+                           p->n_kv_heads);
+    int64_t pool = (int64_t)p->n_blocks * ENG_KV_BLOCK * p->n_kv_heads * p->head_dim;
+    size_t ks = eng_act_size(be->kv_dtype);
+    if (!buf_holds(p->k_cache, pool, ks) || !buf_holds(p->v_cache, pool, ks) ||
+        !buf_holds(p->seqs, (int64_t)p->n_seqs * 3, 4) ||
+        !buf_holds(p->block_table, (int64_t)p->n_slots * p->max_blocks, 4) || !p->pos)
+        return inf_err_set(err, INF_E_INVALID, "attention: cache or tables too small");
+    /* Rows: the caller's batch; the views must hold as many rows as the
+     * positions buffer describes. */
+    int64_t rows = (int64_t)(p->pos->size / 4);
+    CHECK_MAT(p->q, rows, (int64_t)p->n_heads * p->head_dim, es, "attention q");
+    CHECK_MAT(p->k, rows, (int64_t)p->n_kv_heads * p->head_dim, es, "attention k");
+    CHECK_MAT(p->v, rows, (int64_t)p->n_kv_heads * p->head_dim, es, "attention v");
+    CHECK_MAT(p->out, rows, (int64_t)p->n_heads * p->head_dim, es, "attention out");
+    return INF_OK;
+}
+
+inf_status_t eng_op_attn_prefill(struct eng_backend *be, const struct eng_attn_params *p,
+                                 struct inf_err *err)
+{
+    inf_status_t st = attn_check(be, p, err);
+    if (st != INF_OK || p->n_seqs == 0)
+        return st;
+    return be->iface->attn_prefill(be, p, err);
+}
+
+inf_status_t eng_op_attn_decode(struct eng_backend *be, const struct eng_attn_params *p,
+                                struct inf_err *err)
+{
+    inf_status_t st = attn_check(be, p, err);
+    if (st != INF_OK || p->n_seqs == 0)
+        return st;
+    return be->iface->attn_decode(be, p, err);
+}
+
+inf_status_t eng_op_silu_mul(struct eng_backend *be, struct eng_mat gate, struct eng_mat up,
+                             struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+{
+    size_t es = eng_act_size(be->act_dtype);
+    if (m < 0 || dim <= 0)
+        return inf_err_set(err, INF_E_INVALID, "silu_mul: bad dim %d", dim);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(gate, m, dim, es, "silu_mul gate");
+    CHECK_MAT(up, m, dim, es, "silu_mul up");
+    CHECK_MAT(out, m, dim, es, "silu_mul out");
+    return be->iface->silu_mul(be, gate, up, out, dim, m, err);
+}
+
+inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+{
+    size_t es = eng_act_size(be->act_dtype);
+    if (m < 0 || dim <= 0 || !buf_holds(idx, m, 4))
+        return inf_err_set(err, INF_E_INVALID, "rows_gather: bad dim %d or indices", dim);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(out, m, dim, es, "rows_gather out");
+    return be->iface->rows_gather(be, x, idx, out, dim, m, err);
+}
+
+inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
+                               struct inf_err *err)
+{
+    if (!be->iface->all_reduce)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no all_reduce", be->iface->name);
+    CHECK_MAT(x, m, dim, eng_act_size(be->act_dtype), "all_reduce x");
+    return be->iface->all_reduce(be, x, dim, m, err);
+}

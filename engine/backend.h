@@ -1,0 +1,256 @@
+#pragma once
+/* engine/backend.h — engine-internal: the backend interface.
+ *
+ * A backend is a table of function pointers (struct eng_backend_iface) over
+ * opaque device buffers, filled by each backend from a `static const` struct
+ * with designated initializers, plus the public wrappers below that check
+ * arguments and optional slots. The model forward (engine/model.c) is written
+ * once against the wrappers; adding a backend never touches it.
+ *
+ * Data types
+ *   activations  every activation buffer holds elements of the backend's
+ *                `act_dtype` (ENG_ACT_F32 on the CPU backend; a GPU backend
+ *                may declare ENG_ACT_F16). Activations are addressed by a
+ *                struct eng_mat view: element offset + row stride (ld).
+ *   logits       the lm_head output is always fp32 ([m][n], ld n), so that
+ *                sampling sees the same numbers on every backend.
+ *   weights      INT4 weights enter as the canonical form (kernels/q4.h) and
+ *                are repacked by weight_q4_create into the backend's own
+ *                object; fp weights (embedding, lm_head, layers kept in fp)
+ *                are uploaded raw as ENG_W_F32 or ENG_W_F16 [n][k] row-major;
+ *                norm weights and biases are fp32.
+ *   indices      token ids, positions, sequence tables and block tables are
+ *                int32 buffers uploaded by the caller (buf_upload).
+ *   KV cache     per layer one K and one V pool of `kv_dtype` elements,
+ *                [n_blocks][ENG_KV_BLOCK][n_kv_heads][head_dim] (fp32 on CPU).
+ * Ownership
+ *   Buffers and weight objects belong to the caller that created them and
+ *   must be freed through the same backend before it is destroyed. Ops never
+ *   keep pointers to their arguments after they return.
+ * Threads
+ *   A backend object is used by one thread at a time (the engine thread, or
+ *   one thread per tensor-parallel rank); it may run work on threads of its
+ *   own (the CPU backend's pool) but every op has finished, as seen from
+ *   download, when the wrapper returns on the CPU; a device backend may queue
+ *   ops on its stream, and buf_download synchronizes.
+ * Errors
+ *   Wrappers answer INF_E_INVALID for bad shapes or views,
+ *   INF_E_UNSUPPORTED for a NULL optional slot or a dtype the backend lacks,
+ *   INF_E_NOMEM / INF_E_DEVICE from the backend. */
+#include "common/inf.h"
+#include "kernels/q4.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum eng_act_dtype {
+    ENG_ACT_F32,
+    ENG_ACT_F16,
+};
+
+enum eng_wdtype {
+    ENG_W_F32,
+    ENG_W_F16,
+};
+
+/* Bytes per element. */
+size_t eng_act_size(enum eng_act_dtype dt);
+size_t eng_w_size(enum eng_wdtype dt);
+
+/* A device buffer: `ptr` is the backend's address (host memory on the CPU,
+ * device memory on a GPU); `impl` is the backend's private record. */
+struct eng_buf {
+    void *ptr;
+    size_t size; /* bytes */
+    void *impl;
+};
+
+/* A backend's repacked INT4 weight: shape as the caller sees it, plus the
+ * backend's private object. */
+struct eng_q4w {
+    int32_t n, k;
+    void *impl;
+};
+
+/* A 2-D view of an activation buffer: element (r, c) is at element offset
+ * off + r * ld + c, in elements of the backend's act_dtype. */
+struct eng_mat {
+    struct eng_buf *buf;
+    int64_t off;
+    int64_t ld;
+};
+
+/* RoPE parameters, Hugging Face (rotate_half) convention: head element i
+ * pairs with i + head_dim / 2; inv_freq[i] = theta^(-2i / head_dim), rescaled
+ * as Hugging Face's "llama3" rope_type when llama3 is set. */
+struct eng_rope_params {
+    float theta;
+    bool llama3;
+    float factor, low_freq, high_freq;
+    int32_t orig_max_pos;
+};
+
+/* Paged attention over one layer. The batch is described per sequence run:
+ * seqs is an int32 buffer [n_seqs][3] = {first token in the batch, number of
+ * tokens, slot}. Token t of the batch has position pos[t]; before the op,
+ * its slot holds the KV of positions 0..pos[first]-1. The op writes the K/V
+ * rows of every listed token at its position (block block_table[slot][pos /
+ * ENG_KV_BLOCK], row pos % ENG_KV_BLOCK), then each token attends causally
+ * over positions 0..pos[t] of its slot. q, k, v are views with rows indexed
+ * by batch token; q holds n_heads heads, k and v n_kv_heads heads of
+ * head_dim; query head h uses KV head h / (n_heads / n_kv_heads) (GQA).
+ * out [n_tokens rows][n_heads * head_dim] receives the attention output. */
+struct eng_attn_params {
+    int32_t n_heads, n_kv_heads, head_dim;
+    float scale; /* usually 1 / sqrt(head_dim) */
+    struct eng_mat q, k, v, out;
+    const struct eng_buf *pos;  /* int32 [batch tokens] */
+    const struct eng_buf *seqs; /* int32 [n_seqs][3] */
+    int32_t n_seqs;
+    const struct eng_buf *block_table; /* int32 [n_slots][max_blocks] */
+    int32_t n_slots, max_blocks;
+    struct eng_buf *k_cache, *v_cache; /* this layer's pools */
+    int32_t n_blocks;                  /* blocks in each pool */
+};
+
+struct eng_backend;
+
+/* The table a backend fills. Slots marked optional may be NULL. Every op
+ * gets already-validated arguments (the wrappers check). */
+struct eng_backend_iface {
+    const char *name;
+    void (*destroy)(struct eng_backend *be);
+
+    inf_status_t (*buf_alloc)(struct eng_backend *be, size_t bytes, struct eng_buf **out,
+                              struct inf_err *err);
+    void (*buf_free)(struct eng_backend *be, struct eng_buf *buf);
+    inf_status_t (*buf_upload)(struct eng_backend *be, struct eng_buf *dst, size_t off,
+                               const void *src, size_t bytes, struct inf_err *err);
+    inf_status_t (*buf_download)(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                 void *dst, size_t bytes, struct inf_err *err);
+
+    /* Repack the canonical form into the backend's object; the canonical
+     * form stays the caller's. */
+    inf_status_t (*weight_q4_create)(struct eng_backend *be, const struct krn_q4_weight *w,
+                                     struct eng_q4w **out, struct inf_err *err);
+    void (*weight_q4_destroy)(struct eng_backend *be, struct eng_q4w *w);
+
+    /* y[m][w->n] = x[m][w->k] . W^T (+ bias[n], fp32, optional). */
+    inf_status_t (*linear_q4)(struct eng_backend *be, const struct eng_q4w *w,
+                              const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                              int32_t m, struct inf_err *err);
+    /* y[m][n] = x[m][k] . W^T (+ bias) with W [n][k] of wdt; y_f32 selects an
+     * fp32 output (logits) instead of act_dtype. */
+    inf_status_t (*linear_fp)(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
+                              int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
+                              struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err);
+    /* out[t] = table[ids[t]] for t < m; table [vocab][dim] of wdt. */
+    inf_status_t (*embedding)(struct eng_backend *be, const struct eng_buf *table,
+                              enum eng_wdtype wdt, int32_t vocab, int32_t dim,
+                              const struct eng_buf *ids, struct eng_mat out, int32_t m,
+                              struct inf_err *err);
+    /* If delta is given: x += delta. Then out = x * w / sqrt(mean(x^2) + eps),
+     * for m rows of dim. */
+    inf_status_t (*rmsnorm_add)(struct eng_backend *be, struct eng_mat x,
+                                const struct eng_mat *delta, const struct eng_buf *w, float eps,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+    /* Rotate n_heads heads of head_dim in place in every row t < m of x, at
+     * position pos[t]. */
+    inf_status_t (*rope)(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
+                         int32_t head_dim, const struct eng_buf *pos,
+                         const struct eng_rope_params *p, int32_t m, struct inf_err *err);
+    /* Sequences with several tokens (prefill chunks). */
+    inf_status_t (*attn_prefill)(struct eng_backend *be, const struct eng_attn_params *p,
+                                 struct inf_err *err);
+    /* Sequences with exactly one token each (decode). */
+    inf_status_t (*attn_decode)(struct eng_backend *be, const struct eng_attn_params *p,
+                                struct inf_err *err);
+    /* out[t][i] = silu(gate[t][i]) * up[t][i], i < dim, t < m. */
+    inf_status_t (*silu_mul)(struct eng_backend *be, struct eng_mat gate, struct eng_mat up,
+                             struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+    /* out[i] = x[idx[i]] row copies, i < m (gathers the rows that need logits). */
+    inf_status_t (*rows_gather)(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+    /* Optional: sum x[m][dim] over the tensor-parallel group, in place.
+     * NULL for a single device. */
+    inf_status_t (*all_reduce)(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
+                               struct inf_err *err);
+};
+
+/* A backend object. Made by a backend's create function (e.g.
+ * eng_backend_cpu_create), released by eng_backend_destroy. */
+struct eng_backend {
+    const struct eng_backend_iface *iface;
+    enum eng_act_dtype act_dtype; /* dtype of activation buffers */
+    enum eng_act_dtype kv_dtype;  /* dtype of the KV pools */
+    void *ctx;                    /* the backend's private state */
+};
+
+/* Destroy be (and its threads). NULL is a no-op. Thread: owner. */
+void eng_backend_destroy(struct eng_backend *be);
+const char *eng_backend_name(const struct eng_backend *be);
+
+/* ---- public wrappers: validate, then call the slot. Thread: owner. ---- */
+inf_status_t eng_buf_alloc(struct eng_backend *be, size_t bytes, struct eng_buf **out,
+                           struct inf_err *err);
+void eng_buf_free(struct eng_backend *be, struct eng_buf *buf); /* NULL is a no-op */
+inf_status_t eng_buf_upload(struct eng_backend *be, struct eng_buf *dst, size_t off,
+                            const void *src, size_t bytes, struct inf_err *err);
+inf_status_t eng_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                              void *dst, size_t bytes, struct inf_err *err);
+/* Allocate and upload in one call. */
+inf_status_t eng_buf_from_host(struct eng_backend *be, const void *src, size_t bytes,
+                               struct eng_buf **out, struct inf_err *err);
+
+inf_status_t eng_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
+                                  struct eng_q4w **out, struct inf_err *err);
+void eng_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w); /* NULL: no-op */
+
+inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
+                              const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                              int32_t m, struct inf_err *err);
+inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
+                              int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
+                              struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err);
+inf_status_t eng_op_embedding(struct eng_backend *be, const struct eng_buf *table,
+                              enum eng_wdtype wdt, int32_t vocab, int32_t dim,
+                              const struct eng_buf *ids, struct eng_mat out, int32_t m,
+                              struct inf_err *err);
+inf_status_t eng_op_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
+                                const struct eng_mat *delta, const struct eng_buf *w, float eps,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+inf_status_t eng_op_rope(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
+                         int32_t head_dim, const struct eng_buf *pos,
+                         const struct eng_rope_params *p, int32_t m, struct inf_err *err);
+inf_status_t eng_op_attn_prefill(struct eng_backend *be, const struct eng_attn_params *p,
+                                 struct inf_err *err);
+inf_status_t eng_op_attn_decode(struct eng_backend *be, const struct eng_attn_params *p,
+                                struct inf_err *err);
+inf_status_t eng_op_silu_mul(struct eng_backend *be, struct eng_mat gate, struct eng_mat up,
+                             struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+/* INF_E_UNSUPPORTED when the backend has no all_reduce (single device). */
+inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
+                               struct inf_err *err);
+
+/* ---- the CPU backend (engine/backend_cpu.c) ----------------------------
+ * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a
+ * pthread pool owned by the backend; the calling thread takes part and
+ * every op has finished when it returns. Errors: INF_E_NOMEM, INF_E_INVALID. */
+struct eng_backend_cpu_opts {
+    int32_t n_threads;
+};
+inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
+                                    struct eng_backend **out, struct inf_err *err);
+/* Threads the CPU backend runs on (the caller included). */
+int32_t eng_backend_cpu_threads(const struct eng_backend *be);
+
+#ifdef __cplusplus
+}
+#endif

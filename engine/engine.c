@@ -1,0 +1,523 @@
+/* engine/engine.c — the engine object and its thread.
+ *
+ * Loop -> engine: eng_request_submit / eng_request_cancel / eng_engine_abort_all
+ * push small messages into the inbox (a mutex queue); the engine thread takes
+ * the whole inbox between steps, so a request pointer crosses threads only
+ * through it and is never touched by the submitter afterwards.
+ * Engine -> loop: every event goes into the outbox; the notify callback runs
+ * only when the outbox goes from empty to non-empty, and eng_events_take
+ * swaps the whole list out (h2o's multithread handoff).
+ *
+ * Admission bound: `queued` counts requests submitted and not yet started (or
+ * ended) by the scheduler; submit answers INF_E_BUSY when it would pass
+ * max_queue. The engine thread subtracts what the scheduler reports as having
+ * left the queue. */
+#define INF_LOG_MODULE "eng"
+#include "engine/eng.h"
+#include "engine/backend.h"
+#include "engine/mock.h"
+#include "engine/model_config.h"
+#include "engine/scheduler_impl.h"
+#include "engine/scheduler_lm.h"
+#include "engine/tokenizer.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum msg_kind { MSG_SUBMIT, MSG_CANCEL, MSG_WAKE };
+
+struct msg {
+    struct inf_qnode node; /* first: the inbox links messages through it */
+    enum msg_kind kind;
+    struct eng_request *req; /* MSG_SUBMIT: owned by the message until the scheduler takes it */
+    uint64_t id;
+    uint64_t t_submit;
+};
+
+struct eng_engine {
+    struct eng_config cfg; /* resolved defaults; pointer fields not kept */
+    eng_notify_fn notify;
+    void *user;
+    struct eng_lm lm;
+    const struct eng_detok_ops *detok;
+    struct eng_detok_ops tok_ops; /* detok when it is the tokenizer's */
+    eng_tok_t *tok;               /* the server's tokenizer (NULL for none) */
+    eng_sched_t *sched;           /* engine thread only, after create */
+    inf_queue_t *inbox, *outbox;
+    pthread_t thread;
+    bool thread_started;
+    uint64_t min_step_ns;
+    struct eng_info info;
+
+    atomic_bool draining;
+    atomic_bool stopping;
+    atomic_bool abort_pending;
+    atomic_int_fast64_t queued;
+
+    /* engine thread only */
+    uint64_t dequeued_seen;
+    bool failed;
+
+    pthread_mutex_t stats_mu; /* guards stats */
+    struct eng_stats stats;
+};
+
+/* ---- events ------------------------------------------------------------------------ */
+static void outbox_push(void *user, struct eng_event *ev)
+{
+    eng_engine_t *eng = user;
+    bool was_empty = false;
+    if (inf_queue_push(eng->outbox, &ev->node, &was_empty) != INF_OK) {
+        eng_event_destroy(ev); /* unbounded and never closed: cannot happen */
+        return;
+    }
+    if (was_empty && eng->notify)
+        eng->notify(eng->user);
+}
+
+struct eng_event *eng_events_take(eng_engine_t *eng)
+{
+    /* node is the first member of struct eng_event */
+    return (struct eng_event *)(void *)inf_queue_take_all(eng->outbox);
+}
+
+/* An ERROR event for a request the scheduler never took. */
+static void reject(eng_engine_t *eng, uint64_t id, inf_status_t code, const char *msg)
+{
+    struct eng_event *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        inf_log(ERROR, "req=%llu out of memory for its error event", (unsigned long long)id);
+        return;
+    }
+    ev->kind = ENG_EV_ERROR;
+    ev->req_id = id;
+    ev->status = code;
+    snprintf(ev->msg, sizeof ev->msg, "%s", msg);
+    outbox_push(eng, ev);
+}
+
+/* ---- the thread ---------------------------------------------------------------------- */
+static void publish_stats(eng_engine_t *eng)
+{
+    struct eng_stats st;
+    eng_sched_stats(eng->sched, &st);
+    st.failed = eng->failed;
+    pthread_mutex_lock(&eng->stats_mu);
+    eng->stats = st;
+    pthread_mutex_unlock(&eng->stats_mu);
+}
+
+static void account_dequeued(eng_engine_t *eng)
+{
+    uint64_t d = eng_sched_dequeued(eng->sched);
+    if (d != eng->dequeued_seen) {
+        atomic_fetch_sub(&eng->queued, (int_fast64_t)(d - eng->dequeued_seen));
+        eng->dequeued_seen = d;
+    }
+}
+
+static void handle_msgs(eng_engine_t *eng, struct inf_qnode *list)
+{
+    while (list) {
+        struct msg *m = (struct msg *)(void *)list;
+        list = list->next;
+        if (m->kind == MSG_SUBMIT) {
+            struct inf_err err = {0};
+            uint64_t id = m->req->id;
+            inf_status_t st = eng->failed ? inf_err_set(&err, INF_E_DEVICE, "the engine failed")
+                                          : eng_sched_add(eng->sched, m->req, m->t_submit, &err);
+            if (st != INF_OK) {
+                atomic_fetch_sub(&eng->queued, 1);
+                eng_request_destroy(m->req);
+                reject(eng, id, st, err.msg);
+            }
+        } else if (m->kind == MSG_CANCEL) {
+            eng_sched_cancel(eng->sched, m->id);
+        }
+        free(m);
+    }
+    if (atomic_exchange(&eng->abort_pending, false))
+        eng_sched_abort_all(eng->sched);
+    account_dequeued(eng);
+}
+
+static void sleep_until(uint64_t t)
+{
+    uint64_t now = inf_now_ns();
+    if (now >= t)
+        return;
+    uint64_t d = t - now;
+    struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+    nanosleep(&ts, NULL);
+}
+
+static void *engine_main(void *arg)
+{
+    eng_engine_t *eng = arg;
+    for (;;) {
+        handle_msgs(eng, inf_queue_take_all(eng->inbox));
+        if (atomic_load(&eng->stopping))
+            break;
+        if (eng_sched_idle(eng->sched)) {
+            publish_stats(eng);
+            inf_queue_wait(eng->inbox, -1);
+            continue;
+        }
+        uint64_t t0 = inf_now_ns();
+        struct inf_err err = {0};
+        inf_status_t st = eng_sched_step(eng->sched, &err);
+        if (st != INF_OK) {
+            inf_log(ERROR, "engine step failed (%s): %s; failing every request",
+                    inf_status_name(st), err.msg);
+            eng->failed = true;
+            eng_sched_fail_all(eng->sched, INF_E_DEVICE, "the engine failed");
+        }
+        account_dequeued(eng);
+        publish_stats(eng);
+        if (eng->min_step_ns)
+            sleep_until(t0 + eng->min_step_ns);
+    }
+    return NULL;
+}
+
+/* ---- the public API ------------------------------------------------------------------- */
+inf_status_t eng_request_submit(eng_engine_t *eng, struct eng_request *req, struct inf_err *err)
+{
+    if (atomic_load(&eng->draining) || atomic_load(&eng->stopping))
+        return inf_err_set(err, INF_E_SHUTDOWN, "the server is shutting down");
+    inf_status_t st = eng_sched_validate(eng->sched, req, err);
+    if (st != INF_OK)
+        return st;
+    if (atomic_fetch_add(&eng->queued, 1) >= eng->cfg.max_queue) {
+        atomic_fetch_sub(&eng->queued, 1);
+        return inf_err_set(err, INF_E_BUSY, "the queue is full (%d requests waiting)",
+                           eng->cfg.max_queue);
+    }
+    struct msg *m = calloc(1, sizeof *m);
+    if (!m) {
+        atomic_fetch_sub(&eng->queued, 1);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    }
+    m->kind = MSG_SUBMIT;
+    m->req = req;
+    m->t_submit = inf_now_ns();
+    st = inf_queue_push(eng->inbox, &m->node, NULL);
+    if (st != INF_OK) {
+        atomic_fetch_sub(&eng->queued, 1);
+        free(m);
+        return inf_err_set(err, st, "the server is shutting down");
+    }
+    return INF_OK;
+}
+
+void eng_request_cancel(eng_engine_t *eng, uint64_t req_id)
+{
+    struct msg *m = calloc(1, sizeof *m);
+    if (!m) {
+        inf_log(ERROR, "req=%llu out of memory for its cancellation", (unsigned long long)req_id);
+        return;
+    }
+    m->kind = MSG_CANCEL;
+    m->id = req_id;
+    if (inf_queue_push(eng->inbox, &m->node, NULL) != INF_OK)
+        free(m);
+}
+
+void eng_engine_drain(eng_engine_t *eng)
+{
+    atomic_store(&eng->draining, true);
+}
+
+void eng_engine_abort_all(eng_engine_t *eng)
+{
+    atomic_store(&eng->abort_pending, true);
+    struct msg *m = calloc(1, sizeof *m);
+    if (!m)
+        return; /* the flag is seen at the next step */
+    m->kind = MSG_WAKE;
+    if (inf_queue_push(eng->inbox, &m->node, NULL) != INF_OK)
+        free(m);
+}
+
+void eng_engine_info(const eng_engine_t *eng, struct eng_info *info)
+{
+    *info = eng->info;
+}
+
+void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st)
+{
+    pthread_mutex_lock(&eng->stats_mu);
+    *st = eng->stats;
+    pthread_mutex_unlock(&eng->stats_mu);
+}
+
+/* struct eng_tokenizer is the public name of engine/tokenizer.h's eng_tok_t. */
+const struct eng_tokenizer *eng_engine_tokenizer(const eng_engine_t *eng)
+{
+    return (const struct eng_tokenizer *)(const void *)eng->tok;
+}
+
+/* ---- lifetime -------------------------------------------------------------------------- */
+static int32_t env_int(const char *name, int32_t dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > INT32_MAX) {
+        inf_log(WARN, "ignoring %s=%s (not a non-negative integer)", name, v);
+        return dflt;
+    }
+    return (int32_t)x;
+}
+
+/* KV bytes per token: K and V of every layer in the backend's KV dtype. */
+static int64_t kv_bytes_per_token(const struct eng_model_config *mc, const struct eng_backend *be)
+{
+    return (int64_t)mc->n_layers * 2 * mc->n_kv_heads * mc->head_dim *
+           (int64_t)eng_act_size(be->kv_dtype);
+}
+
+/* The backend cfg->backend names. Adding a backend is a case here. */
+static inf_status_t make_backend(const struct eng_config *cfg, struct eng_backend **out,
+                                 struct inf_err *err)
+{
+    if (cfg->backend == ENG_BACKEND_CPU) {
+        struct eng_backend_cpu_opts bo = {.n_threads = cfg->threads};
+        return eng_backend_cpu_create(&bo, out, err);
+    }
+    return inf_err_set(err, INF_E_UNSUPPORTED, "backend: cuda is not available in this build");
+}
+
+/* The automatic KV size of a real model: room for max_batch full sequences
+ * within 256 MiB, and never less than one sequence. */
+#define KV_AUTO_BYTES (256ll << 20)
+
+/* A checkpoint folder on a real backend: config.json, tokenizer.json and the
+ * weights. Sizes the KV pool (cfg.kv_cache_tokens 0: room for max_batch full
+ * sequences within KV_AUTO_BYTES, at least one) and the model's step buffers
+ * (max_batched_tokens). */
+static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
+{
+    struct eng_config *cfg = &eng->cfg;
+    struct eng_backend *be = NULL;
+    struct eng_model_config mc;
+    inf_status_t st;
+    if (!cfg->model_dir || !*cfg->model_dir)
+        return inf_err_set(err, INF_E_INVALID, "model: a model folder is required");
+    st = eng_model_config_load(cfg->model_dir, &mc, err);
+    if (st != INF_OK)
+        return st;
+    st = make_backend(cfg, &be, err);
+    if (st != INF_OK)
+        return st;
+    if (cfg->max_model_len > mc.max_pos)
+        inf_log(WARN, "max_model_len %d is above the model's %d; using %d", cfg->max_model_len,
+                mc.max_pos, mc.max_pos);
+    if (cfg->max_model_len == 0 || cfg->max_model_len > mc.max_pos)
+        cfg->max_model_len = mc.max_pos;
+    if (cfg->kv_cache_tokens == 0) {
+        int64_t fit = KV_AUTO_BYTES / kv_bytes_per_token(&mc, be);
+        int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
+        int64_t t = want < fit ? want : fit;
+        if (t < cfg->max_model_len)
+            t = cfg->max_model_len;
+        cfg->kv_cache_tokens = (t + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK * ENG_KV_BLOCK;
+    }
+    if (cfg->kv_cache_tokens / ENG_KV_BLOCK > INT32_MAX) {
+        st = inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
+        goto fail_be;
+    }
+    st = eng_tok_load(cfg->model_dir, &eng->tok, err);
+    if (st != INF_OK)
+        goto fail_be;
+    struct eng_lm_model_opts lo = {
+        .dir = cfg->model_dir,
+        .quantize = cfg->quantize,
+        .group_size = cfg->group_size,
+        .symmetric = cfg->symmetric,
+        .fuse_qkv = cfg->fuse_qkv,
+        .keep_fp16 = cfg->keep_fp16,
+        .n_keep_fp16 = cfg->n_keep_fp16,
+        .max_tokens = cfg->max_batched_tokens,
+        .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
+    };
+    st = eng_lm_model_create(&lo, be, &eng->lm, err);
+    if (st != INF_OK)
+        goto fail_tok;
+    /* A config without eos_token_id / bos_token_id: the tokenizer's. */
+    int32_t tok_eos = eng_tok_eos_id(eng->tok);
+    if (eng->lm.n_eos == 0 && tok_eos >= 0 && tok_eos < eng->lm.vocab)
+        eng->lm.eos_ids[eng->lm.n_eos++] = tok_eos;
+    if (eng->lm.bos_id < 0)
+        eng->lm.bos_id = eng_tok_bos_id(eng->tok);
+    eng_lm_detok_ops(eng->tok, &eng->tok_ops);
+    eng->detok = &eng->tok_ops;
+    return INF_OK;
+
+fail_tok:
+    eng_tok_destroy(eng->tok);
+    eng->tok = NULL;
+fail_be:
+    eng_backend_destroy(be);
+    return st;
+}
+
+/* Load the model and tokenizer; fix cfg.max_model_len and
+ * cfg.kv_cache_tokens to what they resolve to. */
+static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
+{
+    struct eng_config *cfg = &eng->cfg;
+    inf_status_t st;
+    switch (cfg->backend) {
+    case ENG_BACKEND_MOCK: {
+        struct eng_mock_config mc = {
+            .vocab = env_int("INT4SERVE_MOCK_VOCAB", 0),
+            .max_len = cfg->max_model_len,
+            .fail_at_step = env_int("INT4SERVE_MOCK_FAIL_STEP", 0),
+        };
+        st = eng_mock_create(&mc, &eng->lm, err);
+        if (st != INF_OK)
+            return st;
+        st = eng_mock_tokenizer(eng->lm.vocab, &eng->tok, err);
+        if (st != INF_OK) {
+            eng->lm.destroy(eng->lm.self);
+            return st;
+        }
+        eng->detok = &eng_mock_detok;
+        cfg->max_model_len = eng->lm.max_len;
+        if (cfg->kv_cache_tokens == 0)
+            cfg->kv_cache_tokens = (int64_t)cfg->max_batch * cfg->max_model_len;
+        return INF_OK;
+    }
+    case ENG_BACKEND_CPU:
+    case ENG_BACKEND_CUDA:
+        return load_checkpoint(eng, err);
+    }
+    return inf_err_set(err, INF_E_INVALID, "backend: unknown kind %d", (int)cfg->backend);
+}
+
+inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notify, void *user,
+                               eng_engine_t **out, struct inf_err *err)
+{
+    inf_status_t st;
+    eng_engine_t *eng = calloc(1, sizeof *eng);
+    if (!eng)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    eng->cfg = *cfg;
+    eng->notify = notify;
+    eng->user = user;
+    if (eng->cfg.max_batch == 0)
+        eng->cfg.max_batch = 128;
+    if (eng->cfg.max_batched_tokens == 0)
+        eng->cfg.max_batched_tokens = eng->cfg.max_batch > 2048 ? eng->cfg.max_batch : 2048;
+    if (eng->cfg.max_queue == 0)
+        eng->cfg.max_queue = 256;
+    if (eng->cfg.max_batch < 0 || eng->cfg.max_batched_tokens < 0 || eng->cfg.max_queue < 0 ||
+        eng->cfg.max_model_len < 0 || eng->cfg.kv_cache_tokens < 0) {
+        st = inf_err_set(err, INF_E_INVALID, "engine limits must not be negative");
+        goto fail_cfg;
+    }
+    uint32_t min_step_us =
+        cfg->min_step_us ? cfg->min_step_us : (uint32_t)env_int("INT4SERVE_MIN_STEP_US", 0);
+    eng->min_step_ns = (uint64_t)min_step_us * 1000ull;
+
+    st = load_model(eng, err);
+    if (st != INF_OK)
+        goto fail_cfg;
+    int64_t kv_tokens = eng->cfg.kv_cache_tokens;
+    if (kv_tokens / ENG_KV_BLOCK > INT32_MAX) {
+        st = inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
+        goto fail_lm;
+    }
+    struct eng_sched_config sc = {
+        .max_batch = eng->cfg.max_batch,
+        .max_batched_tokens = eng->cfg.max_batched_tokens,
+        .max_model_len = eng->cfg.max_model_len,
+        .kv_blocks = (int32_t)(kv_tokens / ENG_KV_BLOCK),
+        .seed = eng->cfg.seed,
+    };
+    st = eng_sched_create(&sc, &eng->lm, eng->detok, outbox_push, eng, &eng->sched, err);
+    if (st != INF_OK)
+        goto fail_lm;
+
+    eng->inbox = inf_queue_create(0);
+    eng->outbox = inf_queue_create(0);
+    if (!eng->inbox || !eng->outbox) {
+        st = inf_err_set(err, INF_E_NOMEM, "out of memory");
+        goto fail_queues;
+    }
+    if (pthread_mutex_init(&eng->stats_mu, NULL) != 0) {
+        st = inf_err_set(err, INF_E_NOMEM, "cannot create a mutex");
+        goto fail_queues;
+    }
+    eng->info = (struct eng_info){
+        .vocab = eng->lm.vocab,
+        .max_model_len = eng->cfg.max_model_len,
+        .bos_id = eng->lm.bos_id,
+        .kv_capacity_tokens = (int64_t)sc.kv_blocks * ENG_KV_BLOCK,
+        .backend_name = eng->lm.name,
+    };
+    eng->cfg.model_dir = NULL;
+    eng->cfg.devices = NULL;
+    eng->cfg.keep_fp16 = NULL;
+    publish_stats(eng);
+    if (pthread_create(&eng->thread, NULL, engine_main, eng) != 0) {
+        st = inf_err_set(err, INF_E_NOMEM, "cannot start the engine thread");
+        goto fail_mutex;
+    }
+    eng->thread_started = true;
+    inf_log(INFO,
+            "engine ready: backend %s, vocab %d, max_model_len %d, max_batch %d, "
+            "kv %lld tokens",
+            eng->lm.name, eng->lm.vocab, eng->cfg.max_model_len, eng->cfg.max_batch,
+            (long long)eng->info.kv_capacity_tokens);
+    *out = eng;
+    return INF_OK;
+
+fail_mutex:
+    pthread_mutex_destroy(&eng->stats_mu);
+fail_queues:
+    inf_queue_destroy(eng->outbox);
+    inf_queue_destroy(eng->inbox);
+    eng_sched_destroy(eng->sched);
+fail_lm:
+    eng->lm.destroy(eng->lm.self);
+    eng_tok_destroy(eng->tok);
+fail_cfg:
+    free(eng);
+    return st;
+}
+
+void eng_engine_destroy(eng_engine_t *eng)
+{
+    if (!eng)
+        return;
+    atomic_store(&eng->stopping, true);
+    inf_queue_close(eng->inbox);
+    if (eng->thread_started)
+        pthread_join(eng->thread, NULL);
+    /* Messages that arrived after the thread's last look. */
+    for (struct inf_qnode *n = inf_queue_take_all(eng->inbox), *next; n; n = next) {
+        next = n->next;
+        struct msg *m = (struct msg *)(void *)n;
+        eng_request_destroy(m->req);
+        free(m);
+    }
+    eng_sched_destroy(eng->sched);
+    for (struct inf_qnode *n = inf_queue_take_all(eng->outbox), *next; n; n = next) {
+        next = n->next;
+        eng_event_destroy((struct eng_event *)(void *)n);
+    }
+    eng->lm.destroy(eng->lm.self);
+    eng_tok_destroy(eng->tok);
+    inf_queue_destroy(eng->inbox);
+    inf_queue_destroy(eng->outbox);
+    pthread_mutex_destroy(&eng->stats_mu);
+    free(eng);
+}

@@ -1,0 +1,29 @@
+#pragma once
+/* kernels/attention.h — paged attention over a KV pool.
+ *
+ * Pool layout (one layer, K and V alike): [n_blocks][block][n_kv_heads]
+ * [head_dim] fp32; position p of a sequence lives in block
+ * blocks[p / block], row p % block. Kernels never allocate, log or
+ * synchronize. */
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Write one token's K and V rows (n_kv_heads * head_dim each) at position
+ * pos of the sequence whose block list is blocks. */
+void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32_t block,
+                      int32_t n_kv_heads, int32_t head_dim, int32_t pos, const float *k,
+                      const float *v);
+
+/* One query head over positions 0..n_ctx-1 of one sequence, KV head kvh:
+ * out[d] = sum_p softmax_p(scale * q . K[p]) V[p][d]. scores is scratch of
+ * n_ctx floats. */
+void krn_cpu_attn_head(const float *q, const float *k_pool, const float *v_pool,
+                       const int32_t *blocks, int32_t block, int32_t n_kv_heads, int32_t head_dim,
+                       int32_t kvh, int32_t n_ctx, float scale, float *scores, float *out);
+
+#ifdef __cplusplus
+}
+#endif

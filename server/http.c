@@ -1,0 +1,628 @@
+/* http.c — libmicrohttpd driven by the libuv loop.
+ *
+ * libmicrohttpd runs with no thread of its own (MHD_USE_EPOLL without an
+ * internal polling thread): its epoll fd is watched by a uv_poll_t, a
+ * uv_timer_t honours MHD_get_timeout, and MHD_run is called after each event,
+ * so every MHD callback runs on the loop thread. A request that waits on the
+ * engine is a suspended connection; the loop resumes it when the engine's
+ * events arrive. While a connection is suspended libmicrohttpd does not watch
+ * its socket, so a sweep timer peeks at those sockets to notice a client that
+ * went away and cancel its request. */
+#define INF_LOG_MODULE "srv"
+#include "api/api.h"
+#include "server/srv_impl.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SWEEP_MS 100
+
+/* ---- byte buffers ------------------------------------------------------------ */
+bool srv_buf_put(struct srv_buf *b, const void *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return true;
+}
+
+bool srv_buf_puts(struct srv_buf *b, const char *s)
+{
+    return srv_buf_put(b, s, strlen(s));
+}
+
+bool srv_buf_printf(struct srv_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !srv_buf_put(b, NULL, 0))
+        return false;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return true;
+}
+
+void srv_buf_free(struct srv_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ---- the id registry (engine request id -> sub-request) ---------------------------- */
+void srv_sub_register(struct srv_server *s, struct srv_sub *sub)
+{
+    size_t h = (size_t)(sub->id % SRV_REG_BUCKETS);
+    sub->hnext = s->reg[h];
+    s->reg[h] = sub;
+    sub->registered = true;
+}
+
+void srv_sub_unregister(struct srv_server *s, struct srv_sub *sub)
+{
+    if (!sub->registered)
+        return;
+    struct srv_sub **pp = &s->reg[sub->id % SRV_REG_BUCKETS];
+    while (*pp && *pp != sub)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = sub->hnext;
+    sub->hnext = NULL;
+    sub->registered = false;
+}
+
+struct srv_sub *srv_sub_lookup(struct srv_server *s, uint64_t id)
+{
+    for (struct srv_sub *sub = s->reg[id % SRV_REG_BUCKETS]; sub; sub = sub->hnext)
+        if (sub->id == id)
+            return sub;
+    return NULL;
+}
+
+/* ---- running libmicrohttpd ---------------------------------------------------------- */
+static void on_mhd_timer(uv_timer_t *t);
+
+static void arm_timer(struct srv_server *s)
+{
+    MHD_UNSIGNED_LONG_LONG ms = 0;
+    if (!s->mhd)
+        return;
+    if (MHD_get_timeout(s->mhd, &ms) == MHD_YES) {
+        /* Cap so a clock jump can never park the loop for long. */
+        if (ms > 60000)
+            ms = 60000;
+        uv_timer_start(&s->mhd_timer, on_mhd_timer, (uint64_t)ms, 0);
+    } else {
+        uv_timer_stop(&s->mhd_timer);
+    }
+}
+
+static void mhd_run(struct srv_server *s)
+{
+    if (!s->mhd || s->in_mhd_run)
+        return;
+    s->in_mhd_run = true;
+    MHD_run(s->mhd);
+    s->in_mhd_run = false;
+    arm_timer(s);
+}
+
+static void on_mhd_timer(uv_timer_t *t)
+{
+    mhd_run(t->data);
+}
+
+static void on_mhd_poll(uv_poll_t *p, int status, int events)
+{
+    (void)status;
+    (void)events;
+    mhd_run(p->data);
+}
+
+static void on_kick(uv_idle_t *idle)
+{
+    struct srv_server *s = idle->data;
+    uv_idle_stop(idle);
+    mhd_run(s);
+}
+
+void srv_http_kick(struct srv_server *s)
+{
+    if (s->mhd && !uv_is_closing((uv_handle_t *)&s->kick))
+        uv_idle_start(&s->kick, on_kick);
+}
+
+/* ---- suspend / resume ---------------------------------------------------------------- */
+void srv_req_suspend(struct srv_req *r)
+{
+    if (r->suspended || !r->conn)
+        return;
+    MHD_suspend_connection(r->conn);
+    r->suspended = true;
+}
+
+void srv_req_resume(struct srv_req *r)
+{
+    if (!r->suspended || !r->conn)
+        return;
+    r->suspended = false;
+    MHD_resume_connection(r->conn);
+    srv_http_kick(r->srv);
+}
+
+/* A suspended connection is not polled by libmicrohttpd: peek at its socket to
+ * see whether the client closed it, and cancel the request if so. */
+static void on_sweep(uv_timer_t *t)
+{
+    struct srv_server *s = t->data;
+    for (struct srv_req *r = s->live; r; r = r->next) {
+        if (!r->suspended || !r->conn || !r->in_engine || r->cancelled)
+            continue;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci)
+            continue;
+        char c;
+        ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            srv_cmpl_cancel(r, "client closed while waiting");
+    }
+}
+
+/* ---- responses ---------------------------------------------------------------------- */
+static void count_status(struct srv_server *s, unsigned status)
+{
+    unsigned cls = status / 100;
+    if (cls >= 1 && cls <= 5)
+        s->metrics.http_responses[cls]++;
+}
+
+void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *resp)
+{
+    if (!resp) {
+        /* Nothing to send: a resumed connection without a response is closed
+         * by the access handler. */
+        inf_log(ERROR, "req=%llu out of memory building a response", (unsigned long long)r->id);
+        srv_req_resume(r);
+        return;
+    }
+    MHD_add_response_header(resp, "X-Request-Id", r->id_str);
+    if (r->responded || !r->conn) {
+        MHD_destroy_response(resp);
+        return;
+    }
+    count_status(r->srv, status);
+    r->status = status;
+    if (r->in_handler) {
+        r->responded = true;
+        if (MHD_queue_response(r->conn, status, resp) != MHD_YES)
+            inf_log(WARN, "req=%llu could not queue the response", (unsigned long long)r->id);
+        MHD_destroy_response(resp);
+        return;
+    }
+    /* Outside the handler: libmicrohttpd queues only from inside it, so keep the
+     * response and resume; the handler is called again and queues it. */
+    if (r->pending)
+        MHD_destroy_response(r->pending);
+    r->pending = resp;
+    r->pending_status = status;
+    srv_req_resume(r);
+}
+
+void srv_req_respond_body(struct srv_req *r, unsigned status, const char *ctype, const char *body,
+                          size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (resp && ctype)
+        MHD_add_response_header(resp, "Content-Type", ctype);
+    srv_req_respond(r, status, resp);
+}
+
+void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t st,
+                           const char *param, const char *code, const char *fmt, ...)
+{
+    char msg[INF_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    unsigned status = http_status ? http_status : (unsigned)api_status_http(st);
+    inf_log(INFO, "req=%llu %s %s -> %u %s", (unsigned long long)r->id, r->method,
+            r->url ? r->url : "", status, msg);
+    struct inf_arena a;
+    inf_arena_init(&a, 1024);
+    char *body = NULL;
+    size_t len = 0;
+    struct MHD_Response *resp = NULL;
+    if (api_error_encode(st, msg, param, code, &a, &body, &len, NULL) == INF_OK)
+        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_COPY);
+    inf_arena_fini(&a);
+    if (resp) {
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+        if (status == 429)
+            MHD_add_response_header(resp, "Retry-After", "1");
+        if (status == 401)
+            MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    }
+    srv_req_respond(r, status, resp);
+}
+
+/* ---- request lifetime ---------------------------------------------------------------- */
+static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn,
+                               const char *method, const char *url)
+{
+    struct srv_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->srv = s;
+    r->conn = conn;
+    r->id = ++s->next_id;
+    snprintf(r->id_str, sizeof r->id_str, "cmpl-%llu", (unsigned long long)r->id);
+    snprintf(r->method, sizeof r->method, "%s", method);
+    r->url = strdup(url);
+    r->arrival_ns = inf_now_ns();
+    if (!r->url) {
+        free(r);
+        return NULL;
+    }
+    r->next = s->live;
+    if (s->live)
+        s->live->prev = r;
+    s->live = r;
+    s->n_live++;
+    return r;
+}
+
+void srv_req_maybe_free(struct srv_req *r)
+{
+    if (!r->conn_done || r->in_engine)
+        return;
+    struct srv_server *s = r->srv;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->live = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    s->n_live--;
+    if (r->pending)
+        MHD_destroy_response(r->pending);
+    srv_cmpl_free(r);
+    srv_buf_free(&r->body);
+    free(r->url);
+    free(r);
+    if (s->draining)
+        srv_daemon_check_drained(s);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct srv_server *s = cls;
+    struct srv_req *r = *con_cls;
+    (void)conn;
+    (void)s;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    r->conn = NULL;
+    r->conn_done = true;
+    r->suspended = false;
+    /* One access line per request; errors were logged with their message
+     * when answered, and probes (/health, /metrics) only at DEBUG. */
+    double ms = (double)(inf_now_ns() - r->arrival_ns) / 1e6;
+    bool probe = strncmp(r->url, "/health", 7) == 0 || strcmp(r->url, "/metrics") == 0;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        inf_log(INFO, "req=%llu %s %s -> %u, connection ended early (%s) after %.1f ms",
+                (unsigned long long)r->id, r->method, r->url, r->status,
+                toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED   ? "timeout"
+                : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? "shutdown"
+                : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? "client closed"
+                                                                : "error",
+                ms);
+    else if (r->status < 400 && !probe)
+        inf_log(INFO, "req=%llu %s %s -> %u in %.1f ms", (unsigned long long)r->id, r->method,
+                r->url, r->status, ms);
+    else if (r->status < 400)
+        inf_log(DEBUG, "req=%llu %s %s -> %u", (unsigned long long)r->id, r->method, r->url,
+                r->status);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->in_engine)
+        srv_cmpl_cancel(r, toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN
+                               ? "server stopped"
+                               : "client closed mid-response");
+    srv_req_maybe_free(r);
+}
+
+/* Content-Length checked before any body byte is read: a value over the limit
+ * is answered 413 at once (libmicrohttpd then reads nothing more and closes).
+ * libmicrohttpd 0.9.75 answers a Content-Length that is not a number, or does
+ * not fit in 64 bits, itself (400 / 413 with its own HTML body, and it writes
+ * that answer's header block twice) before this handler is called; the checks
+ * here cover what it lets through (leading blanks, values it accepted). */
+static bool check_content_length(struct srv_req *r)
+{
+    const char *cl =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl)
+        return true;
+    const char *p = cl;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p < '0' || *p > '9') {
+        srv_req_respond_error(r, 400, INF_E_INVALID, NULL, NULL, "Content-Length is not a number");
+        return false;
+    }
+    unsigned long long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (ULLONG_MAX - 9) / 10) {
+            v = ULLONG_MAX;
+            while (*p >= '0' && *p <= '9')
+                p++;
+            break;
+        }
+        v = v * 10 + (unsigned)(*p - '0');
+    }
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p) {
+        srv_req_respond_error(r, 400, INF_E_INVALID, NULL, NULL, "Content-Length is not a number");
+        return false;
+    }
+    if (v > r->srv->opt.max_body_bytes) {
+        srv_req_respond_error(r, 413, INF_E_TOOBIG, NULL, NULL,
+                              "request body of %llu bytes is over the limit of %zu bytes", v,
+                              r->srv->opt.max_body_bytes);
+        return false;
+    }
+    return true;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls)
+{
+    struct srv_server *s = cls;
+    struct srv_req *r = *con_cls;
+    (void)version;
+
+    if (!r) {
+        r = req_new(s, conn, method, url);
+        if (!r)
+            return MHD_NO; /* out of memory: libmicrohttpd closes the connection */
+        *con_cls = r;
+        r->in_handler = true;
+        check_content_length(r);
+        r->in_handler = false;
+        return MHD_YES;
+    }
+    if (r->responded)
+        return MHD_YES;
+    if (*upload_data_size) {
+        r->body_seen += *upload_data_size;
+        /* A chunked body far over the limit: stop reading and close (the
+         * answer 413 can only be queued once the body has ended). */
+        if (r->body_too_big && r->body_seen > 16 * (uint64_t)s->opt.max_body_bytes) {
+            inf_log(INFO, "req=%llu body over 16x the limit without a Content-Length: closing",
+                    (unsigned long long)r->id);
+            return MHD_NO;
+        }
+        if (!r->body_too_big) {
+            if (r->body.len + *upload_data_size > s->opt.max_body_bytes) {
+                /* A chunked body that grew over the limit: drop it, answer at the end. */
+                r->body_too_big = true;
+                srv_buf_free(&r->body);
+            } else if (!srv_buf_put(&r->body, upload_data, *upload_data_size)) {
+                r->body_too_big = true;
+                srv_buf_free(&r->body);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+
+    r->in_handler = true;
+    if (r->pending) {
+        struct MHD_Response *resp = r->pending;
+        r->pending = NULL;
+        r->responded = true;
+        if (MHD_queue_response(conn, r->pending_status, resp) != MHD_YES)
+            inf_log(WARN, "req=%llu could not queue the response", (unsigned long long)r->id);
+        MHD_destroy_response(resp);
+    } else if (!r->dispatched) {
+        r->dispatched = true;
+        if (r->body_too_big)
+            srv_req_respond_error(r, 413, INF_E_TOOBIG, NULL, NULL,
+                                  "request body is over the limit of %zu bytes",
+                                  s->opt.max_body_bytes);
+        else
+            srv_route(r);
+    }
+    r->in_handler = false;
+    if (!r->responded && !r->suspended) {
+        /* No answer could be built (out of memory): close the connection
+         * rather than be called again for nothing. */
+        inf_log(ERROR, "req=%llu no response to send: closing", (unsigned long long)r->id);
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    inf_log(DEBUG, "microhttpd: %s", msg);
+}
+
+/* ---- start / stop --------------------------------------------------------------------------- */
+static int bind_listen(const char *host, int32_t port, uint16_t *bound, struct inf_err *err)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", (int)port);
+    int rc = getaddrinfo(host && *host ? host : NULL, portstr, &hints, &res);
+    if (rc != 0) {
+        inf_err_set(err, INF_E_INVALID, "host: cannot resolve \"%s\": %s", host ? host : "",
+                    gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, last_errno = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+            break;
+        last_errno = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        inf_err_set(err, INF_E_IO, "port: cannot listen on %s:%d: %s", host ? host : "*", (int)port,
+                    strerror(last_errno));
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                            : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
+{
+    int fd = bind_listen(s->opt.host, s->opt.port, &s->port, err);
+    if (fd < 0)
+        return err ? err->code : INF_E_IO;
+
+    /* Options are passed as an array so the optional limits can be left out. */
+    struct MHD_OptionItem ops[10];
+    int n = 0;
+    ops[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, fd, NULL};
+    ops[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s};
+    if (s->opt.max_connections)
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                           (intptr_t)s->opt.max_connections, NULL};
+    if (s->opt.max_connections_per_ip)
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                           (intptr_t)s->opt.max_connections_per_ip, NULL};
+    if (s->opt.connection_timeout_s)
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
+                                           (intptr_t)s->opt.connection_timeout_s, NULL};
+    if (s->opt.connection_memory_limit)
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                           (intptr_t)s->opt.connection_memory_limit, NULL};
+    ops[n++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+
+    /* External epoll mode (no MHD thread), suspend/resume (which brings MHD's
+     * inter-thread channel, so a resume wakes its epoll fd), turbo (no
+     * per-call socket sanity checks). */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+    /* The logger goes first so that every later message reaches it. */
+    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_EXTERNAL_LOGGER,
+                              on_mhd_log, s, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+    if (!s->mhd) {
+        close(fd);
+        return inf_err_set(err, INF_E_IO, "port: libmicrohttpd could not start on port %u",
+                           (unsigned)s->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!di) {
+        MHD_stop_daemon(s->mhd);
+        s->mhd = NULL;
+        return inf_err_set(err, INF_E_INTERNAL, "libmicrohttpd has no epoll fd");
+    }
+    s->listen_fd = fd;
+    uv_poll_init(s->loop, &s->mhd_poll, di->epoll_fd);
+    s->mhd_poll.data = s;
+    uv_timer_init(s->loop, &s->mhd_timer);
+    s->mhd_timer.data = s;
+    uv_timer_init(s->loop, &s->sweep_timer);
+    s->sweep_timer.data = s;
+    uv_idle_init(s->loop, &s->kick);
+    s->kick.data = s;
+    s->n_handles += 4;
+    uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
+    uv_timer_start(&s->sweep_timer, on_sweep, SWEEP_MS, SWEEP_MS);
+    arm_timer(s);
+    inf_log(INFO, "listening on %s:%u", s->opt.host ? s->opt.host : "*", (unsigned)s->port);
+    return INF_OK;
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct srv_server *s = h->data;
+    s->n_handles--;
+}
+
+void srv_http_stop(struct srv_server *s)
+{
+    if (!s->mhd)
+        return;
+    /* libmicrohttpd must not be stopped with suspended connections: resume
+     * them all and let one run hand them back before stopping. */
+    bool any = false;
+    for (struct srv_req *r = s->live; r; r = r->next) {
+        if (r->suspended && r->conn) {
+            r->suspended = false;
+            MHD_resume_connection(r->conn);
+            any = true;
+        }
+    }
+    if (any)
+        mhd_run(s);
+    MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+    uv_close((uv_handle_t *)&s->mhd_poll, on_handle_closed);
+    uv_close((uv_handle_t *)&s->mhd_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&s->sweep_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&s->kick, on_handle_closed);
+}

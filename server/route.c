@@ -1,0 +1,282 @@
+/* route.c — routing, authentication, and the small endpoints (/v1/models,
+ * /health, /health/ready, /metrics, /tokenize, /detokenize). Runs inside the
+ * access handler once a request's body is complete. */
+#define INF_LOG_MODULE "srv"
+#include "api/api.h"
+#include "engine/tokenizer.h"
+#include "server/srv_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+enum route_id {
+    ROUTE_COMPLETIONS,
+    ROUTE_MODELS,
+    ROUTE_HEALTH,
+    ROUTE_READY,
+    ROUTE_METRICS,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+};
+
+struct route {
+    const char *path;
+    const char *method; /* the one method served; HEAD is accepted where GET is */
+    enum route_id id;
+    bool open; /* served without the API key */
+};
+
+static const struct route ROUTES[] = {
+    {"/v1/completions", "POST", ROUTE_COMPLETIONS, false},
+    {"/v1/models", "GET", ROUTE_MODELS, false},
+    {"/health", "GET", ROUTE_HEALTH, true},
+    {"/health/ready", "GET", ROUTE_READY, true},
+    {"/metrics", "GET", ROUTE_METRICS, true},
+    {"/tokenize", "POST", ROUTE_TOKENIZE, false},
+    {"/detokenize", "POST", ROUTE_DETOKENIZE, false},
+};
+
+/* Compare without an early exit, so the time taken does not tell how many
+ * leading bytes of a guessed key were right. */
+static bool key_equal(const char *given, size_t glen, const char *key)
+{
+    size_t klen = strlen(key);
+    unsigned char diff = (unsigned char)(glen != klen);
+    for (size_t i = 0; i < klen; i++)
+        diff |= (unsigned char)(key[i] ^ (i < glen ? given[i] : 0));
+    return diff == 0;
+}
+
+static bool authorized(struct srv_req *r)
+{
+    const char *key = r->srv->opt.api_key;
+    if (!key || !*key)
+        return true;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    size_t len = strlen(h);
+    while (len && (h[len - 1] == ' ' || h[len - 1] == '\t'))
+        len--;
+    return key_equal(h, len, key);
+}
+
+static void respond_json_arena(struct srv_req *r, inf_status_t st, const char *body, size_t len,
+                               const struct inf_err *err)
+{
+    if (st != INF_OK)
+        srv_req_respond_error(r, 500, st, NULL, NULL, "%s",
+                              err && err->msg[0] ? err->msg : inf_status_str(st));
+    else
+        srv_req_respond_body(r, 200, "application/json", body, len);
+}
+
+static void handle_models(struct srv_req *r)
+{
+    struct srv_server *s = r->srv;
+    struct inf_arena a;
+    inf_arena_init(&a, 1024);
+    struct api_model_card card = {s->opt.model_name, s->started_unix,
+                                  (uint32_t)s->info.max_model_len};
+    char *out = NULL;
+    size_t len = 0;
+    struct inf_err err = {0};
+    inf_status_t st = api_models_encode(&card, 1, &a, &out, &len, &err);
+    respond_json_arena(r, st, out, len, &err);
+    inf_arena_fini(&a);
+}
+
+static void handle_health(struct srv_req *r, bool ready)
+{
+    struct srv_server *s = r->srv;
+    struct eng_stats st;
+    eng_engine_stats(s->eng, &st);
+    if (st.failed) {
+        srv_req_respond_error(r, 503, INF_E_DEVICE, NULL, NULL, "the engine has failed");
+        return;
+    }
+    if (ready && (!s->ready || s->draining)) {
+        srv_req_respond_error(r, 503, INF_E_SHUTDOWN, NULL, NULL,
+                              s->draining ? "the server is draining" : "the model is not ready");
+        return;
+    }
+    static const char ok[] = "{\"status\":\"ok\"}";
+    srv_req_respond_body(r, 200, "application/json", ok, sizeof ok - 1);
+}
+
+static void handle_metrics(struct srv_req *r)
+{
+    struct eng_stats st;
+    eng_engine_stats(r->srv->eng, &st);
+    size_t len = 0;
+    char *text = srv_metrics_render(&r->srv->metrics, &st, &len);
+    if (!text) {
+        srv_req_respond_error(r, 500, INF_E_NOMEM, NULL, NULL, "out of memory");
+        return;
+    }
+    srv_req_respond_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+}
+
+static void handle_tokenize(struct srv_req *r)
+{
+    struct srv_server *s = r->srv;
+    struct inf_arena a;
+    inf_arena_init(&a, 4096);
+    struct api_limits lim;
+    api_limits_init(&lim, s->opt.model_name, (uint32_t)s->info.vocab,
+                    (uint32_t)s->info.max_model_len);
+    struct api_tokenize_req q;
+    struct api_fault fault = {0};
+    struct inf_err err = {0};
+    struct eng_tok_ids ids = {0};
+    char *out = NULL;
+    size_t len = 0;
+    inf_status_t st =
+        api_tokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
+    if (st != INF_OK)
+        goto fail;
+    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
+    if (!tok) {
+        st = inf_err_set(&err, INF_E_UNSUPPORTED, "this model has no tokenizer");
+        goto fail;
+    }
+    struct eng_tok_encode_opts o = eng_tok_encode_defaults();
+    o.add_special = q.add_special_tokens;
+    st = eng_tok_encode(tok, q.prompt.s, q.prompt.len, &o, &ids, &err);
+    if (st != INF_OK) {
+        fault.param = "prompt";
+        goto fail;
+    }
+    st = api_tokenize_encode(ids.ids, (uint32_t)ids.n, (uint32_t)s->info.max_model_len, &a, &out,
+                             &len, &err);
+    if (st != INF_OK)
+        goto fail;
+    srv_req_respond_body(r, 200, "application/json", out, len);
+    eng_tok_ids_fini(&ids);
+    inf_arena_fini(&a);
+    return;
+fail:
+    srv_req_respond_error(r, 0, st, fault.param, fault.code, "%s",
+                          err.msg[0] ? err.msg : inf_status_str(st));
+    eng_tok_ids_fini(&ids);
+    inf_arena_fini(&a);
+}
+
+static void handle_detokenize(struct srv_req *r)
+{
+    struct srv_server *s = r->srv;
+    struct inf_arena a;
+    inf_arena_init(&a, 4096);
+    struct api_limits lim;
+    api_limits_init(&lim, s->opt.model_name, (uint32_t)s->info.vocab,
+                    (uint32_t)s->info.max_model_len);
+    struct api_detokenize_req q;
+    struct api_fault fault = {0};
+    struct inf_err err = {0};
+    char *text = NULL, *out = NULL;
+    size_t tlen = 0, len = 0;
+    inf_status_t st =
+        api_detokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
+    if (st != INF_OK)
+        goto fail;
+    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
+    if (!tok) {
+        st = inf_err_set(&err, INF_E_UNSUPPORTED, "this model has no tokenizer");
+        goto fail;
+    }
+    st = eng_tok_decode(tok, q.ids, q.n_ids, false, &text, &tlen, &err);
+    if (st != INF_OK) {
+        if (st == INF_E_RANGE)
+            st = INF_E_INVALID;
+        fault.param = "tokens";
+        goto fail;
+    }
+    st = api_detokenize_encode(text, tlen, &a, &out, &len, &err);
+    if (st != INF_OK)
+        goto fail;
+    srv_req_respond_body(r, 200, "application/json", out, len);
+    free(text);
+    inf_arena_fini(&a);
+    return;
+fail:
+    srv_req_respond_error(r, 0, st, fault.param, fault.code, "%s",
+                          err.msg[0] ? err.msg : inf_status_str(st));
+    free(text);
+    inf_arena_fini(&a);
+}
+
+void srv_route(struct srv_req *r)
+{
+    const struct route *rt = NULL;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (strcmp(r->url, ROUTES[i].path) == 0)
+            rt = &ROUTES[i];
+    bool open = rt && rt->open;
+    if (!open && !authorized(r)) {
+        srv_req_respond_error(r, 401, INF_E_AUTH, NULL, "invalid_api_key",
+                              "Incorrect API key provided.");
+        return;
+    }
+    if (!rt) {
+        srv_req_respond_error(r, 404, INF_E_NOTFOUND, NULL, NULL, "no route for %s %s", r->method,
+                              r->url);
+        return;
+    }
+    bool head_ok = strcmp(rt->method, "GET") == 0 && strcmp(r->method, "HEAD") == 0;
+    if (strcmp(r->method, rt->method) != 0 && !head_ok) {
+        struct inf_arena a;
+        inf_arena_init(&a, 1024);
+        char *body = NULL;
+        size_t len = 0;
+        char msg[128];
+        snprintf(msg, sizeof msg, "method %s is not allowed on %s (allowed: %s)", r->method, r->url,
+                 rt->method);
+        struct MHD_Response *resp = NULL;
+        if (api_error_encode(INF_E_METHOD, msg, NULL, NULL, &a, &body, &len, NULL) == INF_OK)
+            resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_COPY);
+        inf_arena_fini(&a);
+        if (resp) {
+            MHD_add_response_header(resp, "Content-Type", "application/json");
+            MHD_add_response_header(resp, "Allow",
+                                    strcmp(rt->method, "GET") == 0 ? "GET, HEAD" : rt->method);
+        }
+        inf_log(INFO, "req=%llu %s %s -> 405", (unsigned long long)r->id, r->method, r->url);
+        srv_req_respond(r, 405, resp);
+        return;
+    }
+    switch (rt->id) {
+    case ROUTE_COMPLETIONS:
+        srv_cmpl_handle(r);
+        break;
+    case ROUTE_MODELS:
+        handle_models(r);
+        break;
+    case ROUTE_HEALTH:
+        handle_health(r, false);
+        break;
+    case ROUTE_READY:
+        handle_health(r, true);
+        break;
+    case ROUTE_METRICS:
+        handle_metrics(r);
+        break;
+    case ROUTE_TOKENIZE:
+    case ROUTE_DETOKENIZE:
+        if (r->srv->draining) {
+            srv_req_respond_error(r, 503, INF_E_SHUTDOWN, NULL, NULL,
+                                  "the server is shutting down");
+            break;
+        }
+        if (rt->id == ROUTE_TOKENIZE)
+            handle_tokenize(r);
+        else
+            handle_detokenize(r);
+        break;
+    }
+}

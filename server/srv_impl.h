@@ -1,0 +1,169 @@
+#pragma once
+/* server — internals shared by the files of server/ (never included elsewhere).
+ *
+ * Threads: everything here runs on the loop thread, which owns the uv_loop_t,
+ * the libmicrohttpd daemon (external epoll mode: every MHD callback runs
+ * inside MHD_run on the loop), every connection and every struct srv_req.
+ * The engine is reached only through eng.h; its events come back through the
+ * outbox and the uv_async_t. */
+#include "engine/eng.h"
+#include "server/srv.h"
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* ---- growable byte buffer ------------------------------------------------ */
+struct srv_buf {
+    char *p;
+    size_t len, cap;
+};
+/* Append n bytes (keeps a NUL after them). false on out of memory. */
+bool srv_buf_put(struct srv_buf *b, const void *s, size_t n);
+bool srv_buf_puts(struct srv_buf *b, const char *s);
+bool srv_buf_printf(struct srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void srv_buf_free(struct srv_buf *b);
+
+/* ---- metrics (metrics.c) --------------------------------------------------- */
+#define SRV_HIST_MAX_BUCKETS 24
+struct srv_hist {
+    const double *bounds; /* upper bounds in seconds, ascending */
+    int n_bounds;
+    uint64_t counts[SRV_HIST_MAX_BUCKETS]; /* per bucket (not cumulative); [n_bounds] = +Inf */
+    double sum;
+    uint64_t count;
+};
+
+struct srv_metrics {
+    struct srv_hist ttft, itl, e2e, queue;
+    uint64_t success[4];        /* by enum eng_finish: [STOP], [LENGTH], [ABORT] */
+    uint64_t errors_total;      /* requests that ended with an engine error */
+    uint64_t http_responses[6]; /* by status class: [2] 2xx ... [5] 5xx */
+};
+
+void srv_metrics_init(struct srv_metrics *m);
+void srv_hist_observe(struct srv_hist *h, double seconds);
+/* Prometheus text exposition of m and the engine's snapshot st; malloc'd. */
+char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st, size_t *len);
+
+/* ---- requests ---------------------------------------------------------------- */
+struct srv_cmpl; /* completion state, completion.c */
+struct srv_server;
+struct srv_req;
+
+/* One engine request of an HTTP request (one per prompt), known to the
+ * registry by its engine id. */
+struct srv_sub {
+    uint64_t id;
+    struct srv_req *r;
+    uint32_t index; /* prompt index */
+    bool registered;
+    bool submitted;
+    bool done; /* its last engine event (DONE or ERROR) was seen */
+    struct srv_sub *hnext;
+};
+
+struct srv_req {
+    uint64_t id;
+    char id_str[32]; /* "cmpl-<id>": X-Request-Id and the completion id */
+    struct srv_server *srv;
+    struct MHD_Connection *conn; /* NULL once libmicrohttpd is done with it */
+    struct srv_req *prev, *next; /* every live request */
+    char method[8];
+    char *url;
+    struct srv_buf body;
+    bool body_too_big;
+    uint64_t body_seen; /* bytes received, kept or not */
+    bool in_handler;    /* inside the access handler: responses queue directly */
+    bool responded;     /* a response is queued */
+    bool suspended;
+    bool in_engine;               /* submitted; the engine's last event not yet seen */
+    bool conn_done;               /* libmicrohttpd called request-completed */
+    bool cancelled;               /* eng_request_cancel was sent */
+    bool dispatched;              /* routed once the body was complete */
+    struct MHD_Response *pending; /* to queue when resumed */
+    unsigned pending_status;
+    unsigned status; /* the HTTP status answered (for the access log) */
+    uint64_t arrival_ns;
+    struct srv_cmpl *cmpl;
+};
+
+/* ---- the server ------------------------------------------------------------------ */
+#define SRV_REG_BUCKETS 1024
+
+struct srv_server {
+    uv_loop_t *loop;
+    struct srv_options opt;
+    eng_engine_t *eng;
+    struct eng_info info;
+    struct MHD_Daemon *mhd;
+    int listen_fd;
+    uint16_t port;
+    uv_poll_t mhd_poll;   /* MHD's epoll fd */
+    uv_timer_t mhd_timer; /* MHD_get_timeout */
+    uv_async_t async;     /* engine outbox went non-empty */
+    uv_signal_t sig_term, sig_int;
+    uv_timer_t drain_timer;
+    uv_timer_t sweep_timer; /* watches suspended connections for a closed client */
+    uv_idle_t kick;         /* one more MHD_run on the next iteration */
+    int n_handles;          /* initialised handles still to close */
+    bool in_mhd_run;
+    bool ready;    /* model loaded, serving */
+    bool draining; /* SIGTERM seen: new requests 503 */
+    bool aborting; /* drain over: everything aborted */
+    bool stopping; /* daemon being stopped */
+    int n_signals;
+    uint64_t next_id;
+    uint64_t abort_deadline_ns;
+    int64_t started_unix;
+    uv_timer_t stop_timer; /* polls for the end of a drain */
+    struct srv_sub *reg[SRV_REG_BUCKETS];
+    struct srv_req *live; /* list of every live request */
+    size_t n_live;
+    size_t n_in_engine;
+    struct srv_metrics metrics;
+};
+
+/* http.c */
+inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err);
+/* Resume every suspended connection, stop the daemon and close its handles. */
+void srv_http_stop(struct srv_server *s);
+/* Ask for an MHD_run on the next loop iteration (after resumes). */
+void srv_http_kick(struct srv_server *s);
+/* Queue resp (a response this call takes over) as r's answer: directly when
+ * inside the access handler, else after resuming the connection. Adds
+ * X-Request-Id. */
+void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *resp);
+/* A body (copied) with its content type. */
+void srv_req_respond_body(struct srv_req *r, unsigned status, const char *ctype, const char *body,
+                          size_t len);
+/* OpenAI's error body for st (HTTP status from api_status_http unless
+ * http_status != 0); param and code may be NULL (null). */
+void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t st,
+                           const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Suspend r's connection (inside a handler or a content reader). */
+void srv_req_suspend(struct srv_req *r);
+/* Resume r's connection if suspended (outside MHD callbacks) and kick. */
+void srv_req_resume(struct srv_req *r);
+/* The engine-id registry: add, remove (no-op when absent), find. */
+void srv_sub_register(struct srv_server *s, struct srv_sub *sub);
+void srv_sub_unregister(struct srv_server *s, struct srv_sub *sub);
+struct srv_sub *srv_sub_lookup(struct srv_server *s, uint64_t id);
+/* Free r if neither libmicrohttpd nor the engine needs it any more. */
+void srv_req_maybe_free(struct srv_req *r);
+
+/* route.c: answer a request whose body is complete (inside the handler). */
+void srv_route(struct srv_req *r);
+
+/* completion.c */
+void srv_cmpl_handle(struct srv_req *r);                        /* POST /v1/completions */
+void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev); /* one engine event */
+/* Unregister r's engine ids and free its completion state (NULL: no-op). */
+void srv_cmpl_free(struct srv_req *r);
+/* The client went away (or the server aborts): cancel in the engine. */
+void srv_cmpl_cancel(struct srv_req *r, const char *why);
+
+/* daemon.c: called when a request leaves the engine, to finish a drain. */
+void srv_daemon_check_drained(struct srv_server *s);

@@ -1,0 +1,337 @@
+/* The CPU backend through the public wrappers of engine/backend.h: buffers,
+ * INT4 linear from the canonical form (with bias, any thread count giving
+ * identical bits), fp16 linear, paged attention prefill and decode over
+ * block tables against a naive loop, and the argument checks every backend
+ * shares. */
+#include "engine/backend.h"
+#include "engine/batch.h"
+#include "engine/quant.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 5;
+
+static float urand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static struct eng_backend *cpu(int threads)
+{
+    struct eng_backend_cpu_opts o = {.n_threads = threads};
+    struct eng_backend *be;
+    struct inf_err err;
+    ck_assert_int_eq(eng_backend_cpu_create(&o, &be, &err), INF_OK);
+    ck_assert_str_eq(eng_backend_name(be), "cpu");
+    ck_assert_int_eq(be->act_dtype, ENG_ACT_F32);
+    return be;
+}
+
+static struct eng_buf *upload(struct eng_backend *be, const void *p, size_t n)
+{
+    struct eng_buf *b;
+    ck_assert_int_eq(eng_buf_from_host(be, p, n, &b, NULL), INF_OK);
+    return b;
+}
+
+START_TEST(buffers_round_trip)
+{
+    struct eng_backend *be = cpu(2);
+    struct eng_buf *b;
+    ck_assert_int_eq(eng_buf_alloc(be, 100, &b, NULL), INF_OK);
+    ck_assert_uint_eq(b->size, 100);
+    char src[40], dst[40];
+    for (int i = 0; i < 40; i++)
+        src[i] = (char)i;
+    ck_assert_int_eq(eng_buf_upload(be, b, 60, src, 40, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, b, 60, dst, 40, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(src, dst, 40), 0);
+    struct inf_err err;
+    ck_assert_int_eq(eng_buf_upload(be, b, 61, src, 40, &err), INF_E_INVALID);
+    ck_assert_int_eq(eng_buf_download(be, b, 101, dst, 0, &err), INF_E_INVALID);
+    eng_buf_free(be, b);
+    eng_buf_free(be, NULL);
+    eng_backend_destroy(be);
+    eng_backend_destroy(NULL);
+}
+END_TEST
+
+/* y = x W^T + b through the backend, for 1 and 3 threads: equal bits, and
+ * close to a double loop over the dequantized canonical form. */
+START_TEST(linear_q4_any_threads)
+{
+    int n = 37, k = 288, m = 5;
+    float *w = malloc(sizeof(float) * (size_t)(n * k)),
+          *x = malloc(sizeof(float) * (size_t)(m * k));
+    float bias[37], y1[5 * 37], y3[5 * 37];
+    for (int i = 0; i < n * k; i++)
+        w[i] = urand();
+    for (int i = 0; i < m * k; i++)
+        x[i] = urand();
+    for (int i = 0; i < n; i++)
+        bias[i] = urand();
+    struct krn_q4_weight q;
+    ck_assert_int_eq(eng_q4_quantize(w, n, k, 256, false, &q, NULL), INF_OK);
+    float *deq = malloc(sizeof(float) * (size_t)(n * k));
+    eng_q4_dequantize(&q, deq);
+    for (int t = 0; t < 2; t++) {
+        struct eng_backend *be = cpu(t ? 3 : 1);
+        struct eng_q4w *qw;
+        ck_assert_int_eq(eng_weight_q4_create(be, &q, &qw, NULL), INF_OK);
+        ck_assert_int_eq(qw->n, n);
+        ck_assert_int_eq(qw->k, k);
+        struct eng_buf *bx = upload(be, x, sizeof(float) * (size_t)(m * k));
+        struct eng_buf *bb = upload(be, bias, sizeof bias);
+        struct eng_buf *by;
+        ck_assert_int_eq(eng_buf_alloc(be, sizeof y1, &by, NULL), INF_OK);
+        struct eng_mat mx = {bx, 0, k}, my = {by, 0, n};
+        ck_assert_int_eq(eng_op_linear_q4(be, qw, bb, mx, my, m, NULL), INF_OK);
+        ck_assert_int_eq(eng_buf_download(be, by, 0, t ? y3 : y1, sizeof y1, NULL), INF_OK);
+        /* a view that does not fit is refused, not overrun */
+        struct inf_err err;
+        struct eng_mat bad = {by, 1, n};
+        ck_assert_int_eq(eng_op_linear_q4(be, qw, bb, mx, bad, m, &err), INF_E_INVALID);
+        ck_assert_int_eq(eng_op_all_reduce(be, my, n, m, &err), INF_E_UNSUPPORTED);
+        eng_weight_q4_destroy(be, qw);
+        eng_buf_free(be, bx);
+        eng_buf_free(be, bb);
+        eng_buf_free(be, by);
+        eng_backend_destroy(be);
+    }
+    ck_assert_int_eq(memcmp(y1, y3, sizeof y1), 0);
+    for (int r = 0; r < m; r++)
+        for (int o = 0; o < n; o++) {
+            double s = bias[o];
+            for (int c = 0; c < k; c++)
+                s += (double)deq[o * k + c] * x[r * k + c];
+            ck_assert_msg(fabs(y1[r * n + o] - s) < 1e-4, "%g vs %g", y1[r * n + o], s);
+        }
+    eng_q4_free(&q);
+    free(w), free(x), free(deq);
+}
+END_TEST
+
+START_TEST(linear_fp16_and_embedding)
+{
+    struct eng_backend *be = cpu(2);
+    int n = 300, k = 40, m = 3;
+    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(n * k));
+    float x[3 * 40], y[3 * 300];
+    for (int i = 0; i < n * k; i++)
+        w[i] = inf_f32_to_f16(urand());
+    for (int i = 0; i < m * k; i++)
+        x[i] = urand();
+    struct eng_buf *bw = upload(be, w, sizeof(uint16_t) * (size_t)(n * k));
+    struct eng_buf *bx = upload(be, x, sizeof x), *by;
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof y, &by, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_linear_fp(be, bw, ENG_W_F16, n, k, NULL, (struct eng_mat){bx, 0, k},
+                                      (struct eng_mat){by, 0, n}, true, m, NULL),
+                     INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, by, 0, y, sizeof y, NULL), INF_OK);
+    for (int r = 0; r < m; r++)
+        for (int o = 0; o < n; o++) {
+            double s = 0;
+            for (int c = 0; c < k; c++)
+                s += (double)inf_f16_to_f32(w[o * k + c]) * x[r * k + c];
+            ck_assert(fabs(y[r * n + o] - s) < 1e-5);
+        }
+    /* the same table as embeddings: row 299 of token 299, and a bad id */
+    int32_t ids[2] = {299, 0};
+    struct eng_buf *bi = upload(be, ids, sizeof ids);
+    ck_assert_int_eq(
+        eng_op_embedding(be, bw, ENG_W_F16, n, k, bi, (struct eng_mat){by, 0, k}, 2, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, by, 0, y, sizeof(float) * 40, NULL), INF_OK);
+    for (int c = 0; c < k; c++)
+        ck_assert(y[c] == inf_f16_to_f32(w[299 * k + c]));
+    ids[1] = 300;
+    ck_assert_int_eq(eng_buf_upload(be, bi, 0, ids, sizeof ids, NULL), INF_OK);
+    struct inf_err err;
+    ck_assert_int_eq(
+        eng_op_embedding(be, bw, ENG_W_F16, n, k, bi, (struct eng_mat){by, 0, k}, 2, &err),
+        INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "300"));
+    eng_buf_free(be, bw), eng_buf_free(be, bx), eng_buf_free(be, by), eng_buf_free(be, bi);
+    free(w);
+    eng_backend_destroy(be);
+}
+END_TEST
+
+/* Two sequences: slot 0 prefills 20 tokens in one call, slot 1 already holds
+ * 5 positions (written by an earlier prefill) and decodes its 6th. Outputs
+ * against a naive loop over the K/V rows the test keeps itself. */
+START_TEST(attention_prefill_and_decode)
+{
+    enum { NH = 4, NKV = 2, HD = 8, NBLK = 8, MAXB = 3 };
+    int qkvw = (NH + 2 * NKV) * HD;
+    struct eng_backend *be = cpu(3);
+    int32_t bt[2 * MAXB] = {5, 1, -1, 6, -1, -1};
+    int64_t pool = (int64_t)NBLK * ENG_KV_BLOCK * NKV * HD;
+    struct eng_buf *kc, *vc, *bq, *bo, *bpos, *bs, *bbt;
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &kc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &vc, NULL), INF_OK);
+    /* rows: 0..19 slot 0 prefill; 20..24 slot 1 history; 25 slot 1 decode */
+    float *qkv = malloc(sizeof(float) * 26 * (size_t)qkvw);
+    for (int i = 0; i < 26 * qkvw; i++)
+        qkv[i] = urand();
+    int32_t pos[26];
+    for (int i = 0; i < 20; i++)
+        pos[i] = i;
+    for (int i = 0; i < 6; i++)
+        pos[20 + i] = i;
+    bq = upload(be, qkv, sizeof(float) * 26 * (size_t)qkvw);
+    bpos = upload(be, pos, sizeof pos);
+    bbt = upload(be, bt, sizeof bt);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * 26 * NH * HD, &bo, NULL), INF_OK);
+    struct eng_attn_params p = {.n_heads = NH,
+                                .n_kv_heads = NKV,
+                                .head_dim = HD,
+                                .scale = 1.0f / sqrtf(HD),
+                                .q = {bq, 0, qkvw},
+                                .k = {bq, NH * HD, qkvw},
+                                .v = {bq, (NH + NKV) * HD, qkvw},
+                                .out = {bo, 0, NH * HD},
+                                .pos = bpos,
+                                .block_table = bbt,
+                                .n_slots = 2,
+                                .max_blocks = MAXB,
+                                .k_cache = kc,
+                                .v_cache = vc,
+                                .n_blocks = NBLK};
+    int32_t hist[3] = {20, 5, 1}, pre[3] = {0, 20, 0}, dec[3] = {25, 1, 1};
+    bs = upload(be, hist, sizeof hist);
+    p.seqs = bs;
+    p.n_seqs = 1;
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_upload(be, bs, 0, pre, sizeof pre, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_upload(be, bs, 0, dec, sizeof dec, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_attn_decode(be, &p, NULL), INF_OK);
+    float *out = malloc(sizeof(float) * 26 * NH * HD);
+    ck_assert_int_eq(eng_buf_download(be, bo, 0, out, sizeof(float) * 26 * NH * HD, NULL), INF_OK);
+    for (int t = 0; t < 26; t++) {
+        int first = t < 20 ? 0 : 20; /* row of position 0 of the token's sequence */
+        for (int h = 0; h < NH; h++) {
+            int kh = h / (NH / NKV);
+            double s[20], mx = -1e300, sum = 0;
+            for (int pp = 0; pp <= pos[t]; pp++) {
+                double d = 0;
+                for (int e = 0; e < HD; e++)
+                    d += (double)qkv[t * qkvw + h * HD + e] *
+                         qkv[(first + pp) * qkvw + NH * HD + kh * HD + e];
+                s[pp] = d / sqrt(HD);
+                mx = fmax(mx, s[pp]);
+            }
+            for (int pp = 0; pp <= pos[t]; pp++)
+                sum += (s[pp] = exp(s[pp] - mx));
+            for (int e = 0; e < HD; e++) {
+                double a = 0;
+                for (int pp = 0; pp <= pos[t]; pp++)
+                    a += s[pp] / sum * qkv[(first + pp) * qkvw + (NH + NKV) * HD + kh * HD + e];
+                ck_assert_msg(fabs(out[t * NH * HD + h * HD + e] - a) < 1e-5, "t=%d h=%d", t, h);
+            }
+        }
+    }
+    /* a slot whose table lacks the block for its position is refused */
+    int32_t far[3] = {0, 20, 1};
+    struct inf_err err;
+    ck_assert_int_eq(eng_buf_upload(be, bs, 0, far, sizeof far, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no block"));
+    p.n_kv_heads = 3;
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, &err), INF_E_INVALID);
+    eng_buf_free(be, kc), eng_buf_free(be, vc), eng_buf_free(be, bq), eng_buf_free(be, bo);
+    eng_buf_free(be, bpos), eng_buf_free(be, bs), eng_buf_free(be, bbt);
+    free(qkv), free(out);
+    eng_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(rows_ops_through_wrappers)
+{
+    struct eng_backend *be = cpu(2);
+    int dim = 64, m = 300; /* large enough to be split over the pool */
+    float *x = malloc(sizeof(float) * (size_t)(m * dim)),
+          *d = malloc(sizeof(float) * (size_t)(m * dim));
+    float w[64];
+    for (int i = 0; i < m * dim; i++) {
+        x[i] = urand();
+        d[i] = urand();
+    }
+    for (int i = 0; i < dim; i++)
+        w[i] = 1.0f + 0.1f * urand();
+    struct eng_buf *bx = upload(be, x, sizeof(float) * (size_t)(m * dim));
+    struct eng_buf *bd = upload(be, d, sizeof(float) * (size_t)(m * dim));
+    struct eng_buf *bw = upload(be, w, sizeof w), *bo;
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)(m * dim), &bo, NULL), INF_OK);
+    struct eng_mat mx = {bx, 0, dim}, md = {bd, 0, dim}, mo = {bo, 0, dim};
+    ck_assert_int_eq(eng_op_rmsnorm_add(be, mx, &md, bw, 1e-6f, mo, dim, m, NULL), INF_OK);
+    float *o = malloc(sizeof(float) * (size_t)(m * dim));
+    ck_assert_int_eq(eng_buf_download(be, bo, 0, o, sizeof(float) * (size_t)(m * dim), NULL),
+                     INF_OK);
+    for (int r = 0; r < m; r += 37) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++)
+            ss += ((double)x[r * dim + i] + d[r * dim + i]) *
+                  ((double)x[r * dim + i] + d[r * dim + i]);
+        for (int i = 0; i < dim; i++) {
+            double want = ((double)x[r * dim + i] + d[r * dim + i]) / sqrt(ss / dim + 1e-6) * w[i];
+            ck_assert(fabs(o[r * dim + i] - want) < 1e-5);
+        }
+    }
+    ck_assert_int_eq(eng_op_silu_mul(be, mx, md, mo, dim, m, NULL), INF_OK);
+    int32_t idx[2] = {299, 3};
+    struct eng_buf *bi = upload(be, idx, sizeof idx);
+    ck_assert_int_eq(eng_op_rows_gather(be, mo, bi, mx, dim, 2, NULL), INF_OK);
+    float g[64];
+    ck_assert_int_eq(eng_buf_download(be, bx, 0, g, sizeof g, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, bo, sizeof(float) * 299 * 64, o, sizeof g, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(g, o, sizeof g), 0);
+    idx[0] = 300;
+    ck_assert_int_eq(eng_buf_upload(be, bi, 0, idx, sizeof idx, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_rows_gather(be, mo, bi, mx, dim, 2, NULL), INF_E_INVALID);
+    struct eng_rope_params rp = {.theta = 10000.0f};
+    ck_assert_int_eq(eng_op_rope(be, mx, 2, 33, bi, &rp, 2, NULL),
+                     INF_E_INVALID); /* odd head_dim */
+    eng_buf_free(be, bx), eng_buf_free(be, bd), eng_buf_free(be, bw), eng_buf_free(be, bo);
+    eng_buf_free(be, bi);
+    free(x), free(d), free(o);
+    eng_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(thread_count_checked)
+{
+    struct eng_backend_cpu_opts o = {.n_threads = -1};
+    struct eng_backend *be;
+    struct inf_err err;
+    ck_assert_int_eq(eng_backend_cpu_create(&o, &be, &err), INF_E_INVALID);
+    ck_assert_ptr_null(be);
+    ck_assert_int_eq(eng_backend_cpu_create(NULL, &be, &err), INF_OK);
+    ck_assert_int_ge(eng_backend_cpu_threads(be), 1);
+    eng_backend_destroy(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("backend_cpu");
+    TCase *t = tcase_create("ops");
+    tcase_add_test(t, buffers_round_trip);
+    tcase_add_test(t, linear_q4_any_threads);
+    tcase_add_test(t, linear_fp16_and_embedding);
+    tcase_add_test(t, attention_prefill_and_decode);
+    tcase_add_test(t, rows_ops_through_wrappers);
+    tcase_add_test(t, thread_count_checked);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,203 @@
+/* INT4 round-to-nearest quantization into the canonical form: the error
+ * bound per element, padding that dequantizes to exactly 0, zero points,
+ * fp16 storage, every group size, symmetric and asymmetric. */
+#include "engine/quant.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 7;
+
+static float urand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static float *random_matrix(int n, int k, float offset)
+{
+    float *w = malloc(sizeof(float) * (size_t)n * (size_t)k);
+    for (int i = 0; i < n * k; i++)
+        w[i] = 0.05f * urand() + offset * (float)(i % 3);
+    return w;
+}
+
+/* Code of (row, col) read straight from the bytes, as q4.h documents. */
+static int code_at(const struct krn_q4_weight *q, int r, int c)
+{
+    uint8_t b = q->q[(size_t)r * (size_t)(q->kp / 2) + (size_t)(c / 2)];
+    return c % 2 ? b >> 4 : b & 15;
+}
+
+static void check_bound(int n, int k, int group, bool sym, float offset)
+{
+    float *w = random_matrix(n, k, offset);
+    struct krn_q4_weight q;
+    struct inf_err err;
+    ck_assert_int_eq(eng_q4_quantize(w, n, k, group, sym, &q, &err), INF_OK);
+    int g = group ? group : k + (k & 1);
+    ck_assert_int_eq(q.kp, (k + g - 1) / g * g);
+    ck_assert_int_eq(q.group, g);
+    ck_assert_int_eq(q.symmetric, sym);
+    int ng = q.kp / g;
+    float *deq = malloc(sizeof(float) * (size_t)n * (size_t)k);
+    eng_q4_dequantize(&q, deq);
+    for (int r = 0; r < n; r++) {
+        for (int gi = 0; gi < ng; gi++) {
+            float s = inf_f16_to_f32(q.scale[r * ng + gi]);
+            float z = inf_f16_to_f32(q.zero[r * ng + gi]);
+            ck_assert(s >= 0.0f);
+            ck_assert_float_eq(z, rintf(z));
+            ck_assert(z >= 0.0f && z <= 15.0f);
+            if (sym)
+                ck_assert_float_eq(z, 8.0f);
+            /* |err| <= scale/2, plus the fp16 rounding of scale at the ends */
+            double bound = s / 2.0 + 16.0 * s * 0x1p-11 + 1e-7;
+            for (int c = gi * g; c < (gi + 1) * g; c++) {
+                int code = code_at(&q, r, c);
+                ck_assert(code >= 0 && code <= 15);
+                double mine = ((double)code - z) * s;
+                if (c >= k) {
+                    ck_assert_int_eq(code, (int)z); /* padding */
+                    ck_assert(eng_q4_dequant_at(&q, r, c) == 0.0f);
+                    continue;
+                }
+                ck_assert_msg(fabs(deq[r * k + c] - mine) <= 1e-7 * fabs(mine) + 1e-12,
+                              "dequantize disagrees with the stored form");
+                double e = fabs(mine - w[r * k + c]);
+                ck_assert_msg(e <= bound, "n=%d k=%d g=%d sym=%d [%d][%d]: err %g > %g", n, k,
+                              group, sym, r, c, e, bound);
+            }
+        }
+    }
+    free(deq);
+    eng_q4_free(&q);
+    free(w);
+}
+
+START_TEST(bound_every_group_size)
+{
+    static const int groups[] = {32, 64, 128, 256, 0};
+    for (int i = 0; i < 5; i++) {
+        check_bound(7, 512, groups[i], false, 0.0f);
+        check_bound(7, 512, groups[i], true, 0.0f);
+        check_bound(5, 512, groups[i], false, 0.02f); /* skewed: asymmetric zeros != 8 */
+    }
+}
+END_TEST
+
+START_TEST(k288_group256_pads_to_512)
+{
+    check_bound(9, 288, 256, false, 0.0f);
+    check_bound(9, 288, 256, true, 0.0f);
+    float *w = random_matrix(3, 288, 0.0f);
+    struct krn_q4_weight q;
+    ck_assert_int_eq(eng_q4_quantize(w, 3, 288, 256, false, &q, NULL), INF_OK);
+    ck_assert_int_eq(q.kp, 512);
+    ck_assert_int_eq(krn_q4_groups(&q), 2);
+    eng_q4_free(&q);
+    free(w);
+}
+END_TEST
+
+START_TEST(k288_group128_pads_to_384)
+{
+    check_bound(9, 288, 128, false, 0.0f);
+    check_bound(9, 288, 128, true, 0.0f);
+    ck_assert_int_eq(eng_q4_padded_k(288, 128), 384);
+}
+END_TEST
+
+START_TEST(k100_group32_odd_n)
+{
+    check_bound(13, 100, 32, false, 0.0f);
+    check_bound(13, 100, 32, true, 0.01f);
+    ck_assert_int_eq(eng_q4_padded_k(100, 32), 128);
+    /* per-channel with odd K: one group per row, rounded up to even */
+    check_bound(3, 101, 0, false, 0.0f);
+    ck_assert_int_eq(eng_q4_padded_k(101, 0), 102);
+}
+END_TEST
+
+START_TEST(grid_values_are_exact)
+{
+    /* Values already on an fp16-exact grid come back bit for bit. */
+    float w[64];
+    for (int i = 0; i < 64; i++)
+        w[i] = (float)((i % 16) - 3) * 0.125f;
+    struct krn_q4_weight q;
+    ck_assert_int_eq(eng_q4_quantize(w, 2, 32, 32, false, &q, NULL), INF_OK);
+    ck_assert_float_eq(inf_f16_to_f32(q.scale[0]), 0.125f);
+    ck_assert_float_eq(inf_f16_to_f32(q.zero[0]), 3.0f);
+    for (int i = 0; i < 64; i++)
+        ck_assert_float_eq(eng_q4_dequant_at(&q, i / 32, i % 32), w[i]);
+    eng_q4_free(&q);
+}
+END_TEST
+
+START_TEST(symmetric_uses_absmax_over_7)
+{
+    float w[32] = {0};
+    w[3] = -1.75f;
+    w[9] = 0.5f;
+    struct krn_q4_weight q;
+    ck_assert_int_eq(eng_q4_quantize(w, 1, 32, 32, true, &q, NULL), INF_OK);
+    ck_assert_float_eq(inf_f16_to_f32(q.scale[0]), 0.25f);
+    ck_assert_int_eq(code_at(&q, 0, 3), 1);  /* 8 - 7 */
+    ck_assert_int_eq(code_at(&q, 0, 9), 10); /* 8 + 2 */
+    ck_assert_int_eq(code_at(&q, 0, 0), 8);
+    ck_assert_float_eq(eng_q4_dequant_at(&q, 0, 3), -1.75f);
+    eng_q4_free(&q);
+}
+END_TEST
+
+START_TEST(zero_rows_and_bad_input)
+{
+    float w[64] = {0};
+    struct krn_q4_weight q;
+    struct inf_err err;
+    ck_assert_int_eq(eng_q4_quantize(w, 2, 32, 32, false, &q, &err), INF_OK);
+    ck_assert_uint_eq(q.scale[0], 0);
+    for (int c = 0; c < 32; c++)
+        ck_assert(eng_q4_dequant_at(&q, 1, c) == 0.0f);
+    ck_assert_uint_eq(eng_q4_bytes(&q), 2 * 16 + 2 * 2 + 2 * 2);
+    eng_q4_free(&q);
+    eng_q4_free(&q); /* twice is harmless */
+    ck_assert_int_eq(eng_q4_quantize(w, 2, 32, 48, false, &q, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "48"));
+    ck_assert_ptr_null(q.q);
+    ck_assert_int_eq(eng_q4_quantize(w, 0, 32, 32, false, &q, &err), INF_E_INVALID);
+    w[5] = NAN;
+    ck_assert_int_eq(eng_q4_quantize(w, 2, 32, 32, false, &q, &err), INF_E_RANGE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "[0][5]"));
+    w[5] = 1e30f;
+    ck_assert_int_eq(eng_q4_quantize(w, 2, 32, 32, false, &q, &err), INF_E_RANGE);
+    ck_assert(!eng_q4_group_valid(16));
+    ck_assert(eng_q4_group_valid(0));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("quant");
+    TCase *t = tcase_create("bounds");
+    tcase_add_test(t, bound_every_group_size);
+    tcase_add_test(t, k288_group256_pads_to_512);
+    tcase_add_test(t, k288_group128_pads_to_384);
+    tcase_add_test(t, k100_group32_odd_n);
+    suite_add_tcase(s, t);
+    t = tcase_create("exact");
+    tcase_add_test(t, grid_values_are_exact);
+    tcase_add_test(t, symmetric_uses_absmax_over_7);
+    tcase_add_test(t, zero_rows_and_bad_input);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

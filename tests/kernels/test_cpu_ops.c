@@ -1,0 +1,341 @@
+/* Every CPU kernel against a naive double-precision loop written here:
+ * INT4 / fp32 / fp16 linear (with the repacked layout, padding, odd N, many
+ * M, and split ranges giving bit-identical results), RMSNorm with residual,
+ * RoPE with llama3 scaling, paged attention with GQA, SiLU*mul, embeddings
+ * and row gathers, and the fp16 conversion for every bit pattern. */
+#include "common/inf.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+#include "kernels/q4.h"
+#include "kernels/rope.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 99;
+
+static double urand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) * 0x1p-53 * 2.0 - 1.0;
+}
+
+static float *rvec(int64_t n, double amp)
+{
+    float *v = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)(amp * urand());
+    return v;
+}
+
+/* A canonical INT4 weight with random codes, scales and zeros; padding
+ * columns hold the zero point as q4.h requires. */
+static struct krn_q4_weight make_q4(int n, int k, int kp, int group)
+{
+    struct krn_q4_weight w = {.n = n, .k = k, .kp = kp, .group = group};
+    int ng = kp / group;
+    w.q = calloc((size_t)n * (size_t)kp / 2, 1);
+    w.scale = malloc(sizeof(uint16_t) * (size_t)(n * ng));
+    w.zero = malloc(sizeof(uint16_t) * (size_t)(n * ng));
+    for (int i = 0; i < n * ng; i++) {
+        w.scale[i] = inf_f32_to_f16((float)(0.01 + 0.02 * fabs(urand())));
+        w.zero[i] = inf_f32_to_f16((float)(int)(8 + 7 * urand()));
+    }
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < kp; c++) {
+            int code =
+                c < k ? (int)((rng >> 7) % 16) : (int)inf_f16_to_f32(w.zero[r * ng + c / group]);
+            urand();
+            uint8_t *b = &w.q[(size_t)r * (size_t)(kp / 2) + (size_t)(c / 2)];
+            *b = (uint8_t)(c % 2 ? (*b & 0x0f) | (code << 4) : (*b & 0xf0) | code);
+        }
+    return w;
+}
+
+static double q4_at(const struct krn_q4_weight *w, int r, int c)
+{
+    int ng = w->kp / w->group;
+    uint8_t b = w->q[(size_t)r * (size_t)(w->kp / 2) + (size_t)(c / 2)];
+    int code = c % 2 ? b >> 4 : b & 15;
+    return ((double)code - inf_f16_to_f32(w->zero[r * ng + c / w->group])) *
+           inf_f16_to_f32(w->scale[r * ng + c / w->group]);
+}
+
+static void check_q4_linear(int n, int k, int kp, int group, int m)
+{
+    struct krn_q4_weight w = make_q4(n, k, kp, group);
+    void *mem = aligned_alloc(64, (krn_cpu_q4_bytes(&w) + 63) / 64 * 64);
+    struct krn_cpu_q4 cw;
+    krn_cpu_q4_repack(&w, mem, &cw);
+    int64_t ldx = k + 3, ldy = n + 2;
+    float *x = rvec((int64_t)m * ldx, 1.0), *bias = rvec(n, 0.5);
+    float *y = calloc((size_t)(m * ldy), sizeof(float)),
+          *y2 = calloc((size_t)(m * ldy), sizeof(float));
+    krn_cpu_linear_q4(&cw, bias, x, ldx, y, ldy, m, 0, n);
+    /* split in two ranges: bit-identical */
+    krn_cpu_linear_q4(&cw, bias, x, ldx, y2, ldy, m, 0, n / 2);
+    krn_cpu_linear_q4(&cw, bias, x, ldx, y2, ldy, m, n / 2, n);
+    for (int r = 0; r < m; r++)
+        for (int o = 0; o < n; o++) {
+            double s = bias[o], mag = fabs(bias[o]);
+            for (int c = 0; c < k; c++) {
+                s += q4_at(&w, o, c) * x[r * ldx + c];
+                mag += fabs(q4_at(&w, o, c) * x[r * ldx + c]);
+            }
+            ck_assert_msg(fabs(y[r * ldy + o] - s) <= 1e-5 * mag + 1e-6,
+                          "n=%d k=%d g=%d m=%d [%d][%d]: %g vs %g", n, k, group, m, r, o,
+                          y[r * ldy + o], s);
+            ck_assert(y[r * ldy + o] == y2[r * ldy + o]);
+        }
+    /* a row computed alone equals the same row in a batch */
+    float *y1 = calloc((size_t)ldy, sizeof(float));
+    krn_cpu_linear_q4(&cw, bias, x + (m - 1) * ldx, ldx, y1, ldy, 1, 0, n);
+    ck_assert_int_eq(memcmp(y1, y + (m - 1) * ldy, sizeof(float) * (size_t)n), 0);
+    free(y1);
+    free(x), free(bias), free(y), free(y2), free(mem);
+    free(w.q), free(w.scale), free(w.zero);
+}
+
+START_TEST(linear_q4_matches_naive)
+{
+    static const int ms[] = {1, 3, 9, 17};
+    /* the SIMD path where the CPU has one, then the portable loop */
+    krn_cpu_simd(_i == 0);
+    for (int i = 0; i < 4; i++) {
+        check_q4_linear(7, 100, 128, 32, ms[i]);  /* K padded within a group */
+        check_q4_linear(5, 288, 512, 256, ms[i]); /* K 288 at group 256 */
+        check_q4_linear(9, 288, 384, 128, ms[i]); /* K 288 at group 128 */
+        check_q4_linear(3, 101, 102, 102, ms[i]); /* per-channel, K odd */
+        check_q4_linear(33, 256, 256, 64, ms[i]);
+    }
+}
+END_TEST
+
+START_TEST(linear_fp_matches_naive)
+{
+    int n = 11, k = 77, m = 10;
+    float *w = rvec((int64_t)n * k, 0.3), *x = rvec((int64_t)m * k, 1.0);
+    uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)(n * k));
+    for (int i = 0; i < n * k; i++)
+        wh[i] = inf_f32_to_f16(w[i]);
+    float *y = calloc((size_t)(m * n), sizeof(float)), *yh = calloc((size_t)(m * n), sizeof(float));
+    krn_cpu_linear_f32(w, k, NULL, x, k, y, n, m, 0, n);
+    krn_cpu_linear_f16(wh, k, NULL, x, k, yh, n, m, 0, n);
+    for (int r = 0; r < m; r++)
+        for (int o = 0; o < n; o++) {
+            double s = 0, sh = 0;
+            for (int c = 0; c < k; c++) {
+                s += (double)w[o * k + c] * x[r * k + c];
+                sh += (double)inf_f16_to_f32(wh[o * k + c]) * x[r * k + c];
+            }
+            ck_assert_msg(fabs(y[r * n + o] - s) < 1e-5, "f32 %g vs %g", y[r * n + o], s);
+            ck_assert_msg(fabs(yh[r * n + o] - sh) < 1e-5, "f16 %g vs %g", yh[r * n + o], sh);
+        }
+    free(w), free(x), free(wh), free(y), free(yh);
+}
+END_TEST
+
+START_TEST(half_to_float_every_pattern)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = krn_half_to_float((uint16_t)h), b = inf_f16_to_f32((uint16_t)h);
+        if (isnan(b))
+            ck_assert(isnan(a));
+        else
+            ck_assert_msg(a == b && signbit(a) == signbit(b), "0x%04x: %g vs %g", h, a, b);
+    }
+}
+END_TEST
+
+START_TEST(rmsnorm_add_matches_naive)
+{
+    int dim = 50, rows = 4;
+    float *x = rvec(rows * 64, 2.0), *d = rvec(rows * 60, 1.0), *w = rvec(dim, 1.0);
+    float *x0 = malloc(sizeof(float) * rows * 64), *out = calloc(rows * 55, sizeof(float));
+    memcpy(x0, x, sizeof(float) * rows * 64);
+    krn_cpu_rmsnorm_add(x, 64, d, 60, w, 1e-5f, out, 55, dim, 0, rows);
+    for (int r = 0; r < rows; r++) {
+        double ss = 0, v[50];
+        for (int i = 0; i < dim; i++) {
+            v[i] = (double)x0[r * 64 + i] + d[r * 60 + i];
+            ss += v[i] * v[i];
+            ck_assert(fabs(x[r * 64 + i] - v[i]) < 1e-6);
+        }
+        for (int i = 0; i < dim; i++)
+            ck_assert(fabs(out[r * 55 + i] - v[i] / sqrt(ss / dim + 1e-5) * w[i]) < 1e-5);
+        ck_assert(x[r * 64 + 60] == x0[r * 64 + 60]); /* beyond dim untouched */
+    }
+    /* no delta: x unchanged */
+    memcpy(x, x0, sizeof(float) * rows * 64);
+    krn_cpu_rmsnorm_add(x, 64, NULL, 0, w, 1e-5f, out, 55, dim, 1, 2);
+    ck_assert_int_eq(memcmp(x, x0, sizeof(float) * rows * 64), 0);
+    free(x), free(d), free(w), free(x0), free(out);
+}
+END_TEST
+
+static double ref_inv_freq(int i, int hd, double theta, bool l3)
+{
+    double f = 1.0 / pow(theta, 2.0 * i / hd);
+    if (!l3)
+        return f;
+    double factor = 8, lo = 1, hi = 4, orig = 8192;
+    double wl = 2 * M_PI / f;
+    if (wl > orig / lo)
+        return f / factor;
+    if (wl < orig / hi)
+        return f;
+    double sm = (orig / wl - lo) / (hi - lo);
+    return (1 - sm) * f / factor + sm * f;
+}
+
+START_TEST(rope_matches_naive)
+{
+    for (int l3 = 0; l3 < 2; l3++) {
+        int hd = 64, nh = 3, rows = 5;
+        float inv[32];
+        double theta = l3 ? 500000.0 : 10000.0;
+        krn_rope_inv_freq((float)theta, l3, 8.0f, 1.0f, 4.0f, 8192, hd, inv);
+        bool saw_scaled = false, saw_kept = false, saw_mixed = false;
+        for (int i = 0; i < hd / 2; i++) {
+            double want = ref_inv_freq(i, hd, theta, l3);
+            ck_assert_msg(fabs(inv[i] - want) <= 2e-6 * want, "inv_freq[%d] %g vs %g", i, inv[i],
+                          want);
+            double plain = ref_inv_freq(i, hd, theta, false);
+            saw_kept |= fabs(want - plain) < 1e-12 * plain;
+            saw_scaled |= fabs(want - plain / 8) < 1e-12 * plain;
+            saw_mixed |=
+                !(fabs(want - plain) < 1e-12 * plain) && !(fabs(want - plain / 8) < 1e-12 * plain);
+        }
+        if (l3)
+            ck_assert(saw_kept && saw_scaled && saw_mixed); /* all three llama3 regions */
+        float *x = rvec(rows * 200, 1.0), *x0 = malloc(sizeof(float) * rows * 200);
+        memcpy(x0, x, sizeof(float) * rows * 200);
+        int32_t pos[5] = {0, 1, 7, 100, 3000};
+        krn_cpu_rope(x, 200, nh, hd, pos, inv, 0, rows);
+        for (int r = 0; r < rows; r++)
+            for (int h = 0; h < nh; h++)
+                for (int i = 0; i < hd / 2; i++) {
+                    double a = pos[r] * (double)inv[i];
+                    double p = x0[r * 200 + h * hd + i], q = x0[r * 200 + h * hd + i + hd / 2];
+                    /* fp32 angle: tolerance grows with the position */
+                    double tol = 1e-5 + 4e-7 * pos[r] * inv[i];
+                    ck_assert(fabs(x[r * 200 + h * hd + i] - (p * cos(a) - q * sin(a))) < tol);
+                    ck_assert(fabs(x[r * 200 + h * hd + i + hd / 2] - (q * cos(a) + p * sin(a))) <
+                              tol);
+                }
+        ck_assert(x[199] == x0[199]);
+        free(x), free(x0);
+    }
+}
+END_TEST
+
+START_TEST(paged_attention_matches_naive)
+{
+    enum { BLK = 16, NB = 9, NKV = 2, HD = 8, NH = 6, CTX = 37 };
+    int64_t row = NKV * HD;
+    float *kp = calloc((size_t)(NB * BLK * row), sizeof(float));
+    float *vp = calloc((size_t)(NB * BLK * row), sizeof(float));
+    int32_t blocks[3] = {7, 2, 5}; /* scattered physical blocks */
+    float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.0);
+    for (int p = 0; p < CTX; p++)
+        krn_cpu_kv_write(kp, vp, blocks, BLK, NKV, HD, p, K + p * row, Vv + p * row);
+    /* the row of position 20 is in block blocks[1], row 4 */
+    ck_assert(kp[((int64_t)2 * BLK + 4) * row + 3] == K[20 * row + 3]);
+    float scores[CTX], out[HD];
+    for (int h = 0; h < NH; h++) {
+        int kvh = h / (NH / NKV);
+        for (int n_ctx = 1; n_ctx <= CTX; n_ctx += 12) {
+            krn_cpu_attn_head(q + h * HD, kp, vp, blocks, BLK, NKV, HD, kvh, n_ctx, 0.35f, scores,
+                              out);
+            double s[CTX], mx = -1e300, sum = 0;
+            for (int p = 0; p < n_ctx; p++) {
+                double d = 0;
+                for (int e = 0; e < HD; e++)
+                    d += (double)q[h * HD + e] * K[p * row + kvh * HD + e];
+                s[p] = 0.35 * d;
+                mx = fmax(mx, s[p]);
+            }
+            for (int p = 0; p < n_ctx; p++)
+                sum += (s[p] = exp(s[p] - mx));
+            for (int e = 0; e < HD; e++) {
+                double a = 0;
+                for (int p = 0; p < n_ctx; p++)
+                    a += s[p] / sum * Vv[p * row + kvh * HD + e];
+                ck_assert_msg(fabs(out[e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx, out[e],
+                              a);
+            }
+        }
+    }
+    free(kp), free(vp), free(K), free(Vv), free(q);
+}
+END_TEST
+
+START_TEST(silu_mul_matches_naive)
+{
+    float *g = rvec(3 * 40, 6.0), *u = rvec(3 * 40, 2.0), out[3 * 33];
+    krn_cpu_silu_mul(g, 40, u, 40, out, 33, 30, 0, 3);
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 30; i++) {
+            double gv = g[r * 40 + i];
+            double want = gv / (1 + exp(-gv)) * u[r * 40 + i];
+            ck_assert(fabs(out[r * 33 + i] - want) < 1e-5 * (1 + fabs(want)));
+        }
+    free(g), free(u);
+}
+END_TEST
+
+START_TEST(embedding_and_gather)
+{
+    float *t = rvec(10 * 12, 1.0);
+    uint16_t th[120];
+    for (int i = 0; i < 120; i++)
+        th[i] = inf_f32_to_f16(t[i]);
+    int32_t ids[4] = {9, 0, 3, 9};
+    float o[4 * 14], oh[4 * 14];
+    krn_cpu_embed_f32(t, 12, ids, o, 14, 0, 4);
+    krn_cpu_embed_f16(th, 12, ids, oh, 14, 0, 4);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 12; i++) {
+            ck_assert(o[r * 14 + i] == t[ids[r] * 12 + i]);
+            ck_assert(oh[r * 14 + i] == inf_f16_to_f32(th[ids[r] * 12 + i]));
+        }
+    int32_t idx[2] = {2, 0};
+    float g[2 * 12];
+    krn_cpu_rows_gather(o, 14, idx, g, 12, 12, 0, 2);
+    ck_assert_int_eq(memcmp(g, o + 2 * 14, 12 * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(g + 12, o, 12 * sizeof(float)), 0);
+    free(t);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kernels_cpu");
+    TCase *t = tcase_create("linear");
+    tcase_set_timeout(t, 60);
+    tcase_add_loop_test(t, linear_q4_matches_naive, 0, 2);
+    tcase_add_test(t, linear_fp_matches_naive);
+    tcase_add_test(t, half_to_float_every_pattern);
+    suite_add_tcase(s, t);
+    t = tcase_create("rows");
+    tcase_add_test(t, rmsnorm_add_matches_naive);
+    tcase_add_test(t, rope_matches_naive);
+    tcase_add_test(t, silu_mul_matches_naive);
+    tcase_add_test(t, embedding_and_gather);
+    suite_add_tcase(s, t);
+    t = tcase_create("attention");
+    tcase_add_test(t, paged_attention_matches_naive);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

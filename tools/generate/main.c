@@ -1,0 +1,295 @@
+/* int4serve-generate — greedy generation from token ids, on the CPU backend.
+ *
+ *   int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N
+ *       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]
+ *       [--threads T] [--dump-logits FILE] [--batch B]
+ *
+ * Prints the generated ids (one line), then the prefill time and the decode
+ * time per token. --batch B runs B copies of the prompt as B sequences of one
+ * batch (each decode step then carries B tokens); the ids printed are those
+ * of sequence 0 and the tool fails if any copy differs.
+ *
+ * --dump-logits FILE writes the fp32 logits of sequence 0 for every prompt
+ * position and every generated token that was fed back: rows =
+ * n_prompt + max_tokens - 1, row i being the logits after token i of
+ * (prompt ++ generated), i.e. what a Hugging Face forward over those ids
+ * returns at position i. Layout [rows][vocab], row-major, little-endian
+ * fp32. When FILE ends in ".npy" it is a NumPy .npy file (format 1.0,
+ * dtype '<f4', shape (rows, vocab)); otherwise raw fp32 with no header. */
+#include "common/inf.h"
+#include "engine/backend.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N\n"
+               "       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]\n"
+               "       [--threads T] [--dump-logits FILE] [--batch B]\n"
+               "Greedy generation on the CPU backend; prints the ids of sequence 0, then the\n"
+               "prefill time and the decode time per token. --group-size 0 is per-channel.\n"
+               "--dump-logits: fp32 logits of sequence 0, [n_prompt + N - 1][vocab], row i\n"
+               "after token i of prompt ++ generated; raw little-endian fp32, or a NumPy\n"
+               ".npy file (dtype <f4, 2-D) when FILE ends in .npy.\n");
+}
+
+static int parse_ids(const char *s, int32_t **out, int *n)
+{
+    int cap = 16;
+    *out = malloc(sizeof(int32_t) * (size_t)cap);
+    *n = 0;
+    while (*out && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > INT32_MAX)
+            return -1;
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *p = realloc(*out, sizeof(int32_t) * (size_t)cap);
+            if (!p)
+                return -1;
+            *out = p;
+        }
+        (*out)[(*n)++] = (int32_t)v;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return *out && *n > 0 ? 0 : -1;
+}
+
+static int write_logits(const char *path, const float *lg, int rows, int vocab)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t len = strlen(path);
+    if (len > 4 && strcmp(path + len - 4, ".npy") == 0) {
+        char hdr[128];
+        int h =
+            snprintf(hdr, sizeof hdr,
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, vocab);
+        /* magic(6) + version(2) + header length(2) + header, padded to 64 with '\n' last */
+        int total = (10 + h + 1 + 63) / 64 * 64;
+        int pad = total - 10 - h - 1;
+        uint16_t hl = (uint16_t)(total - 10);
+        unsigned char pre[10] = "\x93NUMPY\x01\x00";
+        pre[8] = (unsigned char)(hl & 0xff);
+        pre[9] = (unsigned char)(hl >> 8);
+        fwrite(pre, 1, 10, f);
+        fwrite(hdr, 1, (size_t)h, f);
+        for (int i = 0; i < pad; i++)
+            fputc(' ', f);
+        fputc('\n', f);
+    }
+    size_t n = (size_t)rows * (size_t)vocab;
+    int rc = fwrite(lg, sizeof(float), n, f) == n ? 0 : -1;
+    return fclose(f) == 0 ? rc : -1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *ids_arg = NULL, *dump = NULL;
+    int max_tokens = -1, threads = 0, batch = 1;
+    struct eng_model_opts mo;
+    eng_model_opts_default(&mo);
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"prompt-ids", required_argument, 0, 'p'},
+                                       {"max-tokens", required_argument, 0, 'n'},
+                                       {"quantization", required_argument, 0, 'q'},
+                                       {"group-size", required_argument, 0, 'g'},
+                                       {"symmetric", no_argument, 0, 's'},
+                                       {"no-fuse", no_argument, 0, 'f'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"dump-logits", required_argument, 0, 'd'},
+                                       {"batch", required_argument, 0, 'b'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            model = optarg;
+            break;
+        case 'p':
+            ids_arg = optarg;
+            break;
+        case 'n':
+            max_tokens = atoi(optarg);
+            break;
+        case 'q':
+            if (strcmp(optarg, "none") == 0)
+                mo.quant = ENG_QUANT_NONE;
+            else if (strcmp(optarg, "int4") == 0)
+                mo.quant = ENG_QUANT_INT4;
+            else {
+                fprintf(stderr, "int4serve-generate: --quantization must be none or int4\n");
+                return 2;
+            }
+            break;
+        case 'g':
+            mo.group_size = atoi(optarg);
+            if (mo.group_size == -1) /* -1 or 0: per-channel */
+                mo.group_size = 0;
+            break;
+        case 's':
+            mo.symmetric = true;
+            break;
+        case 'f':
+            mo.fuse_qkv = false;
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'd':
+            dump = optarg;
+            break;
+        case 'b':
+            batch = atoi(optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    int32_t *prompt = NULL;
+    int np = 0;
+    if (!model || !ids_arg || max_tokens < 1 || batch < 1 || batch > 256 || threads < 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (parse_ids(ids_arg, &prompt, &np) != 0) {
+        fprintf(stderr, "int4serve-generate: --prompt-ids must be a comma-separated list of ids\n");
+        free(prompt);
+        return 2;
+    }
+    int total = np + max_tokens;
+    int max_blocks = (total + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
+    mo.max_tokens = np * batch > 64 ? np * batch : 64;
+    mo.n_kv_blocks = max_blocks * batch;
+
+    struct inf_err err = {0};
+    struct eng_backend *be = NULL;
+    eng_model_t *m = NULL;
+    eng_kv_cache_t *kv = NULL;
+    int rc = 1;
+    int32_t *tok = NULL, *pos = NULL, *slot = NULL, *gen = NULL;
+    uint8_t *want = NULL;
+    float *logits = NULL, *dumpbuf = NULL;
+    struct eng_backend_cpu_opts bo = {.n_threads = threads};
+    if (eng_backend_cpu_create(&bo, &be, &err) != INF_OK ||
+        eng_model_load(model, be, &mo, &m, &err) != INF_OK ||
+        eng_kv_cache_create(mo.n_kv_blocks, batch, max_blocks, &kv, &err) != INF_OK) {
+        fprintf(stderr, "int4serve-generate: %s\n", err.msg);
+        goto out;
+    }
+    const struct eng_model_config *cfg = eng_model_config(m);
+    for (int i = 0; i < np; i++)
+        if (prompt[i] >= cfg->vocab) {
+            fprintf(stderr, "int4serve-generate: prompt id %d is outside the vocabulary (%d)\n",
+                    prompt[i], cfg->vocab);
+            goto out;
+        }
+    int V = cfg->vocab, cap = np * batch;
+    tok = malloc(sizeof(int32_t) * (size_t)cap);
+    pos = malloc(sizeof(int32_t) * (size_t)cap);
+    slot = malloc(sizeof(int32_t) * (size_t)cap);
+    want = malloc((size_t)cap);
+    gen = malloc(sizeof(int32_t) * (size_t)batch * (size_t)max_tokens);
+    logits = malloc(sizeof(float) * (size_t)(np + batch) * (size_t)V);
+    if (dump)
+        dumpbuf = malloc(sizeof(float) * (size_t)(total - 1) * (size_t)V);
+    if (!tok || !pos || !slot || !want || !gen || !logits || (dump && !dumpbuf)) {
+        fprintf(stderr, "int4serve-generate: out of memory\n");
+        goto out;
+    }
+    uint64_t t_prefill = 0, t_decode = 0;
+    for (int step = 0; step < max_tokens; step++) {
+        int n = 0, nl = 0;
+        for (int s = 0; s < batch; s++) {
+            int from = step == 0 ? 0 : np + step - 1, to = np + step;
+            if (eng_kv_seq_reserve(kv, s, to, &err) != INF_OK) {
+                fprintf(stderr, "int4serve-generate: %s\n", err.msg);
+                goto out;
+            }
+            for (int p = from; p < to; p++) {
+                tok[n] = p < np ? prompt[p] : gen[s * max_tokens + p - np];
+                pos[n] = p;
+                slot[n] = s;
+                /* sequence 0 wants every row when dumping, the others only the last */
+                want[n] = p == to - 1 || (dump && s == 0);
+                nl += want[n];
+                n++;
+            }
+        }
+        struct eng_batch b = {.n_tokens = n,
+                              .tokens = tok,
+                              .pos = pos,
+                              .slot = slot,
+                              .want_logits = want,
+                              .n_logits = nl,
+                              .block_table = eng_kv_cache_block_table(kv),
+                              .n_slots = batch,
+                              .max_blocks = max_blocks};
+        uint64_t t0 = inf_now_ns();
+        if (eng_model_forward(m, &b, logits, &err) != INF_OK) {
+            fprintf(stderr, "int4serve-generate: %s\n", err.msg);
+            goto out;
+        }
+        uint64_t dt = inf_now_ns() - t0;
+        if (step == 0)
+            t_prefill = dt;
+        else
+            t_decode += dt;
+        int row = 0;
+        for (int s = 0; s < batch; s++) {
+            int rows = s == 0 && dump ? (step == 0 ? np : 1) : 1;
+            if (s == 0 && dump)
+                memcpy(dumpbuf + (size_t)(step == 0 ? 0 : np + step - 1) * (size_t)V, logits,
+                       sizeof(float) * (size_t)rows * (size_t)V);
+            const float *l = logits + (size_t)(row + rows - 1) * (size_t)V;
+            int best = 0;
+            for (int i = 1; i < V; i++)
+                if (l[i] > l[best])
+                    best = i;
+            gen[s * max_tokens + step] = best;
+            row += rows;
+        }
+    }
+    for (int s = 1; s < batch; s++)
+        if (memcmp(gen, gen + s * max_tokens, sizeof(int32_t) * (size_t)max_tokens) != 0) {
+            fprintf(stderr, "int4serve-generate: sequence %d of the batch generated other ids\n",
+                    s);
+            goto out;
+        }
+    for (int i = 0; i < max_tokens; i++)
+        printf("%s%d", i ? "," : "", gen[i]);
+    printf("\n");
+    printf("prefill: %d tokens x %d in %.3f ms\n", np, batch, (double)t_prefill / 1e6);
+    if (max_tokens > 1)
+        printf("decode: %.3f ms/token (batch %d, %.1f tokens/s)\n",
+               (double)t_decode / 1e6 / (max_tokens - 1), batch,
+               (double)batch * (max_tokens - 1) / ((double)t_decode / 1e9));
+    if (dump && write_logits(dump, dumpbuf, total - 1, V) != 0) {
+        fprintf(stderr, "int4serve-generate: cannot write the logits file\n");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(tok), free(pos), free(slot), free(want), free(gen), free(logits), free(dumpbuf);
+    free(prompt);
+    eng_kv_cache_destroy(kv);
+    eng_model_destroy(m);
+    eng_backend_destroy(be);
+    return rc;
+}
