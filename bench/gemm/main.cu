@@ -27,21 +27,21 @@
 #include <string.h>
 #include <vector>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                           \
-        }                                                                                      \
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(2);                                                                               \
+        }                                                                                          \
     } while (0)
-#define CB(x)                                                                                  \
-    do {                                                                                       \
-        cublasStatus_t s_ = (x);                                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); \
-            exit(2);                                                                           \
-        }                                                                                      \
+#define CB(x)                                                                                      \
+    do {                                                                                           \
+        cublasStatus_t s_ = (x);                                                                   \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_);     \
+            exit(2);                                                                               \
+        }                                                                                          \
     } while (0)
 
 __global__ void fill_random_half(half *x, int64_t n, uint64_t seed, float lo, float hi)
@@ -82,8 +82,9 @@ struct shape {
 };
 
 static const shape kShapes[] = {
-    {"l2-qkv", 4096, 12288, true}, {"l2-o", 4096, 4096, true},     {"l2-gateup", 4096, 22016, true},
-    {"l2-down", 11008, 4096, true}, {"l3-qkv", 4096, 6144, false}, {"l3-gateup", 4096, 28672, false},
+    {"l2-qkv", 4096, 12288, true},    {"l2-o", 4096, 4096, true},
+    {"l2-gateup", 4096, 22016, true}, {"l2-down", 11008, 4096, true},
+    {"l3-qkv", 4096, 6144, false},    {"l3-gateup", 4096, 28672, false},
     {"l3-down", 14336, 4096, false},
 };
 
@@ -166,8 +167,9 @@ int main(int argc, char **argv)
         else if (argv[i][0] != '-')
             json_path = argv[i];
         else {
-            fprintf(stderr, "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
-                            "[--config I] [--sweep] [--replays R]\n",
+            fprintf(stderr,
+                    "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
+                    "[--config I] [--sweep] [--replays R]\n",
                     argv[0]);
             return 2;
         }
@@ -209,7 +211,8 @@ int main(int argc, char **argv)
         });
         const double bw_kernel = 2.0 * bytes / (us * 1e-6) / 1e9;
         printf("copy bandwidth: cudaMemcpyAsync %.0f GB/s, copy kernel %.0f GB/s (the larger is "
-               "the ceiling)\n", bw_memcpy, bw_kernel);
+               "the ceiling)\n",
+               bw_memcpy, bw_kernel);
         bw_gbs = std::max(bw_memcpy, bw_kernel);
         CK(cudaFree(src));
         CK(cudaFree(dst));
@@ -338,9 +341,9 @@ int main(int argc, char **argv)
             }
             const float alpha = 1.0f, beta = 0.0f;
             double t_cb = time_graph(std::max(nrot_f, 24), replays, [&](int i) {
-                CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha,
-                                wf[i % nrot_f], CUDA_R_16F, sh.k, a, CUDA_R_16F, sh.k, &beta, c,
-                                CUDA_R_16F, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha, wf[i % nrot_f],
+                                CUDA_R_16F, sh.k, a, CUDA_R_16F, sh.k, &beta, c, CUDA_R_16F, sh.n,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             });
             result r;
             r.name = sh.name;
@@ -357,8 +360,8 @@ int main(int argc, char **argv)
             r.floor_us = std::max(r.bytes / (bw_gbs * 1e3), r.flops / (peak_tflops * 1e6));
             results.push_back(r);
             printf("%-10s %6d %6d %5d | %9.2f %9.2f %6.2fx | %7.0f %8.2f %5.0f%% | %s\n", sh.name,
-                   sh.k, sh.n, m, t_ours, t_cb, t_cb / t_ours, r.bytes / (t_ours * 1e3),
-                   r.floor_us, 100.0 * r.floor_us / t_ours,
+                   sh.k, sh.n, m, t_ours, t_cb, t_cb / t_ours, r.bytes / (t_ours * 1e3), r.floor_us,
+                   100.0 * r.floor_us / t_ours,
                    best_cfg < 0 ? "auto" : krn_int4_gemm_config_name(best_cfg));
             fflush(stdout);
         }
@@ -409,8 +412,8 @@ int main(int argc, char **argv)
                 "  \"symmetric\": %s,\n  \"cublas\": \"cublasGemmEx fp16 in/out, "
                 "CUBLAS_COMPUTE_32F\",\n  \"bandwidth_GBps\": %.1f,\n  \"peak_TFLOPs\": %.1f,\n"
                 "  \"results\": [\n",
-                prop.name, prop.multiProcessorCount, prop.l2CacheSize, group, sym ? "true" : "false",
-                bw_gbs, peak_tflops);
+                prop.name, prop.multiProcessorCount, prop.l2CacheSize, group,
+                sym ? "true" : "false", bw_gbs, peak_tflops);
         for (size_t i = 0; i < results.size(); i++) {
             const result &r = results[i];
             fprintf(f,

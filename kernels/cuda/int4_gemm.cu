@@ -36,8 +36,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-namespace int4gemm {
-namespace {
+namespace int4gemm
+{
+namespace
+{
 
 constexpr int kThreads = 256;
 
@@ -50,8 +52,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
  * M, columns past K) without touching global memory. */
 __device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, bool pred)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(pred ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(pred ? 16 : 0));
 }
 
 /* The weights are read exactly once per launch. An L2 evict-first policy on
@@ -116,11 +118,11 @@ __device__ __forceinline__ int partial_slot(int b, int t, const Params &p, int g
 
 /* Tile geometry of one configuration, shared by the kernel and the host. */
 template <int MB, int NWN, int STAGES> struct Tile {
-    static constexpr int BM = 16 * MB;           /* rows */
-    static constexpr int BN = 64 * NWN;          /* columns */
-    static constexpr int KW = 8 / NWN;           /* warps splitting a k tile */
-    static constexpr int KSTEPS = 2 * KW;        /* k16 steps per k tile */
-    static constexpr int BK = 16 * KSTEPS;       /* 128 or 64 */
+    static constexpr int BM = 16 * MB;                 /* rows */
+    static constexpr int BN = 64 * NWN;                /* columns */
+    static constexpr int KW = 8 / NWN;                 /* warps splitting a k tile */
+    static constexpr int KSTEPS = 2 * KW;              /* k16 steps per k tile */
+    static constexpr int BK = 16 * KSTEPS;             /* 128 or 64 */
     static constexpr int B_BYTES = KSTEPS * NWN * 512; /* 8 KiB of codes */
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int S_BYTES = KW * NWN * 128; /* <= KW groups x NWN x 64 fp16 */
@@ -150,8 +152,8 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int f = 0; f < 8; f++)
-                    red[((((kw - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane] = make_float4(
-                        acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]);
+                    red[((((kw - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane] =
+                        make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]);
         }
         __syncthreads();
         if (kw == 0) {
@@ -161,7 +163,8 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                     for (int f = 0; f < 8; f++) {
-                        const float4 v = red[((((w2 - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane];
+                        const float4 v =
+                            red[((((w2 - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane];
                         acc[mb][f][0] += v.x;
                         acc[mb][f][1] += v.y;
                         acc[mb][f][2] += v.z;
@@ -227,9 +230,10 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
             for (int q = tid; q < quads; q += kThreads) {
                 float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
                 for (int bb = cf; bb <= cl; bb++) {
-                    const float4 v = __ldcg(
-                        reinterpret_cast<const float4 *>(
-                            p.partials + partial_slot(bb, t, p, grid) * tile_elems) + q);
+                    const float4 v =
+                        __ldcg(reinterpret_cast<const float4 *>(
+                                   p.partials + partial_slot(bb, t, p, grid) * tile_elems) +
+                               q);
                     sum.x += v.x;
                     sum.y += v.y;
                     sum.z += v.z;
@@ -293,7 +297,6 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
     const int n_units = unit_start(b + 1, p.units, grid) - u_begin;
     const int ksteps_total = p.k_pad / 16;
 
-
     /* Per-thread constants of the copies, computed once: every unit then costs
      * a few multiply-adds and no division (the loop is issue-bound at small M,
      * so the bookkeeping must stay far below the dequantization work). */
@@ -331,8 +334,8 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
             cp_async16(st + (tid + i * kThreads) * 16, wsrc + w_off[i]);
         /* Scales (and zeros) of the groups this k tile touches. */
         if (s_copy) {
-            const int64_t off = (int64_t)l_n * NWN * p.groups * 8 +
-                                ((l_kk * KSTEPS) >> p.gshift) * 8 + s_off;
+            const int64_t off =
+                (int64_t)l_n * NWN * p.groups * 8 + ((l_kk * KSTEPS) >> p.gshift) * 8 + s_off;
             cp_async16(st + B_BYTES + A_BYTES + tid * 16, p.scales + off);
             if (ZP)
                 cp_async16(st + B_BYTES + A_BYTES + S_BYTES + tid * 16, p.zeros + off);
@@ -393,7 +396,8 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
     /* Zero the A tiles once, so rows past M are finite zeros. */
     for (int s = 0; s < STAGES; s++)
         for (int idx = tid; idx < A_BYTES / 16; idx += kThreads)
-            reinterpret_cast<uint4 *>(smem + s * STAGE_BYTES + B_BYTES)[idx] = make_uint4(0, 0, 0, 0);
+            reinterpret_cast<uint4 *>(smem + s * STAGE_BYTES + B_BYTES)[idx] =
+                make_uint4(0, 0, 0, 0);
     __syncthreads();
 
     /* Prologue: STAGES - 1 units in flight before the first mma. */
@@ -494,12 +498,19 @@ struct Config {
     KernelFn kernel[2][2]; /* [asymmetric][A rows 16-byte aligned] */
 };
 
-#define INT4GEMM_CONFIG(NAME, MB, NWN, STAGES, BPS)                                            \
-    {NAME, Tile<MB, NWN, STAGES>::BM, Tile<MB, NWN, STAGES>::BN, BPS, Tile<MB, NWN, STAGES>::SMEM, \
-     {{int4_gemm_kernel<MB, NWN, STAGES, false, false>,                                        \
-       int4_gemm_kernel<MB, NWN, STAGES, false, true>},                                        \
-      {int4_gemm_kernel<MB, NWN, STAGES, true, false>,                                         \
-       int4_gemm_kernel<MB, NWN, STAGES, true, true>}}}
+#define INT4GEMM_CONFIG(NAME, MB, NWN, STAGES, BPS)                                                \
+    {                                                                                              \
+        NAME, Tile<MB, NWN, STAGES>::BM, Tile<MB, NWN, STAGES>::BN, BPS,                           \
+            Tile<MB, NWN, STAGES>::SMEM,                                                           \
+        {                                                                                          \
+            {int4_gemm_kernel<MB, NWN, STAGES, false, false>,                                      \
+             int4_gemm_kernel<MB, NWN, STAGES, false, true>},                                      \
+            {                                                                                      \
+                int4_gemm_kernel<MB, NWN, STAGES, true, false>,                                    \
+                    int4_gemm_kernel<MB, NWN, STAGES, true, true>                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
 
 /* Indexes 0-3 are what the automatic choice uses (by M); the rest are
  * alternatives kept compiled for benchmarking (args->config). */
@@ -583,10 +594,11 @@ bool layout_ok(const krn_int4_gemm_layout *l)
     return l->n >= 1 && l->k >= 1 && l->n_pad >= l->n && l->k_pad >= l->k &&
            l->n_pad % KRN_INT4_GEMM_N_ALIGN == 0 && l->k_pad % KRN_INT4_GEMM_K_ALIGN == 0 &&
            l->group_steps >= 2 && l->groups >= 1 &&
-           (l->groups == 1 ? l->group_steps * 16 >= l->k_pad
-                           : (l->group_steps & (l->group_steps - 1)) == 0 && l->group_steps <= 16) &&
-           (long long)l->groups * l->group_steps * 16 >= l->k_pad &&
-           l->q_offset % 16 == 0 && l->scale_offset % 16 == 0 && l->zero_offset % 16 == 0;
+           (l->groups == 1
+                ? l->group_steps * 16 >= l->k_pad
+                : (l->group_steps & (l->group_steps - 1)) == 0 && l->group_steps <= 16) &&
+           (long long)l->groups * l->group_steps * 16 >= l->k_pad && l->q_offset % 16 == 0 &&
+           l->scale_offset % 16 == 0 && l->zero_offset % 16 == 0;
 }
 
 } // namespace
@@ -692,8 +704,8 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     /* Dispatch: Turing (or a forced fallback) takes the sm_75 kernel; sm_80 and
      * newer, Hopper included, the mma.sync m16n8k16 pipeline. A Hopper wgmma
      * kernel for large M would be chosen here for major == 9. */
-    const bool fallback = (args->flags & KRN_INT4_GEMM_FORCE_SM75) || major < 8 ||
-                          args->config == kSm75Config;
+    const bool fallback =
+        (args->flags & KRN_INT4_GEMM_FORCE_SM75) || major < 8 || args->config == kSm75Config;
     if (fallback) {
         p.m_tiles = ceil_div(p.m, 16);
         p.n_tiles = p.n_pad / 64;
@@ -721,8 +733,8 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     p.k_tiles = p.k_pad / bk;
     const long long units = (long long)p.m_tiles * p.n_tiles * p.k_tiles;
     if (units > (1LL << 30))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d n=%d k=%d too large",
-                           (int)p.m, (int)p.n, (int)p.k);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d n=%d k=%d too large", (int)p.m,
+                           (int)p.n, (int)p.k);
     p.units = (int)units;
     p.slot_rows = p.m < c.bm ? p.m : c.bm;
     long long grid = (long long)sms * (occ < c.max_blocks_per_sm ? occ : c.max_blocks_per_sm);

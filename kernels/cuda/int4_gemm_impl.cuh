@@ -5,34 +5,34 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-namespace int4gemm {
+namespace int4gemm
+{
 
 /* Everything a kernel needs, passed by value (flash-attention's params idea). */
 struct Params {
-    const uint4 *q;       /* [n_pad/64][k_pad/16][32] repacked codes, one uint4 per lane */
-    const uint4 *scales;  /* [n_pad/64][groups][8] uint4 = 64 permuted fp16 scales */
-    const uint4 *zeros;   /* same as scales, or nullptr when symmetric */
-    const half *a;        /* [m][k] activations */
-    const half *bias;     /* [n] or nullptr */
-    half *c;              /* [m][n] output */
-    float *partials;      /* split-K partial tiles (workspace) */
-    int *counters;        /* arrival counters of shared tiles (workspace, zeroed) */
-    int m, n, k;          /* logical sizes */
+    const uint4 *q;      /* [n_pad/64][k_pad/16][32] repacked codes, one uint4 per lane */
+    const uint4 *scales; /* [n_pad/64][groups][8] uint4 = 64 permuted fp16 scales */
+    const uint4 *zeros;  /* same as scales, or nullptr when symmetric */
+    const half *a;       /* [m][k] activations */
+    const half *bias;    /* [n] or nullptr */
+    half *c;             /* [m][n] output */
+    float *partials;     /* split-K partial tiles (workspace) */
+    int *counters;       /* arrival counters of shared tiles (workspace, zeroed) */
+    int m, n, k;         /* logical sizes */
     int k_pad, n_pad;
-    int gsteps;           /* k16 steps per scale group */
-    int gshift;           /* log2(gsteps) for 2..16; 30 for a single group */
-    int groups;           /* scale rows per 64-column tile */
-    int c_vec;            /* 1: C rows 4-byte aligned (n even): half2 stores */
+    int gsteps; /* k16 steps per scale group */
+    int gshift; /* log2(gsteps) for 2..16; 30 for a single group */
+    int groups; /* scale rows per 64-column tile */
+    int c_vec;  /* 1: C rows 4-byte aligned (n even): half2 stores */
     int m_tiles, n_tiles, k_tiles;
-    int units;            /* m_tiles * n_tiles * k_tiles (<= 2^30) */
-    int slot_rows;        /* rows stored per partial tile: min(BM, m) */
+    int units;     /* m_tiles * n_tiles * k_tiles (<= 2^30) */
+    int slot_rows; /* rows stored per partial tile: min(BM, m) */
 };
 
 /* (a & b) | c in one LOP3: mask out two nibbles and OR in the exponent of
  * 1024.0 (0x6400), giving the fp16 pair (1024 + lo, 1024 + hi) — or
  * (1024 + 16 lo, 1024 + 16 hi) for the nibbles at bits 4-7 / 20-23. */
-template <uint32_t MASK>
-__device__ __forceinline__ uint32_t lop3_mask_or_magic(uint32_t a)
+template <uint32_t MASK> __device__ __forceinline__ uint32_t lop3_mask_or_magic(uint32_t a)
 {
     uint32_t r;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(MASK), "n"(0x64006400u));
@@ -70,8 +70,8 @@ __device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, G
         if (ZP) {
             /* both zeros of the word at once, then broadcast each */
             const uint32_t lo = as_u32(__hadd2(as_h2(zw[i]), __float2half2_rn(1024.0f)));
-            const uint32_t hin = as_u32(
-                __hfma2(as_h2(zw[i]), __float2half2_rn(-1.0f), __float2half2_rn(-64.0f)));
+            const uint32_t hin =
+                as_u32(__hfma2(as_h2(zw[i]), __float2half2_rn(-1.0f), __float2half2_rn(-64.0f)));
             g.zlo[2 * i] = as_h2(__byte_perm(lo, 0, 0x1010));
             g.zlo[2 * i + 1] = as_h2(__byte_perm(lo, 0, 0x3232));
             g.zhin[2 * i] = as_h2(__byte_perm(hin, 0, 0x1010));

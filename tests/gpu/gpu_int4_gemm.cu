@@ -18,13 +18,13 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                           \
-        }                                                                                      \
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(2);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static int g_failures, g_checks;
@@ -95,9 +95,9 @@ __global__ void compare(const half *c, const double *ref, int64_t count, double 
 
 struct dev_weight {
     struct krn_int4_gemm_layout lay;
-    void *packed;    /* repacked buffer */
-    half *dq;        /* [n][k] reference fp16 weights */
-    half *bias;      /* [n] */
+    void *packed; /* repacked buffer */
+    half *dq;     /* [n][k] reference fp16 weights */
+    half *bias;   /* [n] */
     void *ws;
     size_t ws_bytes;
 };
@@ -440,8 +440,8 @@ int main(void)
         }
         if (ci == 0)
             check_arguments(&dw, &b);
-        printf("%s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
-               wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
+        printf("%s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL", wc->k,
+               wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
         fflush(stdout);
         bufs_free(&b);
         weight_free(&dw);
