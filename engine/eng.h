@@ -55,7 +55,7 @@ struct eng_sampling {
     float frequency_penalty;  /* 0 = off */
     float repetition_penalty; /* 1 = off */
     bool has_seed;
-    uint64_t seed;
+    uint64_t seed;            /* choice i of n samples with seed + i */
     int32_t n_logit_bias;
     int32_t *logit_bias_ids;  /* [n_logit_bias], owned by the request */
     float *logit_bias_vals;   /* [n_logit_bias], owned by the request */
@@ -151,7 +151,8 @@ inf_status_t eng_request_submit(eng_engine_t *eng, struct eng_request *req, stru
 /* Cancel by id: its sequences are freed at the next step and it ends with an
  * ENG_FINISH_ABORT delta and DONE. Unknown ids are ignored. Thread: any. */
 void eng_request_cancel(eng_engine_t *eng, uint64_t req_id);
-/* Take every pending event, FIFO, as a list linked through node. Thread: any
+/* Take every pending event, FIFO, as a list linked through node (the next
+ * event is (struct eng_event *)ev->node.next; node is the first member). Thread: any
  * (the loop). */
 struct eng_event *eng_events_take(eng_engine_t *eng);
 
@@ -172,7 +173,7 @@ void eng_engine_info(const eng_engine_t *eng, struct eng_info *info);
 
 /* Gauges and counters for /metrics (a snapshot). Thread: any. */
 struct eng_stats {
-    int32_t running, waiting;
+    int32_t running, waiting;       /* sequences (each started choice of a request is one) */
     int64_t kv_blocks_used, kv_blocks_total;
     uint64_t prompt_tokens_total, generation_tokens_total;
     uint64_t preemptions_total;

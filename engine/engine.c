@@ -15,7 +15,10 @@
 #define INF_LOG_MODULE "eng"
 #include "engine/eng.h"
 #include "engine/mock.h"
+#include "engine/model_config.h"
 #include "engine/scheduler_impl.h"
+#include "engine/scheduler_lm.h"
+#include "engine/tokenizer.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,7 +43,9 @@ struct eng_engine {
     void *user;
     struct eng_lm lm;
     const struct eng_detok_ops *detok;
-    eng_sched_t *sched; /* engine thread only, after create */
+    struct eng_detok_ops tok_ops; /* detok when it is the tokenizer's */
+    eng_tok_t *tok;               /* the server's tokenizer (NULL for none) */
+    eng_sched_t *sched;           /* engine thread only, after create */
     inf_queue_t *inbox, *outbox;
     pthread_t thread;
     bool thread_started;
@@ -212,8 +217,7 @@ void eng_request_cancel(eng_engine_t *eng, uint64_t req_id)
 {
     struct msg *m = calloc(1, sizeof *m);
     if (!m) {
-        inf_log(ERROR, "req=%llu out of memory for its cancellation",
-                (unsigned long long)req_id);
+        inf_log(ERROR, "req=%llu out of memory for its cancellation", (unsigned long long)req_id);
         return;
     }
     m->kind = MSG_CANCEL;
@@ -250,10 +254,10 @@ void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st)
     pthread_mutex_unlock(&eng->stats_mu);
 }
 
+/* struct eng_tokenizer is the public name of engine/tokenizer.h's eng_tok_t. */
 const struct eng_tokenizer *eng_engine_tokenizer(const eng_engine_t *eng)
 {
-    (void)eng;
-    return NULL;
+    return (const struct eng_tokenizer *)(const void *)eng->tok;
 }
 
 /* ---- lifetime -------------------------------------------------------------------------- */
@@ -271,26 +275,97 @@ static int32_t env_int(const char *name, int32_t dflt)
     return (int32_t)x;
 }
 
+/* KV bytes per token of a model on the CPU backend (fp32 K and V per layer). */
+static int64_t kv_bytes_per_token(const struct eng_model_config *mc)
+{
+    return (int64_t)mc->n_layers * 2 * mc->n_kv_heads * mc->head_dim * (int64_t)sizeof(float);
+}
+
+/* The automatic KV size of a real model: room for max_batch full sequences
+ * within 256 MiB, and never less than one sequence. */
+#define KV_AUTO_BYTES (256ll << 20)
+
+/* Load the model and tokenizer; fix cfg.max_model_len and
+ * cfg.kv_cache_tokens to what they resolve to. */
 static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
 {
-    const struct eng_config *cfg = &eng->cfg;
+    struct eng_config *cfg = &eng->cfg;
+    inf_status_t st;
     switch (cfg->backend) {
     case ENG_BACKEND_MOCK: {
         struct eng_mock_config mc = {
             .vocab = env_int("INT4SERVE_MOCK_VOCAB", 0),
             .max_len = cfg->max_model_len,
         };
-        inf_status_t st = eng_mock_create(&mc, &eng->lm, err);
+        st = eng_mock_create(&mc, &eng->lm, err);
         if (st != INF_OK)
             return st;
+        st = eng_mock_tokenizer(eng->lm.vocab, &eng->tok, err);
+        if (st != INF_OK) {
+            eng->lm.destroy(eng->lm.self);
+            return st;
+        }
         eng->detok = &eng_mock_detok;
+        cfg->max_model_len = eng->lm.max_len;
+        if (cfg->kv_cache_tokens == 0)
+            cfg->kv_cache_tokens = (int64_t)cfg->max_batch * cfg->max_model_len;
         return INF_OK;
     }
-    case ENG_BACKEND_CPU:
+    case ENG_BACKEND_CPU: {
+        if (!cfg->model_dir || !*cfg->model_dir)
+            return inf_err_set(err, INF_E_INVALID, "model: a model folder is required");
+        struct eng_model_config mc;
+        st = eng_model_config_load(cfg->model_dir, &mc, err);
+        if (st != INF_OK)
+            return st;
+        if (cfg->max_model_len == 0 || cfg->max_model_len > mc.max_pos)
+            cfg->max_model_len = mc.max_pos;
+        if (cfg->kv_cache_tokens == 0) {
+            int64_t fit = KV_AUTO_BYTES / kv_bytes_per_token(&mc);
+            int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
+            cfg->kv_cache_tokens = want < fit ? want : fit;
+            if (cfg->kv_cache_tokens < cfg->max_model_len)
+                cfg->kv_cache_tokens = cfg->max_model_len;
+            cfg->kv_cache_tokens =
+                (cfg->kv_cache_tokens + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK * ENG_KV_BLOCK;
+        }
+        if (cfg->kv_cache_tokens / ENG_KV_BLOCK > INT32_MAX)
+            return inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
+        st = eng_tok_load(cfg->model_dir, &eng->tok, err);
+        if (st != INF_OK)
+            return st;
+        struct eng_lm_model_opts lo = {
+            .dir = cfg->model_dir,
+            .threads = cfg->threads,
+            .quantize = cfg->quantize,
+            .group_size = cfg->group_size,
+            .symmetric = cfg->symmetric,
+            .fuse_qkv = cfg->fuse_qkv,
+            .keep_fp16 = cfg->keep_fp16,
+            .n_keep_fp16 = cfg->n_keep_fp16,
+            .max_tokens = cfg->max_batched_tokens,
+            .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
+        };
+        st = eng_lm_model_create(&lo, &eng->lm, err);
+        if (st != INF_OK) {
+            eng_tok_destroy(eng->tok);
+            eng->tok = NULL;
+            return st;
+        }
+        /* A config without eos_token_id: the tokenizer's. */
+        int32_t tok_eos = eng_tok_eos_id(eng->tok);
+        if (eng->lm.n_eos == 0 && tok_eos >= 0 && tok_eos < eng->lm.vocab)
+            eng->lm.eos_ids[eng->lm.n_eos++] = tok_eos;
+        if (eng->lm.bos_id < 0)
+            eng->lm.bos_id = eng_tok_bos_id(eng->tok);
+        eng_lm_detok_ops(eng->tok, &eng->tok_ops);
+        eng->detok = &eng->tok_ops;
+        return INF_OK;
+    }
     case ENG_BACKEND_CUDA:
         break;
     }
-    return inf_err_set(err, INF_E_UNSUPPORTED, "backend: not available in this build");
+    return inf_err_set(err, INF_E_UNSUPPORTED, "backend: cuda is not available yet");
 }
 
 inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notify, void *user,
@@ -314,18 +389,14 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         st = inf_err_set(err, INF_E_INVALID, "engine limits must not be negative");
         goto fail_cfg;
     }
-    uint32_t min_step_us = cfg->min_step_us ? cfg->min_step_us
-                                            : (uint32_t)env_int("INT4SERVE_MIN_STEP_US", 0);
+    uint32_t min_step_us =
+        cfg->min_step_us ? cfg->min_step_us : (uint32_t)env_int("INT4SERVE_MIN_STEP_US", 0);
     eng->min_step_ns = (uint64_t)min_step_us * 1000ull;
 
     st = load_model(eng, err);
     if (st != INF_OK)
         goto fail_cfg;
-    if (eng->cfg.max_model_len == 0 || eng->cfg.max_model_len > eng->lm.max_len)
-        eng->cfg.max_model_len = eng->lm.max_len;
     int64_t kv_tokens = eng->cfg.kv_cache_tokens;
-    if (kv_tokens == 0)
-        kv_tokens = (int64_t)eng->cfg.max_batch * eng->cfg.max_model_len;
     if (kv_tokens / ENG_KV_BLOCK > INT32_MAX) {
         st = inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
         goto fail_lm;
@@ -367,8 +438,9 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         goto fail_mutex;
     }
     eng->thread_started = true;
-    inf_log(INFO, "engine ready: backend %s, vocab %d, max_model_len %d, max_batch %d, "
-                  "kv %lld tokens",
+    inf_log(INFO,
+            "engine ready: backend %s, vocab %d, max_model_len %d, max_batch %d, "
+            "kv %lld tokens",
             eng->lm.name, eng->lm.vocab, eng->cfg.max_model_len, eng->cfg.max_batch,
             (long long)eng->info.kv_capacity_tokens);
     *out = eng;
@@ -382,6 +454,7 @@ fail_queues:
     eng_sched_destroy(eng->sched);
 fail_lm:
     eng->lm.destroy(eng->lm.self);
+    eng_tok_destroy(eng->tok);
 fail_cfg:
     free(eng);
     return st;
@@ -408,6 +481,7 @@ void eng_engine_destroy(eng_engine_t *eng)
         eng_event_destroy((struct eng_event *)(void *)n);
     }
     eng->lm.destroy(eng->lm.self);
+    eng_tok_destroy(eng->tok);
     inf_queue_destroy(eng->inbox);
     inf_queue_destroy(eng->outbox);
     pthread_mutex_destroy(&eng->stats_mu);

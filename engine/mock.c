@@ -32,7 +32,8 @@ static uint64_t hash_step(uint64_t h, int32_t tok)
 static int utf8_pending(const int32_t *hist, int32_t n)
 {
     int32_t i = n - 1, k = 0;
-    while (i >= 0 && k < 3 && hist[i] >= ENG_MOCK_BYTE0 + 0x80 && hist[i] <= ENG_MOCK_BYTE0 + 0xBF) {
+    while (i >= 0 && k < 3 && hist[i] >= ENG_MOCK_BYTE0 + 0x80 &&
+           hist[i] <= ENG_MOCK_BYTE0 + 0xBF) {
         k++;
         i--;
     }
@@ -45,8 +46,7 @@ static int utf8_pending(const int32_t *hist, int32_t n)
 
 /* Logits from the history hash h at position pos; tail holds the last
  * (up to 3) tokens of the history, n_tail of them. */
-static void fill_logits(int32_t vocab, uint64_t h, const int32_t *tail, int32_t n_tail,
-                        float *out)
+static void fill_logits(int32_t vocab, uint64_t h, const int32_t *tail, int32_t n_tail, float *out)
 {
     int32_t target;
     int pending = utf8_pending(tail, n_tail);
@@ -168,8 +168,8 @@ inf_status_t eng_mock_create(const struct eng_mock_config *cfg, struct eng_lm *l
         return inf_err_set(err, INF_E_INVALID, "mock: vocab must be in [%d, %d], got %d",
                            ENG_MOCK_PIECE0, 1 << 24, vocab);
     if (max_len < 2 || max_len > (1 << 20))
-        return inf_err_set(err, INF_E_INVALID, "mock: max_len must be in [2, %d], got %d",
-                           1 << 20, max_len);
+        return inf_err_set(err, INF_E_INVALID, "mock: max_len must be in [2, %d], got %d", 1 << 20,
+                           max_len);
     struct mock *m = calloc(1, sizeof *m);
     if (!m)
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
@@ -232,11 +232,16 @@ static bool cont_ok(const struct mdetok *d, unsigned b)
         return false;
     if (d->n == 1) {
         switch (d->buf[0]) {
-        case 0xE0: return b >= 0xA0;
-        case 0xED: return b <= 0x9F;
-        case 0xF0: return b >= 0x90;
-        case 0xF4: return b <= 0x8F;
-        default: break;
+        case 0xE0:
+            return b >= 0xA0;
+        case 0xED:
+            return b <= 0x9F;
+        case 0xF0:
+            return b >= 0x90;
+        case 0xF4:
+            return b <= 0x8F;
+        default:
+            break;
         }
     }
     return true;
@@ -331,4 +336,41 @@ char *eng_mock_decode(const int32_t *ids, int32_t n, size_t *len)
     if (len)
         *len = sb.len;
     return sb.p;
+}
+
+inf_status_t eng_mock_tokenizer(int32_t vocab, eng_tok_t **out, struct inf_err *err)
+{
+    static const char head[] =
+        "{\"version\":\"1.0\",\"added_tokens\":["
+        "{\"id\":0,\"content\":\"<unk>\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":true},"
+        "{\"id\":1,\"content\":\"<s>\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":true},"
+        "{\"id\":2,\"content\":\"</s>\",\"single_word\":false,\"lstrip\":false,"
+        "\"rstrip\":false,\"normalized\":false,\"special\":true}],"
+        "\"normalizer\":null,\"pre_tokenizer\":null,\"post_processor\":null,"
+        "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},"
+        "{\"type\":\"Fuse\"}]},"
+        "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":\"<unk>\","
+        "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
+        "\"byte_fallback\":true,\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2";
+    static const char config[] = "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}";
+    struct eng_strbuf sb = {0};
+    char item[48];
+    inf_status_t st = eng_strbuf_append(&sb, head, sizeof head - 1);
+    for (int32_t id = ENG_MOCK_BYTE0; st == INF_OK && id < vocab; id++) {
+        int n = id < ENG_MOCK_PIECE0
+                    ? snprintf(item, sizeof item, ",\"<0x%02X>\":%d", id - ENG_MOCK_BYTE0, (int)id)
+                    : snprintf(item, sizeof item, ",\" t%d\":%d", (int)id, (int)id);
+        st = eng_strbuf_append(&sb, item, (size_t)n);
+    }
+    if (st == INF_OK)
+        st = eng_strbuf_append(&sb, "},\"merges\":[]}}", 15);
+    if (st != INF_OK) {
+        eng_strbuf_fini(&sb);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    }
+    st = eng_tok_load_json(sb.p, sb.len, config, sizeof config - 1, out, err);
+    eng_strbuf_fini(&sb);
+    return st;
 }

@@ -21,10 +21,11 @@
  * or overwritten by mistake changes the outputs. So scheduling, preemption or
  * recompute bugs show up as errors or wrong text. */
 #include "engine/scheduler_impl.h"
+#include "engine/tokenizer.h"
 
 #define ENG_MOCK_BOS 1
 #define ENG_MOCK_EOS 2
-#define ENG_MOCK_BYTE0 3   /* id of byte 0x00 */
+#define ENG_MOCK_BYTE0 3    /* id of byte 0x00 */
 #define ENG_MOCK_PIECE0 259 /* first " t<id>" piece */
 
 struct eng_mock_config {
@@ -36,6 +37,11 @@ struct eng_mock_config {
  * Errors: INF_E_INVALID (sizes), INF_E_NOMEM. Thread: any. */
 inf_status_t eng_mock_create(const struct eng_mock_config *cfg, struct eng_lm *lm,
                              struct inf_err *err);
+/* A tokenizer.json tokenizer with the mock's vocabulary (BPE without merges,
+ * byte fallback, <unk> <s> </s> special), so the server can encode text for
+ * the mock: each byte of the text becomes its byte token.
+ * Errors: INF_E_NOMEM, and those of eng_tok_load_json. Thread: any. */
+inf_status_t eng_mock_tokenizer(int32_t vocab, eng_tok_t **out, struct inf_err *err);
 /* The mock's byte-level incremental detokenizer (self unused). */
 extern const struct eng_detok_ops eng_mock_detok;
 /* Byte-level encoding of text: id = byte + 3. Writes at most cap ids and

@@ -31,8 +31,10 @@
  * is needed. All n first tokens are sampled from the same logits, each with
  * its own RNG. A preempted choice recomputes alone into its own blocks.
  *
- * Seeds. Choice i of a request with seed S samples with seed S + i; a request
- * without a seed gets S from the engine's base seed and a counter.
+ * Sampling. One engine/sampler.h sampler per choice (its own xoshiro256**
+ * stream): choice i of a request with seed S samples with seed S + i; a
+ * request without a seed gets S from the engine's base seed and a counter.
+ * Greedy and seeded outputs do not depend on what else is in the batch.
  *
  * Text. Each choice detokenizes incrementally. Text that could still be the
  * start of a stop string is held back; a stop string found ends the choice
@@ -42,7 +44,9 @@
  * others one DELTA at their end. DONE follows the last choice's final DELTA. */
 #define INF_LOG_MODULE "eng"
 #include "engine/scheduler_impl.h"
+#include "engine/scheduler_sampler.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,18 +89,19 @@ struct seq {
     int32_t n_computed; /* tokens with KV */
     int32_t *blocks;    /* [max_blocks] physical block ids */
     int32_t n_blocks;
-    int32_t reserve;     /* max_batch slots held while running: n before the fork, else 1 */
-    bool running;        /* else waiting */
-    uint64_t sched_step; /* step number it was last scheduled in */
+    int32_t reserve;           /* max_batch slots held while running: n before the fork, else 1 */
+    bool running;              /* else waiting */
+    uint64_t sched_step;       /* step number it was last scheduled in */
     struct seq *wprev, *wnext; /* waiting queue */
 };
 
 struct choice {
     struct seq *seq; /* NULL before the fork and after the end */
-    struct eng_sample_state ss;
+    eng_sched_sampler_t *smp;
     void *detok;
     struct eng_strbuf text; /* all decoded text (truncated at a stop string) */
     size_t sent;            /* bytes of text already in DELTA events */
+    size_t scan_from;       /* no stop string starts before this offset */
     int32_t n_gen;
     size_t min_mark; /* text length before the min_tokens-th token: stops ending here are ignored */
     struct eng_token_info *pend; /* tokens not yet in a DELTA */
@@ -108,8 +113,8 @@ struct choice {
 struct sreq {
     struct eng_request *req;
     uint64_t t_submit, t_first_sched, t_first_token;
-    bool started; /* left the admission queue */
-    bool forked;  /* choices 1..n-1 exist (or n == 1 and prefill done) */
+    bool started;        /* left the admission queue */
+    bool forked;         /* choices 1..n-1 exist (or n == 1 and prefill done) */
     inf_status_t failed; /* set during a step; the request is ended after it */
     int32_t n_open;
     struct choice *ch; /* [req->n] */
@@ -139,8 +144,8 @@ struct eng_sched {
 
     /* step buffers */
     uint64_t step_no;
-    struct seq **st_seq; /* [max_batch] */
-    int32_t *st_chunk;   /* [max_batch] */
+    struct seq **st_seq;             /* [max_batch] */
+    int32_t *st_chunk;               /* [max_batch] */
     int32_t *b_tok, *b_pos, *b_slot; /* [max_batched_tokens] */
     uint8_t *b_want;
     int32_t *b_table; /* [max_batch * max_blocks] */
@@ -287,8 +292,8 @@ static void seq_drop(eng_sched_t *s, struct seq *q)
 
 static void preempt(eng_sched_t *s, struct seq *q)
 {
-    inf_log(DEBUG, "req=%llu choice=%d preempted at %d tokens",
-            (unsigned long long)q->r->req->id, q->choice, q->len);
+    inf_log(DEBUG, "req=%llu choice=%d preempted at %d tokens", (unsigned long long)q->r->req->id,
+            q->choice, q->len);
     running_remove(s, q);
     seq_release_blocks(s, q);
     wait_push_front(s, q);
@@ -340,7 +345,7 @@ static void req_free(eng_sched_t *s, struct sreq *r)
             seq_drop(s, c->seq);
         if (c->detok)
             s->detok->close(c->detok);
-        eng_sample_fini(&c->ss);
+        eng_sched_sampler_destroy(c->smp);
         eng_strbuf_fini(&c->text);
         free(c->pend);
     }
@@ -443,15 +448,19 @@ static size_t stop_holdback(const struct eng_request *req, const struct choice *
 }
 
 /* Earliest stop string starting at or after sent and ending after min_mark:
- * its offset, or -1. */
-static int64_t stop_find(const struct eng_request *req, const struct choice *c)
+ * its offset, or -1. When there is none, later searches skip what cannot
+ * start one any more. */
+static int64_t stop_find(const struct eng_request *req, struct choice *c)
 {
     int64_t best = -1;
     if (!c->text.p)
         return -1;
+    size_t longest = 0;
     for (int32_t i = 0; i < req->n_stop; i++) {
         size_t sl = strlen(req->stop[i]);
-        size_t from = c->sent;
+        if (sl > longest)
+            longest = sl;
+        size_t from = c->sent > c->scan_from ? c->sent : c->scan_from;
         if (c->min_mark >= sl && c->min_mark - sl + 1 > from)
             from = c->min_mark - sl + 1;
         if (from >= c->text.len)
@@ -464,6 +473,8 @@ static int64_t stop_find(const struct eng_request *req, const struct choice *c)
                 best = at;
         }
     }
+    if (best < 0 && c->text.len >= longest)
+        c->scan_from = c->text.len - longest + 1;
     return best;
 }
 
@@ -492,7 +503,6 @@ static inf_status_t on_token(eng_sched_t *s, struct seq *q, int32_t tok,
     s->stats.generation_tokens_total++;
     if (!r->t_first_token)
         r->t_first_token = inf_now_ns();
-    eng_sample_accept(&c->ss, tok);
 
     if (c->n_pend == c->cap_pend) {
         int32_t cap = c->cap_pend ? c->cap_pend * 2 : 8;
@@ -541,16 +551,25 @@ static inf_status_t on_token(eng_sched_t *s, struct seq *q, int32_t tok,
     return INF_OK;
 }
 
+/* Sample the next token of q from row (which may be edited: EOS is masked
+ * while min_tokens is not reached) and take it. */
 static inf_status_t sample_and_accept(eng_sched_t *s, struct seq *q, float *row)
 {
     struct sreq *r = q->r;
-    const struct eng_request *req = r->req;
     struct choice *c = &r->ch[q->choice];
-    struct eng_token_info info;
-    bool mask = c->n_gen < req->min_tokens;
-    int32_t tok = eng_sample_token(&c->ss, &req->sampling, row, mask, s->lm->eos_ids,
-                                   s->lm->n_eos, &info);
-    return on_token(s, q, tok, &info);
+    if (c->n_gen < r->req->min_tokens)
+        for (int32_t i = 0; i < s->lm->n_eos; i++)
+            row[s->lm->eos_ids[i]] = -INFINITY;
+    struct eng_sched_pick pick;
+    inf_status_t st = eng_sched_sampler_pick(c->smp, row, &pick, NULL);
+    if (st != INF_OK)
+        return st;
+    struct eng_token_info info = {.id = pick.id, .logprob = pick.logprob, .n_top = pick.n_top};
+    for (int32_t i = 0; i < pick.n_top; i++) {
+        info.top_ids[i] = pick.top_ids[i];
+        info.top_logprobs[i] = pick.top_logprobs[i];
+    }
+    return on_token(s, q, pick.id, &info);
 }
 
 /* The prefill of choice 0 of an n > 1 request has ended: start choices
@@ -631,8 +650,7 @@ static bool make_room(eng_sched_t *s, struct seq *q, bool allow_self, bool *pree
     return true;
 }
 
-static void schedule(eng_sched_t *s, struct seq *q, int32_t chunk, int32_t *n_step,
-                     int32_t *budget)
+static void schedule(eng_sched_t *s, struct seq *q, int32_t chunk, int32_t *n_step, int32_t *budget)
 {
     seq_grow(s, q, q->n_computed + chunk);
     q->sched_step = s->step_no;
@@ -762,15 +780,20 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
             r->forked = true;
             st = sample_and_accept(s, q, lg);
         }
-        if (st != INF_OK)
+        if (st != INF_OK) {
+            inf_log(WARN, "req=%llu ended: %s", (unsigned long long)r->req->id, inf_status_str(st));
             r->failed = st;
+        }
     }
     /* Requests that failed in the loop above are ended only now: their other
      * sequences may still have been in st_seq. */
     for (struct sreq *r = s->reqs, *next; r; r = next) {
         next = r->next;
         if (r->failed != INF_OK)
-            req_error(s, r, r->failed, "out of memory");
+            req_error(s, r, r->failed,
+                      r->failed == INF_E_NOMEM
+                          ? "out of memory"
+                          : "every token is excluded by the sampling settings");
     }
     return INF_OK;
 }
@@ -790,8 +813,8 @@ inf_status_t eng_sched_validate(const eng_sched_t *s, const struct eng_request *
     for (int32_t i = 0; i < req->n_prompt; i++)
         if (req->prompt[i] < 0 || req->prompt[i] >= vocab)
             return inf_err_set(err, INF_E_INVALID,
-                               "prompt: token id %d at index %d is outside [0, %d)",
-                               req->prompt[i], i, vocab);
+                               "prompt: token id %d at index %d is outside [0, %d)", req->prompt[i],
+                               i, vocab);
     if (req->n < 1 || req->n > s->cfg.max_batch || req->n > 64)
         return inf_err_set(err, INF_E_INVALID, "n: must be in [1, %d], got %d",
                            s->cfg.max_batch < 64 ? s->cfg.max_batch : 64, req->n);
@@ -817,16 +840,24 @@ inf_status_t eng_sched_validate(const eng_sched_t *s, const struct eng_request *
         return inf_err_set(err, INF_E_INVALID, "min_p: must be in [0, 1]");
     if (!(sp->repetition_penalty > 0.0f))
         return inf_err_set(err, INF_E_INVALID, "repetition_penalty: must be > 0");
+    if (!(sp->presence_penalty >= -2.0f && sp->presence_penalty <= 2.0f))
+        return inf_err_set(err, INF_E_INVALID, "presence_penalty: must be in [-2, 2]");
+    if (!(sp->frequency_penalty >= -2.0f && sp->frequency_penalty <= 2.0f))
+        return inf_err_set(err, INF_E_INVALID, "frequency_penalty: must be in [-2, 2]");
     if (sp->logprobs < -1 || sp->logprobs > 5)
-        return inf_err_set(err, INF_E_INVALID, "logprobs: must be in [0, 5], got %d",
-                           sp->logprobs);
+        return inf_err_set(err, INF_E_INVALID, "logprobs: must be in [0, 5], got %d", sp->logprobs);
     if (sp->n_logit_bias < 0 ||
         (sp->n_logit_bias > 0 && (!sp->logit_bias_ids || !sp->logit_bias_vals)))
         return inf_err_set(err, INF_E_INVALID, "logit_bias: malformed");
-    for (int32_t i = 0; i < sp->n_logit_bias; i++)
+    for (int32_t i = 0; i < sp->n_logit_bias; i++) {
         if (sp->logit_bias_ids[i] < 0 || sp->logit_bias_ids[i] >= vocab)
             return inf_err_set(err, INF_E_INVALID, "logit_bias: token id %d is outside [0, %d)",
                                sp->logit_bias_ids[i], vocab);
+        if (!isfinite(sp->logit_bias_vals[i]))
+            return inf_err_set(err, INF_E_INVALID,
+                               "logit_bias: the value for token %d must be finite",
+                               sp->logit_bias_ids[i]);
+    }
     return INF_OK;
 }
 
@@ -853,16 +884,34 @@ inf_status_t eng_sched_add(eng_sched_t *s, struct eng_request *req, uint64_t t_s
     r->req = req;
     r->t_submit = t_submit;
     r->n_open = req->n;
-    uint64_t seed = req->sampling.has_seed ? req->sampling.seed
-                                           : mix64(s->cfg.seed ^ mix64(++s->seed_counter));
+    uint64_t seed =
+        req->sampling.has_seed ? req->sampling.seed : mix64(s->cfg.seed ^ mix64(++s->seed_counter));
+    const struct eng_sampling *sp = &req->sampling;
+    struct eng_sched_sampler_params pp = {
+        .temperature = sp->temperature,
+        .top_p = sp->top_p,
+        .min_p = sp->min_p,
+        .top_k = sp->top_k,
+        .presence_penalty = sp->presence_penalty,
+        .frequency_penalty = sp->frequency_penalty,
+        .repetition_penalty = sp->repetition_penalty,
+        .n_logit_bias = sp->n_logit_bias,
+        .logit_bias_ids = sp->logit_bias_ids,
+        .logit_bias_vals = sp->logit_bias_vals,
+        .logprobs = sp->logprobs,
+    };
+    inf_status_t st2 = INF_E_NOMEM;
     int32_t i;
     for (i = 0; i < req->n; i++) {
         struct choice *c = &r->ch[i];
         c->detok = s->detok->open(s->detok->self, req->prompt, req->n_prompt);
-        if (!c->detok)
+        if (!c->detok) {
+            st2 = INF_E_NOMEM;
             goto fail_ch;
-        if (eng_sample_init(&c->ss, &req->sampling, s->lm->vocab, seed + (uint64_t)i,
-                            req->prompt, req->n_prompt) != INF_OK) {
+        }
+        pp.seed = seed + (uint64_t)i;
+        st2 = eng_sched_sampler_create(&pp, s->lm->vocab, req->prompt, req->n_prompt, &c->smp, err);
+        if (st2 != INF_OK) {
             s->detok->close(c->detok);
             goto fail_ch;
         }
@@ -882,9 +931,13 @@ inf_status_t eng_sched_add(eng_sched_t *s, struct eng_request *req, uint64_t t_s
 fail_ch:
     while (i-- > 0) {
         s->detok->close(r->ch[i].detok);
-        eng_sample_fini(&r->ch[i].ss);
+        eng_sched_sampler_destroy(r->ch[i].smp);
     }
     free(r->ch);
+    free(r);
+    if (st2 != INF_E_NOMEM)
+        return st2;
+    return inf_err_set(err, INF_E_NOMEM, "out of memory");
 fail_r:
     free(r);
     return inf_err_set(err, INF_E_NOMEM, "out of memory");

@@ -1,7 +1,8 @@
 #pragma once
 /* engine/scheduler_impl.h — engine-internal: the continuous-batching scheduler
  * and the small interfaces it runs against (a language model over paged KV
- * blocks, an incremental detokenizer, a sampler).
+ * blocks, an incremental detokenizer). Sampling is engine/sampler.h's, seen
+ * through engine/scheduler_sampler.h.
  *
  * The scheduler is single-threaded: everything here runs on the engine thread
  * (engine/engine.c), or on a test's thread that drives it step by step. */
@@ -59,32 +60,6 @@ struct eng_detok_ops {
     inf_status_t (*flush)(void *st, struct eng_strbuf *out);
     void (*close)(void *st);
 };
-
-/* ---- sampling (engine/scheduler_sample.c) -------------------------------------------
- * Per-choice state: the RNG and the counts the penalties need. */
-struct eng_sample_state {
-    uint64_t rng[4]; /* xoshiro256** */
-    int32_t vocab;
-    int32_t *counts; /* [vocab] occurrences among generated tokens, NULL when no penalty */
-    uint8_t *seen;   /* [vocab] token in prompt or output (repetition_penalty), or NULL */
-};
-
-/* Prepare st for one choice. seed drives the RNG (xoshiro256** seeded by
- * splitmix64). INF_E_NOMEM. */
-inf_status_t eng_sample_init(struct eng_sample_state *st, const struct eng_sampling *sp,
-                             int32_t vocab, uint64_t seed, const int32_t *prompt,
-                             int32_t n_prompt);
-void eng_sample_fini(struct eng_sample_state *st);
-/* Pick one token from logits [vocab] (modified in place) under sp. When
- * mask_eos, the n_eos ids in eos are excluded (min_tokens). Fills info (the
- * chosen token's logprob and the top sp->logprobs alternatives, from the
- * log-softmax of the logits after bias and penalties, before temperature).
- * Greedy (temperature 0) takes the lowest id among equal maxima. */
-int32_t eng_sample_token(struct eng_sample_state *st, const struct eng_sampling *sp,
-                         float *logits, bool mask_eos, const int32_t *eos, int32_t n_eos,
-                         struct eng_token_info *info);
-/* Record that tok was generated (penalty counts). */
-void eng_sample_accept(struct eng_sample_state *st, int32_t tok);
 
 /* ---- the scheduler -------------------------------------------------------------------- */
 typedef struct eng_sched eng_sched_t;

@@ -1,0 +1,1035 @@
+/* tests/engine/test_scheduler.c — the scheduler stepped by hand over the mock
+ * model. Outputs are compared with a naive reference: the mock's logits
+ * recomputed from the whole token history (no KV, no batch) and argmax. */
+#include "engine/mock.h"
+#include "engine/scheduler_impl.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VOCAB 512
+#define MAXR 300
+#define MAXC 8
+
+/* ---- event collection ------------------------------------------------------------------ */
+struct ch_out {
+    struct eng_strbuf text;
+    int32_t *toks;
+    int32_t n_toks;
+    struct eng_token_info *info;
+    enum eng_finish fin;
+    int n_deltas, n_final;
+    int first_delta_order; /* global order of this choice's first non-empty delta */
+};
+
+struct req_out {
+    struct ch_out ch[MAXC];
+    int n_done, n_error;
+    bool event_after_end;
+    inf_status_t status;
+    int32_t prompt_tokens, completion_tokens;
+    uint64_t queue_ns, ttft_ns;
+    int first_token_step;
+};
+
+static struct req_out outs[MAXR];
+static int event_order;
+static int cur_step;
+
+static bool utf8_complete(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+        if (!len || i + len > n)
+            return false;
+        for (size_t k = 1; k < len; k++)
+            if (((unsigned char)s[i + k] & 0xC0) != 0x80)
+                return false;
+        i += len;
+    }
+    return true;
+}
+
+static void collect(void *user, struct eng_event *ev)
+{
+    (void)user;
+    ck_assert_uint_lt(ev->req_id, MAXR);
+    struct req_out *o = &outs[ev->req_id];
+    if (o->n_done || o->n_error)
+        o->event_after_end = true;
+    if (ev->kind == ENG_EV_DELTA) {
+        ck_assert_int_lt(ev->choice, MAXC);
+        struct ch_out *c = &o->ch[ev->choice];
+        ck_assert_msg(c->n_final == 0, "delta after the final delta of a choice");
+        ck_assert_msg(utf8_complete(ev->text, ev->text_len), "delta splits a UTF-8 character");
+        ck_assert_uint_eq(strlen(ev->text), ev->text_len);
+        eng_strbuf_append(&c->text, ev->text, ev->text_len);
+        if (ev->text_len && !c->first_delta_order)
+            c->first_delta_order = ++event_order;
+        c->toks = realloc(c->toks, sizeof *c->toks * (size_t)(c->n_toks + ev->n_tokens + 1));
+        c->info = realloc(c->info, sizeof *c->info * (size_t)(c->n_toks + ev->n_tokens + 1));
+        for (int i = 0; i < ev->n_tokens; i++) {
+            c->info[c->n_toks] = ev->tokens[i];
+            c->toks[c->n_toks++] = ev->tokens[i].id;
+        }
+        if (ev->n_tokens && !o->first_token_step)
+            o->first_token_step = cur_step;
+        c->n_deltas++;
+        if (ev->finish != ENG_FINISH_NONE) {
+            c->n_final++;
+            c->fin = ev->finish;
+        }
+    } else if (ev->kind == ENG_EV_DONE) {
+        o->n_done++;
+        o->prompt_tokens = ev->prompt_tokens;
+        o->completion_tokens = ev->completion_tokens;
+        o->queue_ns = ev->queue_ns;
+        o->ttft_ns = ev->ttft_ns;
+    } else {
+        o->n_error++;
+        o->status = ev->status;
+    }
+    eng_event_destroy(ev);
+}
+
+static void outs_reset(void)
+{
+    for (int i = 0; i < MAXR; i++) {
+        for (int c = 0; c < MAXC; c++) {
+            eng_strbuf_fini(&outs[i].ch[c].text);
+            free(outs[i].ch[c].toks);
+            free(outs[i].ch[c].info);
+        }
+    }
+    memset(outs, 0, sizeof outs);
+    event_order = 0;
+    cur_step = 0;
+}
+
+/* ---- harness ----------------------------------------------------------------------------- */
+struct harness {
+    struct eng_lm lm;
+    eng_sched_t *s;
+};
+
+static void h_open(struct harness *h, int32_t max_batch, int32_t budget, int32_t max_len,
+                   int32_t kv_blocks)
+{
+    outs_reset();
+    struct eng_mock_config mc = {.vocab = VOCAB, .max_len = max_len};
+    struct inf_err err;
+    ck_assert_int_eq(eng_mock_create(&mc, &h->lm, &err), INF_OK);
+    struct eng_sched_config sc = {
+        .max_batch = max_batch,
+        .max_batched_tokens = budget,
+        .max_model_len = max_len,
+        .kv_blocks = kv_blocks,
+        .seed = 7,
+    };
+    inf_status_t st = eng_sched_create(&sc, &h->lm, &eng_mock_detok, collect, NULL, &h->s, &err);
+    ck_assert_msg(st == INF_OK, "%s", err.msg);
+}
+
+static void h_close(struct harness *h)
+{
+    eng_sched_destroy(h->s);
+    h->lm.destroy(h->lm.self);
+    outs_reset();
+}
+
+static int h_run(struct harness *h, int max_steps)
+{
+    int steps = 0;
+    struct inf_err err;
+    while (!eng_sched_idle(h->s)) {
+        cur_step++;
+        inf_status_t st = eng_sched_step(h->s, &err);
+        ck_assert_msg(st == INF_OK, "step: %s", err.msg);
+        ck_assert_int_lt(++steps, max_steps);
+    }
+    return steps;
+}
+
+static struct eng_request *mkreq(uint64_t id, const int32_t *prompt, int32_t n_prompt,
+                                 int32_t max_tokens)
+{
+    struct eng_request *r = eng_request_create();
+    ck_assert_ptr_nonnull(r);
+    r->id = id;
+    r->n_prompt = n_prompt;
+    r->prompt = malloc(sizeof *r->prompt * (size_t)n_prompt);
+    memcpy(r->prompt, prompt, sizeof *prompt * (size_t)n_prompt);
+    r->max_tokens = max_tokens;
+    r->sampling.temperature = 0.0f;
+    return r;
+}
+
+static void add(struct harness *h, struct eng_request *r)
+{
+    struct inf_err err;
+    inf_status_t st = eng_sched_add(h->s, r, inf_now_ns(), &err);
+    ck_assert_msg(st == INF_OK, "add: %s", err.msg);
+}
+
+/* A prompt of n tokens that differs per seed: text-like bytes. */
+static void mkprompt(int32_t *p, int32_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (int32_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        p[i] = ENG_MOCK_BYTE0 + 'a' + (int32_t)((x >> 16) % 26);
+    }
+}
+
+/* ---- the naive reference ---------------------------------------------------------------- */
+struct ref {
+    int32_t toks[4096];
+    int32_t n;
+    enum eng_finish fin;
+    char *text;
+    size_t len;
+};
+
+static int32_t argmax_row(const float *v, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+static void ref_greedy(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+                       int32_t min_tokens, bool ignore_eos, int32_t max_len, struct ref *out)
+{
+    static int32_t hist[8192];
+    static float lg[VOCAB];
+    memcpy(hist, prompt, sizeof *prompt * (size_t)n_prompt);
+    int32_t len = n_prompt;
+    out->n = 0;
+    out->fin = ENG_FINISH_NONE;
+    while (out->fin == ENG_FINISH_NONE) {
+        eng_mock_logits(VOCAB, hist, len, lg);
+        if (out->n < min_tokens)
+            lg[ENG_MOCK_EOS] = -INFINITY;
+        int32_t t = argmax_row(lg, VOCAB);
+        hist[len++] = t;
+        out->toks[out->n++] = t;
+        if (t == ENG_MOCK_EOS && !ignore_eos)
+            out->fin = ENG_FINISH_STOP;
+        else if (out->n >= max_tokens || len >= max_len)
+            out->fin = ENG_FINISH_LENGTH;
+    }
+    out->text = eng_mock_decode(out->toks, out->n, &out->len);
+}
+
+static void ref_free(struct ref *r)
+{
+    free(r->text);
+    r->text = NULL;
+}
+
+static void assert_matches(const struct req_out *o, int choice, const struct ref *r)
+{
+    const struct ch_out *c = &o->ch[choice];
+    ck_assert_int_eq(c->n_final, 1);
+    ck_assert_int_eq(c->fin, r->fin);
+    ck_assert_int_eq(c->n_toks, r->n);
+    for (int32_t i = 0; i < r->n; i++)
+        ck_assert_int_eq(c->toks[i], r->toks[i]);
+    ck_assert_uint_eq(c->text.len, r->len);
+    ck_assert(memcmp(c->text.p ? c->text.p : "", r->text, r->len) == 0);
+}
+
+/* ---- the mock and its detokenizer ------------------------------------------------------- */
+static char *detok_all(const int32_t *ids, int n, int *pushes_with_text)
+{
+    struct eng_strbuf sb = {0};
+    eng_strbuf_append(&sb, "", 0);
+    void *d = eng_mock_detok.open(NULL, NULL, 0);
+    *pushes_with_text = 0;
+    for (int i = 0; i < n; i++) {
+        size_t before = sb.len;
+        ck_assert_int_eq(eng_mock_detok.push(d, ids[i], &sb), INF_OK);
+        ck_assert(utf8_complete(sb.p + before, sb.len - before));
+        *pushes_with_text += sb.len > before;
+    }
+    ck_assert_int_eq(eng_mock_detok.flush(d, &sb), INF_OK);
+    eng_mock_detok.close(d);
+    return sb.p;
+}
+
+#define B(x) (ENG_MOCK_BYTE0 + (x))
+
+START_TEST(mock_detok_utf8)
+{
+    int pushes;
+    /* "é" is C3 A9: nothing after the lead byte, the character after the second */
+    int32_t e_acute[] = {B('a'), B(0xC3), B(0xA9), B('b')};
+    char *t = detok_all(e_acute, 4, &pushes);
+    ck_assert_str_eq(t, "a\xC3\xA9"
+                        "b");
+    ck_assert_int_eq(pushes, 3);
+    free(t);
+    /* "€" E2 82 AC, EOS and BOS give no text */
+    int32_t euro[] = {ENG_MOCK_BOS, B(0xE2), B(0x82), B(0xAC), ENG_MOCK_EOS};
+    t = detok_all(euro, 5, &pushes);
+    ck_assert_str_eq(t, "\xE2\x82\xAC");
+    ck_assert_int_eq(pushes, 1);
+    free(t);
+    /* a lead byte cut short, a stray continuation, an overlong lead, a cut end */
+    int32_t bad[] = {B(0xC3), B('x'), B(0x80), B(0xC0), B(0xE2), B(0x82)};
+    t = detok_all(bad, 6, &pushes);
+    ck_assert_str_eq(t, "\xEF\xBF\xBDx\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    free(t);
+    /* surrogates are refused (ED A0 80) */
+    int32_t sur[] = {B(0xED), B(0xA0), B(0x80)};
+    t = detok_all(sur, 3, &pushes);
+    ck_assert_str_eq(t, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    free(t);
+    /* pieces */
+    int32_t pieces[] = {B('q'), 300, 259};
+    t = detok_all(pieces, 3, &pushes);
+    ck_assert_str_eq(t, "q t300 t259");
+    free(t);
+    int32_t ids[8];
+    ck_assert_int_eq(eng_mock_encode("hé", 3, ids, 8), 3);
+    ck_assert_int_eq(ids[0], B('h'));
+    ck_assert_int_eq(ids[1], B(0xC3));
+    ck_assert_int_eq(ids[2], B(0xA9));
+}
+END_TEST
+
+START_TEST(mock_forward_reads_blocks)
+{
+    struct eng_lm lm;
+    struct inf_err err;
+    struct eng_mock_config mc = {.vocab = VOCAB, .max_len = 256};
+    ck_assert_int_eq(eng_mock_create(&mc, &lm, &err), INF_OK);
+    ck_assert_int_eq(lm.kv_reserve(lm.self, 8, &err), INF_OK);
+    /* 20 tokens of slot 0 in blocks 5 and 2 (not contiguous), logits at the end */
+    int32_t toks[20], pos[20], slot[20];
+    uint8_t want[20] = {0};
+    mkprompt(toks, 20, 3);
+    for (int i = 0; i < 20; i++) {
+        pos[i] = i;
+        slot[i] = 0;
+    }
+    want[19] = 1;
+    int32_t table[2] = {5, 2};
+    struct eng_batch b = {20, toks, pos, slot, want, 1, table, 1, 2};
+    float got[VOCAB], ref[VOCAB];
+    ck_assert_int_eq(lm.forward(lm.self, &b, got, &err), INF_OK);
+    eng_mock_logits(VOCAB, toks, 20, ref);
+    for (int v = 0; v < VOCAB; v++)
+        ck_assert_float_eq(got[v], ref[v]);
+    /* a decode at position 20 reads the 20 positions back */
+    int32_t t1 = B('z'), p1 = 20, s1 = 0;
+    uint8_t w1 = 1;
+    struct eng_batch d = {1, &t1, &p1, &s1, &w1, 1, table, 1, 2};
+    ck_assert_int_eq(lm.forward(lm.self, &d, got, &err), INF_OK);
+    int32_t all[21];
+    memcpy(all, toks, sizeof toks);
+    all[20] = t1;
+    eng_mock_logits(VOCAB, all, 21, ref);
+    for (int v = 0; v < VOCAB; v++)
+        ck_assert_float_eq(got[v], ref[v]);
+    /* the argmax is clear: more than 2 above every other logit */
+    int32_t am = argmax_row(ref, VOCAB);
+    for (int v = 0; v < VOCAB; v++)
+        if (v != am)
+            ck_assert_float_lt(ref[v] + 2.0f, ref[am] + 1e-6f);
+    /* a table pointing at a block that was never written fails */
+    int32_t fresh[2] = {7, 2};
+    struct eng_batch bad = {1, &t1, &p1, &s1, &w1, 1, fresh, 1, 2};
+    ck_assert_int_eq(lm.forward(lm.self, &bad, got, &err), INF_E_INTERNAL);
+    lm.destroy(lm.self);
+}
+END_TEST
+
+/* ---- scheduling ---------------------------------------------------------------------------- */
+START_TEST(single_greedy_matches_reference)
+{
+    struct harness h;
+    h_open(&h, 8, 64, 512, 64);
+    int32_t p[37];
+    for (int k = 0; k < 6; k++) {
+        mkprompt(p, 37, (uint32_t)k);
+        struct eng_request *r = mkreq((uint64_t)k + 1, p, 37, 80);
+        r->stream = k % 2;
+        add(&h, r);
+        h_run(&h, 1000);
+        struct ref ref;
+        ref_greedy(p, 37, 80, 0, false, 512, &ref);
+        assert_matches(&outs[k + 1], 0, &ref);
+        ck_assert_int_eq(outs[k + 1].n_done, 1);
+        ck_assert_int_eq(outs[k + 1].prompt_tokens, 37);
+        ck_assert_int_eq(outs[k + 1].completion_tokens, ref.n);
+        ck_assert(!outs[k + 1].event_after_end);
+        if (k % 2 == 0)
+            ck_assert_int_eq(outs[k + 1].ch[0].n_deltas, 1); /* non-streaming: one delta */
+        ref_free(&ref);
+    }
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_int_eq(st.running, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(batch_of_128_matches_alone)
+{
+    struct harness h;
+    h_open(&h, 128, 4096, 256, 128 * 16);
+    enum { N = 128 };
+    static int32_t p[N][64];
+    for (int k = 0; k < N; k++) {
+        int32_t n = 5 + k % 50;
+        mkprompt(p[k], n, (uint32_t)(1000 + k));
+        struct eng_request *r = mkreq((uint64_t)k + 1, p[k], n, 40);
+        r->stream = k % 3 == 0;
+        r->sampling.ignore_eos = k % 4 == 0;
+        add(&h, r);
+    }
+    int steps = h_run(&h, 1000);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.max_running_seen, N);
+    /* 3468 prompt tokens in one step of 4096, then all decode together */
+    ck_assert_int_eq(steps, 40);
+    ck_assert_uint_ge(st.batched_steps_total + 1, st.steps_total);
+    uint64_t prompt_total = 0;
+    for (int k = 0; k < N; k++)
+        prompt_total += (uint64_t)(5 + k % 50);
+    ck_assert_uint_eq(st.prompt_tokens_total, prompt_total);
+    for (int k = 0; k < N; k++) {
+        struct ref ref;
+        ref_greedy(p[k], 5 + k % 50, 40, 0, k % 4 == 0, 256, &ref);
+        assert_matches(&outs[k + 1], 0, &ref);
+        ck_assert_int_eq(outs[k + 1].n_done, 1);
+        ref_free(&ref);
+    }
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(chunked_prefill_interleaves_decodes)
+{
+    struct harness h;
+    h_open(&h, 8, 64, 1024, 256);
+    int32_t shortp[10], longp[600];
+    mkprompt(shortp, 10, 1);
+    mkprompt(longp, 600, 2);
+    struct eng_request *a = mkreq(1, shortp, 10, 30);
+    a->sampling.ignore_eos = true;
+    a->stream = true;
+    add(&h, a);
+    struct inf_err err;
+    cur_step = 1;
+    ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK); /* a's prefill and first token */
+    struct eng_request *b = mkreq(2, longp, 600, 10);
+    b->stream = true;
+    add(&h, b);
+    h_run(&h, 1000);
+    /* 600 tokens at 63 per step (one budget token goes to a's decode): 10 steps,
+     * during which a kept decoding; b's first token comes in the 11th step. */
+    ck_assert_int_eq(outs[2].first_token_step, 1 + 10);
+    ck_assert_int_eq(outs[1].ch[0].n_toks, 30);
+    struct ref ra, rb;
+    ref_greedy(shortp, 10, 30, 0, true, 1024, &ra);
+    ref_greedy(longp, 600, 10, 0, false, 1024, &rb);
+    assert_matches(&outs[1], 0, &ra);
+    assert_matches(&outs[2], 0, &rb);
+    ck_assert_int_gt(outs[1].ch[0].n_deltas, 10); /* streamed while b was prefilling */
+    ref_free(&ra);
+    ref_free(&rb);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(kv_exhaustion_preempts_and_recomputes)
+{
+    struct harness h;
+    /* 24 blocks = 384 tokens; 12 sequences of 30 + 90 tokens need 8 blocks each */
+    h_open(&h, 16, 256, 128, 24);
+    enum { N = 12 };
+    int32_t p[N][30];
+    for (int k = 0; k < N; k++) {
+        mkprompt(p[k], 30, (uint32_t)(50 + k));
+        struct eng_request *r = mkreq((uint64_t)k + 1, p[k], 30, 90);
+        r->sampling.ignore_eos = true;
+        r->stream = k % 2 == 1;
+        add(&h, r);
+    }
+    int max_used = 0;
+    struct inf_err err;
+    while (!eng_sched_idle(h.s)) {
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+        struct eng_stats st;
+        eng_sched_stats(h.s, &st);
+        ck_assert_int_le(st.kv_blocks_used, 24);
+        if (st.kv_blocks_used > max_used)
+            max_used = (int)st.kv_blocks_used;
+    }
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_gt(st.preemptions_total, 0);
+    ck_assert_int_eq(max_used, 24);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    for (int k = 0; k < N; k++) {
+        struct ref ref;
+        ref_greedy(p[k], 30, 90, 0, true, 128, &ref);
+        assert_matches(&outs[k + 1], 0, &ref);
+        ck_assert_int_eq(outs[k + 1].completion_tokens, 90);
+        ref_free(&ref);
+    }
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(n3_shares_prompt_blocks)
+{
+    /* prompt lengths: a partial last block (recomputed by choices 1, 2) and
+     * an exact multiple of the block (nothing to recompute) */
+    int32_t lens[2] = {37, 32};
+    for (int t = 0; t < 2; t++) {
+        struct harness h;
+        h_open(&h, 8, 256, 256, 64);
+        int32_t p[64];
+        mkprompt(p, lens[t], 9);
+        struct eng_request *r = mkreq(1, p, lens[t], 50);
+        r->n = 3;
+        r->sampling.ignore_eos = true;
+        add(&h, r);
+        struct inf_err err;
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK); /* prefill + fork */
+        struct eng_stats st;
+        eng_sched_stats(h.s, &st);
+        ck_assert_int_eq(st.running, 3);
+        /* full prompt blocks once; each choice one block of its own */
+        int full = lens[t] / 16;
+        ck_assert_int_eq(st.kv_blocks_used, full + (lens[t] % 16 ? 1 : 0));
+        h_run(&h, 1000);
+        eng_sched_stats(h.s, &st);
+        ck_assert_int_eq(st.kv_blocks_used, 0);
+        struct ref ref;
+        ref_greedy(p, lens[t], 50, 0, true, 256, &ref);
+        for (int c = 0; c < 3; c++)
+            assert_matches(&outs[1], c, &ref);
+        ck_assert_int_eq(outs[1].n_done, 1);
+        ck_assert_int_eq(outs[1].prompt_tokens, lens[t]);
+        ck_assert_int_eq(outs[1].completion_tokens, 150);
+        ref_free(&ref);
+        h_close(&h);
+    }
+}
+END_TEST
+
+START_TEST(n3_sampled_choice_i_uses_seed_plus_i)
+{
+    int32_t p[21];
+    mkprompt(p, 21, 77);
+    struct harness h;
+    h_open(&h, 8, 256, 256, 128);
+    struct eng_request *r = mkreq(1, p, 21, 40);
+    r->n = 3;
+    r->sampling.temperature = 1.0f;
+    r->sampling.has_seed = true;
+    r->sampling.seed = 1234;
+    r->sampling.ignore_eos = true;
+    add(&h, r);
+    for (int i = 0; i < 3; i++) {
+        struct eng_request *q = mkreq(10 + (uint64_t)i, p, 21, 40);
+        q->sampling.temperature = 1.0f;
+        q->sampling.has_seed = true;
+        q->sampling.seed = 1234 + (uint64_t)i;
+        q->sampling.ignore_eos = true;
+        add(&h, q);
+    }
+    h_run(&h, 1000);
+    for (int i = 0; i < 3; i++) {
+        const struct ch_out *a = &outs[1].ch[i], *b = &outs[10 + i].ch[0];
+        ck_assert_int_eq(a->n_toks, 40);
+        ck_assert_int_eq(b->n_toks, 40);
+        ck_assert(memcmp(a->toks, b->toks, sizeof *a->toks * 40) == 0);
+        ck_assert_str_eq(a->text.p, b->text.p);
+    }
+    /* different seeds differ somewhere in 40 sampled tokens */
+    ck_assert(memcmp(outs[1].ch[0].toks, outs[1].ch[1].toks, sizeof(int32_t) * 40) != 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(seed_reproducible_in_any_batch)
+{
+    int32_t p[12];
+    mkprompt(p, 12, 5);
+    int32_t first[60];
+    for (int run = 0; run < 2; run++) {
+        struct harness h;
+        h_open(&h, 16, 256, 256, 256);
+        if (run == 1) /* the second time, among other requests */
+            for (int k = 0; k < 6; k++) {
+                int32_t o[9];
+                mkprompt(o, 9, (uint32_t)(300 + k));
+                struct eng_request *q = mkreq(20 + (uint64_t)k, o, 9, 50);
+                q->sampling.temperature = 0.8f;
+                add(&h, q);
+            }
+        struct eng_request *r = mkreq(1, p, 12, 60);
+        r->sampling.temperature = 1.0f;
+        r->sampling.top_p = 0.9f;
+        r->sampling.top_k = 50;
+        r->sampling.has_seed = true;
+        r->sampling.seed = 42;
+        r->sampling.ignore_eos = true;
+        add(&h, r);
+        h_run(&h, 1000);
+        ck_assert_int_eq(outs[1].ch[0].n_toks, 60);
+        if (run == 0)
+            memcpy(first, outs[1].ch[0].toks, sizeof first);
+        else
+            ck_assert(memcmp(first, outs[1].ch[0].toks, sizeof first) == 0);
+        h_close(&h);
+    }
+    /* and the sampled output is not simply the greedy one */
+    struct ref ref;
+    ref_greedy(p, 12, 60, 0, true, 256, &ref);
+    ck_assert(memcmp(first, ref.toks, sizeof first) != 0);
+    ref_free(&ref);
+}
+END_TEST
+
+/* Find a prompt whose greedy output is long enough and has a 3-byte ASCII
+ * substring at offset >= 6 (so the stop string spans three tokens). */
+static void stop_case(int32_t *p, struct ref *ref, uint32_t *seed_out)
+{
+    for (uint32_t seed = 1; seed < 1000; seed++) {
+        mkprompt(p, 20, seed);
+        ref_greedy(p, 20, 60, 0, true, 512, ref);
+        bool ascii = ref->len >= 20;
+        for (int i = 0; ascii && i < 12; i++)
+            ascii = ref->toks[i] != ENG_MOCK_EOS;
+        for (size_t i = 6; ascii && i < 12; i++)
+            ascii = (unsigned char)ref->text[i] < 0x80;
+        if (ascii) {
+            *seed_out = seed;
+            return;
+        }
+        ref_free(ref);
+    }
+    ck_abort_msg("no prompt found");
+}
+
+START_TEST(stop_string_across_tokens)
+{
+    int32_t p[20];
+    struct ref ref;
+    uint32_t seed;
+    stop_case(p, &ref, &seed);
+    char stop[4];
+    memcpy(stop, ref.text + 8, 3);
+    stop[3] = '\0';
+    size_t at = (size_t)(strstr(ref.text, stop) - ref.text); /* first occurrence */
+    for (int stream = 0; stream < 2; stream++) {
+        struct harness h;
+        h_open(&h, 8, 256, 512, 128);
+        struct eng_request *r = mkreq(1, p, 20, 60);
+        r->sampling.ignore_eos = true;
+        r->stream = stream;
+        r->n_stop = 2;
+        r->stop[0] = strdup("\x01never");
+        r->stop[1] = strdup(stop);
+        add(&h, r);
+        h_run(&h, 1000);
+        const struct ch_out *c = &outs[1].ch[0];
+        ck_assert_int_eq(c->fin, ENG_FINISH_STOP);
+        ck_assert_uint_eq(c->text.len, at);
+        ck_assert(memcmp(c->text.p, ref.text, at) == 0);
+        /* tokens: up to the one that completed the stop string (byte tokens) */
+        ck_assert_int_eq(c->n_toks, (int32_t)(at + 3));
+        ck_assert_int_eq(outs[1].completion_tokens, (int32_t)(at + 3));
+        if (stream) /* text came out in several deltas, none with a piece of the stop */
+            ck_assert_int_gt(c->n_deltas, 2);
+        h_close(&h);
+    }
+    ref_free(&ref);
+}
+END_TEST
+
+START_TEST(stop_prefix_held_then_released)
+{
+    /* The stop string's first two bytes appear in the output but not its
+     * third: the held-back text is released, and the output is complete. */
+    int32_t p[20];
+    struct ref ref;
+    uint32_t seed;
+    stop_case(p, &ref, &seed);
+    char stop[4] = {ref.text[8], ref.text[9], '\x7f', 0};
+    struct harness h;
+    h_open(&h, 8, 256, 512, 128);
+    struct eng_request *r = mkreq(1, p, 20, 60);
+    r->sampling.ignore_eos = true;
+    r->stream = true;
+    r->n_stop = 1;
+    r->stop[0] = strdup(stop);
+    add(&h, r);
+    struct inf_err err;
+    /* after the step producing output byte 9, bytes 8..9 are held */
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.generation_tokens_total, 10);
+    ck_assert_uint_eq(outs[1].ch[0].text.len, 8);
+    ck_assert(memcmp(outs[1].ch[0].text.p, ref.text, 8) == 0);
+    h_run(&h, 1000);
+    assert_matches(&outs[1], 0, &ref);
+    h_close(&h);
+    ref_free(&ref);
+}
+END_TEST
+
+START_TEST(min_tokens_masks_eos_and_stops)
+{
+    /* a prompt whose greedy output ends with EOS early */
+    int32_t p[16];
+    struct ref ref;
+    uint32_t seed;
+    for (seed = 1; seed < 5000; seed++) {
+        mkprompt(p, 16, seed);
+        ref_greedy(p, 16, 200, 0, false, 512, &ref);
+        if (ref.fin == ENG_FINISH_STOP && ref.n < 30)
+            break;
+        ref_free(&ref);
+    }
+    ck_assert_int_eq(ref.fin, ENG_FINISH_STOP);
+    int32_t eos_at = ref.n;
+    ref_free(&ref);
+
+    struct harness h;
+    h_open(&h, 8, 256, 512, 128);
+    struct eng_request *r = mkreq(1, p, 16, 200);
+    r->min_tokens = eos_at + 20;
+    add(&h, r);
+    /* without min_tokens: ends with EOS */
+    struct eng_request *r2 = mkreq(2, p, 16, 200);
+    add(&h, r2);
+    h_run(&h, 1000);
+    ref_greedy(p, 16, 200, eos_at + 20, false, 512, &ref);
+    ck_assert_int_ge(ref.n, eos_at + 20);
+    assert_matches(&outs[1], 0, &ref);
+    ck_assert_int_eq(outs[2].ch[0].n_toks, eos_at);
+    ck_assert_int_eq(outs[2].ch[0].toks[eos_at - 1], ENG_MOCK_EOS);
+    ck_assert_int_eq(outs[2].ch[0].fin, ENG_FINISH_STOP);
+    ref_free(&ref);
+
+    /* a stop string that occurs within the first min_tokens is ignored there:
+     * a prompt whose first 30 output tokens are ASCII bytes */
+    for (seed = 1; seed < 5000; seed++) {
+        mkprompt(p, 16, seed);
+        ref_greedy(p, 16, 60, 0, true, 512, &ref);
+        bool ok = ref.len >= 30;
+        for (int i = 0; ok && i < 30; i++)
+            ok = ref.toks[i] >= B(0x20) && ref.toks[i] < B(0x80);
+        if (ok)
+            break;
+        ref_free(&ref);
+    }
+    char stop[2] = {ref.text[1], 0};
+    const char *later = strchr(ref.text + 29, stop[0]);
+    struct eng_request *r3 = mkreq(3, p, 16, 60);
+    r3->sampling.ignore_eos = true;
+    r3->min_tokens = 30;
+    r3->n_stop = 1;
+    r3->stop[0] = strdup(stop);
+    add(&h, r3);
+    h_run(&h, 1000);
+    ck_assert((unsigned char)stop[0] < 0x80);
+    if (later) {
+        ck_assert_int_eq(outs[3].ch[0].fin, ENG_FINISH_STOP);
+        ck_assert_uint_eq(outs[3].ch[0].text.len, (size_t)(later - ref.text));
+    } else {
+        ck_assert_int_eq(outs[3].ch[0].fin, ENG_FINISH_LENGTH);
+    }
+    ck_assert_int_ge(outs[3].ch[0].n_toks, 30);
+    ref_free(&ref);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(max_tokens_and_context_limit)
+{
+    struct harness h;
+    h_open(&h, 8, 256, 64, 32);
+    int32_t p[64];
+    mkprompt(p, 64, 8);
+    struct eng_request *a = mkreq(1, p, 50, 100); /* context: 64 - 50 = 14 tokens */
+    a->sampling.ignore_eos = true;
+    add(&h, a);
+    struct eng_request *b = mkreq(2, p, 20, 7);
+    b->sampling.ignore_eos = true;
+    add(&h, b);
+    struct eng_request *c = mkreq(3, p, 63, 5); /* room for exactly one token */
+    c->sampling.ignore_eos = true;
+    add(&h, c);
+    h_run(&h, 1000);
+    ck_assert_int_eq(outs[1].ch[0].n_toks, 14);
+    ck_assert_int_eq(outs[1].ch[0].fin, ENG_FINISH_LENGTH);
+    ck_assert_int_eq(outs[2].ch[0].n_toks, 7);
+    ck_assert_int_eq(outs[2].ch[0].fin, ENG_FINISH_LENGTH);
+    ck_assert_int_eq(outs[3].ch[0].n_toks, 1);
+    ck_assert_int_eq(outs[3].ch[0].fin, ENG_FINISH_LENGTH);
+    struct ref ref;
+    ref_greedy(p, 50, 100, 0, true, 64, &ref);
+    assert_matches(&outs[1], 0, &ref);
+    ref_free(&ref);
+    /* a prompt that fills the context is refused */
+    struct inf_err err;
+    struct eng_request *d = mkreq(4, p, 64, 1);
+    ck_assert_int_eq(eng_sched_add(h.s, d, 0, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "prompt"));
+    eng_request_destroy(d);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(cancel_running_and_queued)
+{
+    struct harness h;
+    h_open(&h, 1, 64, 256, 32);
+    int32_t p[40];
+    mkprompt(p, 40, 4);
+    struct eng_request *a = mkreq(1, p, 40, 100);
+    a->sampling.ignore_eos = true;
+    a->stream = true;
+    add(&h, a);
+    struct eng_request *b = mkreq(2, p, 30, 100);
+    add(&h, b);
+    struct inf_err err;
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.running, 1);
+    ck_assert_int_eq(st.waiting, 1);
+    ck_assert_int_gt(st.kv_blocks_used, 0);
+    ck_assert_uint_eq(eng_sched_dequeued(h.s), 1);
+    eng_sched_cancel(h.s, 2); /* queued */
+    ck_assert_int_eq(outs[2].n_done, 1);
+    ck_assert_int_eq(outs[2].ch[0].fin, ENG_FINISH_ABORT);
+    ck_assert_int_eq(outs[2].completion_tokens, 0);
+    ck_assert_uint_eq(eng_sched_dequeued(h.s), 2);
+    eng_sched_cancel(h.s, 1); /* running */
+    ck_assert_int_eq(outs[1].n_done, 1);
+    ck_assert_int_eq(outs[1].ch[0].fin, ENG_FINISH_ABORT);
+    ck_assert_int_eq(outs[1].completion_tokens, 5);
+    eng_sched_cancel(h.s, 99); /* unknown: ignored */
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_int_eq(st.running, 0);
+    ck_assert_int_eq(st.waiting, 0);
+    ck_assert(eng_sched_idle(h.s));
+    ck_assert(!outs[1].event_after_end);
+    /* abort_all ends a running request the same way */
+    struct eng_request *c = mkreq(3, p, 40, 100);
+    add(&h, c);
+    ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+    eng_sched_abort_all(h.s);
+    ck_assert_int_eq(outs[3].n_done, 1);
+    ck_assert_int_eq(outs[3].ch[0].fin, ENG_FINISH_ABORT);
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(cancel_n3_after_fork)
+{
+    struct harness h;
+    h_open(&h, 8, 256, 256, 64);
+    int32_t p[40];
+    mkprompt(p, 40, 6);
+    struct eng_request *c = mkreq(1, p, 40, 100);
+    c->n = 3;
+    c->sampling.ignore_eos = true;
+    add(&h, c);
+    struct inf_err err;
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+    eng_sched_cancel(h.s, 1);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(outs[1].ch[i].fin, ENG_FINISH_ABORT);
+        ck_assert_int_eq(outs[1].ch[i].n_final, 1);
+    }
+    ck_assert_int_eq(outs[1].n_done, 1);
+    ck_assert_int_eq(outs[1].completion_tokens, 9);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(validation_names_the_field)
+{
+    struct harness h;
+    h_open(&h, 4, 64, 128, 16);
+    int32_t p[4] = {B('a'), B('b'), VOCAB, B('c')};
+    struct inf_err err;
+    struct eng_request *r = mkreq(1, p, 4, 5);
+    ck_assert_int_eq(eng_sched_validate(h.s, r, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "token id 512"));
+    r->prompt[2] = B('x');
+    ck_assert_int_eq(eng_sched_validate(h.s, r, &err), INF_OK);
+    r->n = 5;
+    ck_assert_int_eq(eng_sched_validate(h.s, r, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "n:"));
+    r->n = 1;
+    r->min_tokens = 6;
+    ck_assert_int_eq(eng_sched_validate(h.s, r, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "min_tokens"));
+    r->min_tokens = 0;
+    r->sampling.logprobs = 6;
+    ck_assert_int_eq(eng_sched_validate(h.s, r, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "logprobs"));
+    eng_request_destroy(r);
+    /* the configuration is checked too */
+    struct eng_sched_config sc = {
+        .max_batch = 4, .max_batched_tokens = 64, .max_model_len = 128, .kv_blocks = 7};
+    eng_sched_t *s2 = NULL;
+    ck_assert_int_eq(eng_sched_create(&sc, &h.lm, &eng_mock_detok, collect, NULL, &s2, &err),
+                     INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "kv_cache_tokens"));
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(logprobs_of_the_chosen_token)
+{
+    struct harness h;
+    h_open(&h, 4, 64, 128, 16);
+    int32_t p[10];
+    mkprompt(p, 10, 31);
+    struct eng_request *r = mkreq(1, p, 10, 3);
+    r->sampling.logprobs = 2;
+    r->sampling.ignore_eos = true;
+    r->stream = true;
+    add(&h, r);
+    h_run(&h, 100);
+    const struct ch_out *c = &outs[1].ch[0];
+    ck_assert_int_eq(c->n_toks, 3);
+    int32_t hist[16];
+    memcpy(hist, p, sizeof p);
+    for (int i = 0; i < 3; i++) {
+        float lg[VOCAB];
+        eng_mock_logits(VOCAB, hist, 10 + i, lg);
+        double mx = lg[argmax_row(lg, VOCAB)], sum = 0;
+        for (int v = 0; v < VOCAB; v++)
+            sum += exp(lg[v] - mx);
+        int32_t am = argmax_row(lg, VOCAB);
+        ck_assert_int_eq(c->toks[i], am);
+        ck_assert_float_eq_tol(c->info[i].logprob, (float)(lg[am] - mx - log(sum)), 1e-4);
+        ck_assert_int_eq(c->info[i].n_top, 2);
+        ck_assert_int_eq(c->info[i].top_ids[0], am);
+        ck_assert_float_eq_tol(c->info[i].top_logprobs[0], c->info[i].logprob, 1e-6);
+        ck_assert_float_le(c->info[i].top_logprobs[1], c->info[i].top_logprobs[0]);
+        hist[10 + i] = am;
+    }
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(sampling_settings_reach_the_sampler)
+{
+    struct harness h;
+    h_open(&h, 4, 64, 128, 16);
+    int32_t p[10];
+    mkprompt(p, 10, 12);
+    /* a bias of +100 on 'q' wins every greedy step */
+    struct eng_request *r = mkreq(1, p, 10, 6);
+    r->sampling.n_logit_bias = 1;
+    r->sampling.logit_bias_ids = malloc(sizeof(int32_t));
+    r->sampling.logit_bias_vals = malloc(sizeof(float));
+    r->sampling.logit_bias_ids[0] = B('q');
+    r->sampling.logit_bias_vals[0] = 100.0f;
+    add(&h, r);
+    h_run(&h, 100);
+    ck_assert_str_eq(outs[1].ch[0].text.p, "qqqqqq");
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    /* out-of-range settings are refused at submission, by name */
+    struct inf_err err;
+    struct eng_request *y = mkreq(3, p, 10, 6);
+    y->sampling.presence_penalty = 2.5f;
+    ck_assert_int_eq(eng_sched_add(h.s, y, 0, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "presence_penalty"));
+    y->sampling.presence_penalty = 0.0f;
+    y->sampling.top_p = 0.0f;
+    ck_assert_int_eq(eng_sched_add(h.s, y, 0, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "top_p"));
+    y->sampling.top_p = 1.0f;
+    y->sampling.n_logit_bias = 1;
+    y->sampling.logit_bias_ids = calloc(1, sizeof(int32_t));
+    y->sampling.logit_bias_vals = malloc(sizeof(float));
+    y->sampling.logit_bias_vals[0] = -INFINITY;
+    ck_assert_int_eq(eng_sched_add(h.s, y, 0, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "logit_bias"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "finite"));
+    eng_request_destroy(y);
+    h_close(&h);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("scheduler");
+    TCase *tc = tcase_create("mock");
+    tcase_add_test(tc, mock_detok_utf8);
+    tcase_add_test(tc, mock_forward_reads_blocks);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("batching");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, single_greedy_matches_reference);
+    tcase_add_test(tc, batch_of_128_matches_alone);
+    tcase_add_test(tc, chunked_prefill_interleaves_decodes);
+    tcase_add_test(tc, kv_exhaustion_preempts_and_recomputes);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("choices");
+    tcase_add_test(tc, n3_shares_prompt_blocks);
+    tcase_add_test(tc, n3_sampled_choice_i_uses_seed_plus_i);
+    tcase_add_test(tc, seed_reproducible_in_any_batch);
+    tcase_add_test(tc, logprobs_of_the_chosen_token);
+    tcase_add_test(tc, sampling_settings_reach_the_sampler);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("stops");
+    tcase_add_test(tc, stop_string_across_tokens);
+    tcase_add_test(tc, stop_prefix_held_then_released);
+    tcase_add_test(tc, min_tokens_masks_eos_and_stops);
+    tcase_add_test(tc, max_tokens_and_context_limit);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cancel");
+    tcase_add_test(tc, cancel_running_and_queued);
+    tcase_add_test(tc, cancel_n3_after_fork);
+    tcase_add_test(tc, validation_names_the_field);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    inf_log_set_level(INF_LOG_WARN);
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
