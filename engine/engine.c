@@ -311,7 +311,8 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
             cfg->kv_cache_tokens = (int64_t)cfg->max_batch * cfg->max_model_len;
         return INF_OK;
     }
-    case ENG_BACKEND_CPU: {
+    case ENG_BACKEND_CPU:
+    case ENG_BACKEND_CUDA: {
         if (!cfg->model_dir || !*cfg->model_dir)
             return inf_err_set(err, INF_E_INVALID, "model: a model folder is required");
         struct eng_model_config mc;
@@ -336,6 +337,8 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
             return st;
         struct eng_lm_model_opts lo = {
             .dir = cfg->model_dir,
+            .cuda = cfg->backend == ENG_BACKEND_CUDA,
+            .device = cfg->n_devices > 0 && cfg->devices ? cfg->devices[0] : 0,
             .threads = cfg->threads,
             .quantize = cfg->quantize,
             .group_size = cfg->group_size,
@@ -362,10 +365,8 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
         eng->detok = &eng->tok_ops;
         return INF_OK;
     }
-    case ENG_BACKEND_CUDA:
-        break;
     }
-    return inf_err_set(err, INF_E_UNSUPPORTED, "backend: cuda is not available yet");
+    return inf_err_set(err, INF_E_INVALID, "backend: unknown kind %d", (int)cfg->backend);
 }
 
 inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notify, void *user,

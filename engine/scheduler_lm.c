@@ -86,8 +86,13 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_l
     struct model_lm *x = calloc(1, sizeof *x);
     if (!x)
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
-    struct eng_backend_cpu_opts bo = {.n_threads = o->threads};
-    st = eng_backend_cpu_create(&bo, &x->be, err);
+    if (o->cuda) {
+        struct eng_backend_cuda_opts co = {.device = o->device};
+        st = eng_backend_cuda_create(&co, &x->be, err);
+    } else {
+        struct eng_backend_cpu_opts bo = {.n_threads = o->threads};
+        st = eng_backend_cpu_create(&bo, &x->be, err);
+    }
     if (st != INF_OK)
         goto fail;
     struct eng_model_opts mo;

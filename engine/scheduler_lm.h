@@ -8,6 +8,8 @@
 
 struct eng_lm_model_opts {
     const char *dir;    /* checkpoint folder */
+    bool cuda;          /* the CUDA backend on device `device` (else the CPU backend) */
+    int32_t device;     /* CUDA device ordinal */
     int32_t threads;    /* CPU backend threads, 0 = one per core */
     bool quantize;      /* INT4 (else every weight fp32) */
     int32_t group_size; /* 0 = the model's default, -1 = per-channel */
@@ -19,8 +21,9 @@ struct eng_lm_model_opts {
     int32_t kv_blocks;  /* KV pool of the model, in blocks */
 };
 
-/* Load the model onto a new CPU backend and fill lm (lm->destroy frees
- * both). Errors: those of eng_backend_cpu_create and eng_model_load. */
+/* Load the model onto a new CPU (or CUDA) backend and fill lm (lm->destroy
+ * frees both). Errors: those of eng_backend_cpu_create,
+ * eng_backend_cuda_create and eng_model_load. */
 inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_lm *lm,
                                  struct inf_err *err);
 /* The model behind an lm made by eng_lm_model_create (for inspection). */

@@ -27,8 +27,8 @@ inf_status_t eng_sched_sampler_create(const struct eng_sched_sampler_params *p, 
         for (int32_t i = 0; i < p->n_logit_bias; i++)
             bias[i] = (struct eng_logit_bias){p->logit_bias_ids[i], p->logit_bias_vals[i]};
     }
-    struct eng_sampling sp;
-    eng_sampling_default(&sp);
+    struct eng_sampler_params sp;
+    eng_sampler_params_default(&sp);
     sp.temperature = p->temperature;
     sp.top_k = p->top_k > 0 ? p->top_k : 0;
     sp.top_p = p->top_p;
