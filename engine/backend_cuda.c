@@ -209,6 +209,14 @@ static void written(const struct eng_buf *b)
     cb->shadow_dead = true;
 }
 
+/* b is read as a weight (never an index table): its host copy is not
+ * needed. */
+static void weight_seen(const struct eng_buf *b)
+{
+    if (b && cbuf(b)->shadow)
+        written(b);
+}
+
 /* The uploaded bytes of b, or NULL when they are not known on the host. */
 static const void *shadow_of(const struct eng_buf *b)
 {
@@ -473,6 +481,8 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
     }
     uint16_t *xs = x_direct ? NULL : bump_take(&sc, (size_t)chunk * k * 2);
     uint16_t *ys = y_direct ? NULL : bump_take(&sc, (size_t)chunk * n * 2);
+    if ((!x_direct && !xs) || (!y_direct && !ys))
+        return inf_err_set(err, INF_E_NOMEM, "workspace too small for a %dx%d linear", n, k);
     for (int32_t r0 = 0; r0 < m; r0 += chunk) {
         int32_t rows = m - r0 < chunk ? m - r0 : chunk;
         const uint16_t *a = (const uint16_t *)dptr(x, 2) + (int64_t)r0 * x.ld;
@@ -489,6 +499,7 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
                                         .workspace_bytes = c->gemm_ws_bytes,
                                         .stream = c->stream, .flags = 0, .config = -1};
         KRN(c, krn_int4_gemm(&ga, lep_));
+        weight_seen(bias);
         if (!y_direct)
             CU(c, cudaMemcpy2DAsync(cout, (size_t)y.ld * 2, ys, (size_t)n * 2, (size_t)n * 2,
                                     (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
@@ -527,6 +538,8 @@ static inf_status_t cu_linear_fp(struct eng_backend *be, const struct eng_buf *w
             KRN(c, krn_cuda_bias_add(dptr(y, ysz), y_f32, ld_int(y.ld, n), bias->ptr, n, m,
                                      c->stream, lep_));
         written(y.buf);
+        weight_seen(w);
+        weight_seen(bias);
         return INF_OK;
     }
     /* fp32 weights (quantization off): fp32 activations in scratch, fp32
@@ -539,6 +552,8 @@ static inf_status_t cu_linear_fp(struct eng_backend *be, const struct eng_buf *w
     int32_t chunk = fit < (size_t)m ? (int32_t)fit : m;
     float *xs = bump_take(&sc, (size_t)chunk * k * 4);
     float *ys = y_f32 ? NULL : bump_take(&sc, (size_t)chunk * n * 4);
+    if (!xs || (!y_f32 && !ys))
+        return inf_err_set(err, INF_E_NOMEM, "workspace too small for a %dx%d fp32 linear", n, k);
     for (int32_t r0 = 0; r0 < m; r0 += chunk) {
         int32_t rows = m - r0 < chunk ? m - r0 : chunk;
         const uint16_t *a = (const uint16_t *)dptr(x, 2) + (int64_t)r0 * x.ld;
@@ -560,6 +575,8 @@ static inf_status_t cu_linear_fp(struct eng_backend *be, const struct eng_buf *w
         }
     }
     written(y.buf);
+    weight_seen(w);
+    weight_seen(bias);
     return INF_OK;
 }
 
@@ -580,6 +597,7 @@ static inf_status_t cu_embedding(struct eng_backend *be, const struct eng_buf *t
     KRN(c, krn_cuda_embed(table->ptr, wdt == ENG_W_F16, vocab, dim, ids->ptr, dptr(out, 2),
                           ld_int(out.ld, dim), m, c->d_bad, c->stream, lep_));
     written(out.buf);
+    weight_seen(table);
     return INF_OK;
 }
 
@@ -595,6 +613,7 @@ static inf_status_t cu_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
                                 c->stream, lep_));
     written(x.buf);
     written(out.buf);
+    weight_seen(w);
     return INF_OK;
 }
 
@@ -606,8 +625,10 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
     ENTER(c);
     /* The frequencies come from the CPU code (one definition of the math)
      * and are uploaded only when the parameters change. */
-    if (!c->inv_valid || c->inv_head_dim != head_dim ||
-        memcmp(&c->inv_params, p, sizeof *p) != 0) {
+    const struct eng_rope_params *q = &c->inv_params;
+    if (!c->inv_valid || c->inv_head_dim != head_dim || q->theta != p->theta ||
+        q->llama3 != p->llama3 || q->factor != p->factor || q->low_freq != p->low_freq ||
+        q->high_freq != p->high_freq || q->orig_max_pos != p->orig_max_pos) {
         float inv[256];
         krn_rope_inv_freq(p->theta, p->llama3, p->factor, p->low_freq, p->high_freq,
                           p->orig_max_pos, head_dim, inv);
@@ -615,7 +636,6 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
             stage_upload(c, c->d_inv_freq, inv, (size_t)(head_dim / 2) * sizeof(float), err);
         if (st != INF_OK)
             return st;
-        memset(&c->inv_params, 0, sizeof c->inv_params);
         c->inv_params = *p;
         c->inv_head_dim = head_dim;
         c->inv_valid = true;
