@@ -315,6 +315,9 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
     case ENG_BACKEND_CUDA: {
         if (!cfg->model_dir || !*cfg->model_dir)
             return inf_err_set(err, INF_E_INVALID, "model: a model folder is required");
+        if (cfg->backend == ENG_BACKEND_CUDA && cfg->tp > 1)
+            return inf_err_set(err, INF_E_UNSUPPORTED,
+                               "tp: tensor parallelism is not implemented yet (tp = %d)", cfg->tp);
         struct eng_model_config mc;
         st = eng_model_config_load(cfg->model_dir, &mc, err);
         if (st != INF_OK)

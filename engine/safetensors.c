@@ -459,8 +459,8 @@ static inf_status_t open_sharded(eng_st_t *st, const char *dir, const char *inde
 {
     const char *iname = base_name(index_path);
     size_t len;
-    inf_status_t code;
-    int eno;
+    inf_status_t code = INF_E_IO;
+    int eno = 0;
     char *text = read_small_file(index_path, (size_t)64 << 20, &len, &code, &eno);
     if (!text)
         return inf_err_set(err, code, "%s: cannot read: %s", iname,

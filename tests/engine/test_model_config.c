@@ -286,7 +286,7 @@ START_TEST(refusals_required_and_architecture)
     const char *keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
                           "num_attention_heads", "vocab_size"};
     for (size_t i = 0; i < 5; i++) {
-        char js[1024];
+        char js[4200];
         /* drop one required key by renaming it */
         snprintf(js, sizeof js, "%s", llama_with(""));
         char *p = strstr(js, keys[i]);
@@ -296,7 +296,7 @@ START_TEST(refusals_required_and_architecture)
         /* and make it zero, negative, a string, huge */
         const char *bad[] = {"0", "-4", "\"64\"", "3000000000", "1.5"};
         for (size_t j = 0; j < 5; j++) {
-            char js2[1200];
+            char js2[4400];
             snprintf(js2, sizeof js2, "%s", llama_with(""));
             char *q = strstr(js2, keys[i]);
             char *colon = strchr(q, ':');

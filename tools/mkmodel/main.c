@@ -581,7 +581,7 @@ int main(int argc, char **argv)
     char path[4096];
     int32_t bos = -1, eos = -1;
     const char *bos_name = BPE_BOS, *eos_name = BPE_EOS;
-    int64_t tok_size;
+    int64_t tok_size = 0;
     struct bpe_vocab bv = {0};
     snprintf(path, sizeof path, "%s/tokenizer.json", o.out);
     if (o.tokenizer) {
