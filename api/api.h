@@ -41,8 +41,8 @@ const char *api_error_type(inf_status_t st);
  * null. Invalid UTF-8 in message is replaced by U+FFFD.
  * Errors: INF_E_NOMEM (arena). */
 inf_status_t api_error_encode(inf_status_t st, const char *message, const char *param,
-                              const char *code, struct inf_arena *a, char **out,
-                              size_t *out_len, struct inf_err *err);
+                              const char *code, struct inf_arena *a, char **out, size_t *out_len,
+                              struct inf_err *err);
 
 /* ---- limits the parsers enforce ------------------------------------------ */
 struct api_limits {
@@ -77,38 +77,41 @@ struct api_prompt {
 #define API_MAX_TOKENS_AUTO (-1) /* max_tokens null: as many as the context allows */
 #define API_TOP_K_OFF (-1)       /* top_k disabled */
 #define API_LOGPROBS_OFF (-1)    /* logprobs null */
+#define API_MAX_IGNORED 16       /* unknown keys reported per request; the rest dropped */
 
 struct api_completion_req {
-    const char *model;            /* as sent; NULL when absent or null */
+    const char *model;                /* as sent; NULL when absent or null */
     const struct api_prompt *prompts; /* >= 1; each non-empty */
     uint32_t n_prompts;
-    int64_t max_tokens;           /* >= 1 (16 by default), or API_MAX_TOKENS_AUTO */
-    float temperature;            /* [0, 2], default 1 */
-    float top_p;                  /* (0, 1], default 1 */
-    int32_t top_k;                /* >= 1 (clamped to vocab), or API_TOP_K_OFF (default; 0 too) */
-    float min_p;                  /* [0, 1], default 0 */
-    uint32_t n;                   /* [1, max_n], default 1 */
-    uint32_t best_of;             /* [n, max_n], default n */
-    const struct api_text *stop;  /* <= max_stop strings, none empty */
+    int64_t max_tokens;          /* >= 1 (16 by default), or API_MAX_TOKENS_AUTO */
+    float temperature;           /* [0, 2], default 1 */
+    float top_p;                 /* (0, 1], default 1 */
+    int32_t top_k;               /* >= 1 (clamped to vocab), or API_TOP_K_OFF (default; 0 too) */
+    float min_p;                 /* [0, 1], default 0 */
+    uint32_t n;                  /* [1, max_n], default 1 */
+    uint32_t best_of;            /* [n, max_n], default n */
+    const struct api_text *stop; /* <= max_stop strings, none empty */
     uint32_t n_stop;
     bool has_seed;
     int64_t seed;
     bool stream;
-    bool include_usage;           /* stream_options.include_usage (only with stream) */
-    int32_t logprobs;             /* [0, max_logprobs], or API_LOGPROBS_OFF (default) */
+    bool include_usage; /* stream_options.include_usage (only with stream) */
+    int32_t logprobs;   /* [0, max_logprobs], or API_LOGPROBS_OFF (default) */
     bool echo;
-    float presence_penalty;       /* [-2, 2], default 0 */
-    float frequency_penalty;      /* [-2, 2], default 0 */
-    float repetition_penalty;     /* (0, 2], default 1 */
-    const int32_t *bias_ids;      /* logit_bias: ids in [0, vocab), unique */
-    const float *bias_values;     /*   and their biases in [-100, 100] */
+    float presence_penalty;   /* [-2, 2], default 0 */
+    float frequency_penalty;  /* [-2, 2], default 0 */
+    float repetition_penalty; /* (0, 2], default 1 */
+    const int32_t *bias_ids;  /* logit_bias: ids in [0, vocab), unique */
+    const float *bias_values; /*   and their biases in [-100, 100] */
     uint32_t n_bias;
     bool ignore_eos;
-    uint32_t min_tokens;          /* [0, max_tokens], default 0 */
-    bool add_special_tokens;      /* vLLM's extension; default true */
-    const char *user;             /* NULL when absent */
-    const char *const *ignored;   /* top-level keys (and "stream_options.<key>") we do
-                                   * not know: accepted and ignored, to be logged */
+    uint32_t min_tokens;        /* [0, max_tokens], default 0 */
+    bool add_special_tokens;    /* vLLM's extension; default true */
+    const char *user;           /* NULL when absent */
+    const char *const *ignored; /* top-level keys (and "stream_options.<key>") we do
+                                 * not know: accepted and ignored, to be logged.
+                                 * Safe to log: at most API_MAX_IGNORED names, each
+                                 * clipped to 64 bytes, control bytes as '?' */
     uint32_t n_ignored;
 };
 
@@ -132,8 +135,7 @@ inf_status_t api_completion_parse(const char *body, size_t len, const struct api
  * you requested M tokens (P in the messages, C in the completion). Please
  * reduce the length of the messages or completion." Thread: any. */
 inf_status_t api_check_context(uint32_t prompt_len, int64_t max_tokens, uint32_t max_model_len,
-                               uint32_t *max_new, struct api_fault *fault,
-                               struct inf_err *err);
+                               uint32_t *max_new, struct api_fault *fault, struct inf_err *err);
 
 /* ---- POST /v1/completions: response ----------------------------------------
  * Plain structs the server fills from engine events. Strings are borrowed
@@ -179,7 +181,7 @@ struct api_usage {
 
 /* What every response and chunk of one request repeats. */
 struct api_resp_head {
-    const char *id;  /* encoded as "cmpl-<id>" */
+    const char *id;  /* encoded as "cmpl-<id>"; NULL: "cmpl-" */
     int64_t created; /* unix seconds */
     const char *model;
 };
@@ -223,9 +225,8 @@ struct api_model_card {
 
 /* {"object":"list","data":[{"id":...,"object":"model","created":...,
  *  "owned_by":"int4serve","max_model_len":N}]}. Errors: INF_E_NOMEM. */
-inf_status_t api_models_encode(const struct api_model_card *cards, uint32_t n,
-                               struct inf_arena *a, char **out, size_t *out_len,
-                               struct inf_err *err);
+inf_status_t api_models_encode(const struct api_model_card *cards, uint32_t n, struct inf_arena *a,
+                               char **out, size_t *out_len, struct inf_err *err);
 
 /* ---- POST /tokenize and /detokenize (vLLM's shapes) ------------------------ */
 struct api_tokenize_req {
@@ -248,8 +249,8 @@ inf_status_t api_tokenize_encode(const int32_t *ids, uint32_t n, uint32_t max_mo
                                  struct inf_err *err);
 
 struct api_detokenize_req {
-    const char *model;    /* NULL when absent or null */
-    const int32_t *ids;   /* in [0, vocab); may be empty (NULL) */
+    const char *model;  /* NULL when absent or null */
+    const int32_t *ids; /* in [0, vocab); may be empty (NULL) */
     uint32_t n_ids;
     const char *const *ignored;
     uint32_t n_ignored;

@@ -66,18 +66,17 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
 
 /* Read a string field (absent or null: *out untouched, returns INF_OK). */
 inf_status_t api_get_string(const json_t *root, const char *key, struct inf_arena *arena,
-                            struct api_text *out, struct api_fault *fault,
-                            struct inf_err *err);
+                            struct api_text *out, struct api_fault *fault, struct inf_err *err);
 /* Read a boolean field (absent or null: *out untouched). */
-inf_status_t api_get_bool(const json_t *root, const char *key, bool *out,
-                          struct api_fault *fault, struct inf_err *err);
+inf_status_t api_get_bool(const json_t *root, const char *key, bool *out, struct api_fault *fault,
+                          struct inf_err *err);
 
 /* The model check shared by every endpoint: NULL (absent) or lim->model
  * passes; another name is INF_E_NOTFOUND, code "model_not_found". A
  * non-string is INF_E_INVALID. */
 inf_status_t api_check_model(const json_t *root, const struct api_limits *lim,
-                             struct inf_arena *arena, const char **model,
-                             struct api_fault *fault, struct inf_err *err);
+                             struct inf_arena *arena, const char **model, struct api_fault *fault,
+                             struct inf_err *err);
 
 /* Read a token id array v (param names it) into the arena: each an integer
  * in [0, vocab). An empty array gives *ids NULL, *n 0. */

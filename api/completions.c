@@ -8,25 +8,37 @@
 #include <string.h>
 
 static const char *const completion_keys[] = {
-    "model",        "prompt",
-    "max_tokens",   "temperature",
-    "top_p",        "top_k",
-    "min_p",        "n",
-    "best_of",      "stop",
-    "seed",         "stream",
-    "stream_options", "logprobs",
-    "echo",         "presence_penalty",
-    "frequency_penalty", "repetition_penalty",
-    "logit_bias",   "ignore_eos",
-    "min_tokens",   "add_special_tokens",
-    "user",         "suffix",
+    "model",
+    "prompt",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "n",
+    "best_of",
+    "stop",
+    "seed",
+    "stream",
+    "stream_options",
+    "logprobs",
+    "echo",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "ignore_eos",
+    "min_tokens",
+    "add_special_tokens",
+    "user",
+    "suffix",
     NULL,
 };
 
 static const char *const stream_option_keys[] = {"include_usage", NULL};
 
 #define PROMPT_SHAPE                                                                               \
-    "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "    \
+    "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "     \
     "token ids"
 
 /* An integer field: absent or null leaves *present false. */
@@ -58,8 +70,8 @@ static inf_status_t get_real(const json_t *root, const char *key, double lo, boo
         return INF_OK;
     char d[48];
     if (!json_is_number(v))
-        return api_fail(fault, err, INF_E_INVALID, key, NULL, "'%s' must be a number, got %s",
-                        key, api_describe(v, d, sizeof d));
+        return api_fail(fault, err, INF_E_INVALID, key, NULL, "'%s' must be a number, got %s", key,
+                        api_describe(v, d, sizeof d));
     double x = json_number_value(v);
     if ((lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi))
         return api_fail(fault, err, INF_E_INVALID, key, NULL, "'%s' must be in %c%g, %g%c, got %s",
@@ -100,7 +112,8 @@ static inf_status_t parse_prompt(const json_t *root, const struct api_limits *li
 
     json_type kind = json_typeof(json_array_get(v, 0));
     if (kind != JSON_STRING && kind != JSON_INTEGER && kind != JSON_ARRAY)
-        return api_fail(fault, err, INF_E_INVALID, "prompt", NULL, PROMPT_SHAPE ", got %s at index 0",
+        return api_fail(fault, err, INF_E_INVALID, "prompt", NULL,
+                        PROMPT_SHAPE ", got %s at index 0",
                         api_describe(json_array_get(v, 0), d, sizeof d));
     for (size_t i = 1; i < n; i++) {
         json_t *e = json_array_get(v, i);
@@ -209,18 +222,20 @@ static inf_status_t parse_stop(const json_t *root, const struct api_limits *lim,
     return INF_OK;
 }
 
-/* A logit_bias key: a decimal token id ("42"), nothing else. */
+/* A logit_bias key: a decimal token id ("42"), nothing else. A number too
+ * large for any vocabulary reads as INT64_MAX. */
 static bool parse_token_key(const char *k, json_int_t *id)
 {
     json_int_t v = 0;
     if (!*k)
         return false;
     for (; *k; k++) {
-        if (*k < '0' || *k > '9' || v > 100000000000LL)
+        if (*k < '0' || *k > '9')
             return false;
-        v = v * 10 + (*k - '0');
+        if (v <= 100000000000LL)
+            v = v * 10 + (*k - '0');
     }
-    *id = v;
+    *id = v > 100000000000LL ? INT64_MAX : v;
     return true;
 }
 
@@ -247,16 +262,17 @@ static inf_status_t parse_logit_bias(const json_t *root, const struct api_limits
     size_t i = 0;
     const char *k;
     json_t *e;
-    json_object_foreach(v, k, e) {
+    json_object_foreach(v, k, e)
+    {
         json_int_t id;
         if (!parse_token_key(k, &id))
             return api_fail(fault, err, INF_E_INVALID, "logit_bias", NULL,
                             "'logit_bias' keys must be token ids, got \"%.32s\"", k);
         if (id >= (json_int_t)lim->vocab)
             return api_fail(fault, err, INF_E_INVALID, "logit_bias", NULL,
-                            "'logit_bias' token id %" JSON_INTEGER_FORMAT
-                            " is outside the vocabulary [0, %" PRIu32 ")",
-                            id, lim->vocab);
+                            "'logit_bias' token id %.32s is outside the vocabulary [0, %" PRIu32
+                            ")",
+                            k, lim->vocab);
         if (seen[id / 8] & (1u << (id % 8)))
             return api_fail(fault, err, INF_E_INVALID, "logit_bias", NULL,
                             "'logit_bias' names token id %" JSON_INTEGER_FORMAT " twice", id);
@@ -318,9 +334,9 @@ static inf_status_t parse_fields(const json_t *root, const struct api_limits *li
     TRY(get_int(root, "top_k", &x, &has, fault, err));
     if (has) {
         if (x < -1)
-            return api_fail(fault, err, INF_E_INVALID, "top_k", NULL,
-                            "'top_k' must be -1 (disabled) or at least 1, got %" JSON_INTEGER_FORMAT,
-                            x);
+            return api_fail(
+                fault, err, INF_E_INVALID, "top_k", NULL,
+                "'top_k' must be -1 (disabled) or at least 1, got %" JSON_INTEGER_FORMAT, x);
         if (x <= 0)
             req->top_k = API_TOP_K_OFF; /* 0 disables, as in vLLM */
         else
@@ -470,8 +486,7 @@ inf_status_t api_completion_parse(const char *body, size_t len, const struct api
 }
 
 inf_status_t api_check_context(uint32_t prompt_len, int64_t max_tokens, uint32_t max_model_len,
-                               uint32_t *max_new, struct api_fault *fault,
-                               struct inf_err *err)
+                               uint32_t *max_new, struct api_fault *fault, struct inf_err *err)
 {
     if (fault)
         fault->param = fault->code = NULL;

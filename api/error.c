@@ -39,8 +39,8 @@ const char *api_error_type(inf_status_t st)
 }
 
 inf_status_t api_error_encode(inf_status_t st, const char *message, const char *param,
-                              const char *code, struct inf_arena *a, char **out,
-                              size_t *out_len, struct inf_err *err)
+                              const char *code, struct inf_arena *a, char **out, size_t *out_len,
+                              struct inf_err *err)
 {
     struct jw w;
     jw_init(&w);

@@ -312,8 +312,8 @@ inf_status_t api_body_load(const char *body, size_t len, json_t **root, struct a
         return api_fail(fault, err, INF_E_INVALID, NULL, NULL,
                         "The request body is empty; expected a JSON object");
     json_error_t je;
-    json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL,
-                           &je);
+    json_t *v =
+        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!v)
         return api_fail(fault, err, INF_E_INVALID, NULL, NULL,
                         "We could not parse the JSON body of your request: %s (line %d, column %d)",
@@ -362,6 +362,24 @@ static bool known_key(const char *k, const char *const *known)
     return false;
 }
 
+/* A copy of an unknown key fit for a log line: clipped, no control bytes.
+ * The clip backs off to a character boundary so the name stays UTF-8. */
+static char *loggable_name(struct inf_arena *arena, const char *prefix, const char *k)
+{
+    size_t n = strlen(k);
+    if (n > 64) {
+        n = 64;
+        while (n > 0 && ((unsigned char)k[n] & 0xC0) == 0x80)
+            n--;
+    }
+    char *s = inf_arena_sprintf(arena, "%s%.*s", prefix, (int)n, k);
+    if (s)
+        for (char *p = s; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
+    return s;
+}
+
 inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, const char *prefix,
                                  struct inf_arena *arena, const char ***ignored, uint32_t *n,
                                  struct inf_err *err)
@@ -369,10 +387,13 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
     const char *k;
     json_t *v;
     size_t extra = 0;
-    json_object_foreach((json_t *)obj, k, v) {
+    json_object_foreach((json_t *)obj, k, v)
+    {
         if (!known_key(k, known))
             extra++;
     }
+    if (extra > API_MAX_IGNORED - *n)
+        extra = API_MAX_IGNORED - *n;
     if (!extra)
         return INF_OK;
     const char **list = inf_arena_calloc(arena, *n + extra, sizeof *list);
@@ -380,11 +401,14 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < *n; i++)
         list[i] = (*ignored)[i];
-    json_object_foreach((json_t *)obj, k, v) {
-        if (known_key(k, known)) {
+    uint32_t limit = *n + (uint32_t)extra;
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        if (*n == limit)
+            break;
+        if (known_key(k, known))
             continue;
-        }
-        char *s = inf_arena_sprintf(arena, "%s%s", prefix, k);
+        char *s = loggable_name(arena, prefix, k);
         if (!s)
             return inf_err_set(err, INF_E_NOMEM, "out of memory");
         list[(*n)++] = s;
@@ -394,8 +418,7 @@ inf_status_t api_collect_ignored(const json_t *obj, const char *const *known, co
 }
 
 inf_status_t api_get_string(const json_t *root, const char *key, struct inf_arena *arena,
-                            struct api_text *out, struct api_fault *fault,
-                            struct inf_err *err)
+                            struct api_text *out, struct api_fault *fault, struct inf_err *err)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
@@ -414,24 +437,24 @@ inf_status_t api_get_string(const json_t *root, const char *key, struct inf_aren
     return INF_OK;
 }
 
-inf_status_t api_get_bool(const json_t *root, const char *key, bool *out,
-                          struct api_fault *fault, struct inf_err *err)
+inf_status_t api_get_bool(const json_t *root, const char *key, bool *out, struct api_fault *fault,
+                          struct inf_err *err)
 {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v))
         return INF_OK;
     if (!json_is_boolean(v)) {
         char d[48];
-        return api_fail(fault, err, INF_E_INVALID, key, NULL, "'%s' must be a boolean, got %s",
-                        key, api_describe(v, d, sizeof d));
+        return api_fail(fault, err, INF_E_INVALID, key, NULL, "'%s' must be a boolean, got %s", key,
+                        api_describe(v, d, sizeof d));
     }
     *out = json_is_true(v);
     return INF_OK;
 }
 
 inf_status_t api_check_model(const json_t *root, const struct api_limits *lim,
-                             struct inf_arena *arena, const char **model,
-                             struct api_fault *fault, struct inf_err *err)
+                             struct inf_arena *arena, const char **model, struct api_fault *fault,
+                             struct inf_err *err)
 {
     struct api_text t = {NULL, 0};
     inf_status_t st = api_get_string(root, "model", arena, &t, fault, err);

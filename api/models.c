@@ -1,9 +1,8 @@
 /* models.c — GET /v1/models: the list of served models. */
 #include "api/api_impl.h"
 
-inf_status_t api_models_encode(const struct api_model_card *cards, uint32_t n,
-                               struct inf_arena *a, char **out, size_t *out_len,
-                               struct inf_err *err)
+inf_status_t api_models_encode(const struct api_model_card *cards, uint32_t n, struct inf_arena *a,
+                               char **out, size_t *out_len, struct inf_err *err)
 {
     struct jw w;
     jw_init(&w);

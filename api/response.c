@@ -104,7 +104,8 @@ static void put_choice(struct jw *w, const struct api_choice *c)
 static void put_head(struct jw *w, const struct api_resp_head *h)
 {
     jw_lit(w, "{\"id\":\"cmpl-");
-    jw_esc(w, h->id, strlen(h->id));
+    if (h->id)
+        jw_esc(w, h->id, strlen(h->id));
     jw_raw(w, "\"", 1);
     jw_lit(w, ",\"object\":\"text_completion\",\"created\":");
     jw_i64(w, h->created);
@@ -144,8 +145,7 @@ inf_status_t api_completion_encode(const struct api_resp_head *h, const struct a
 }
 
 inf_status_t api_chunk_encode(const struct api_resp_head *h, const struct api_choice *choice,
-                              struct inf_arena *a, char **out, size_t *out_len,
-                              struct inf_err *err)
+                              struct inf_arena *a, char **out, size_t *out_len, struct inf_err *err)
 {
     struct jw w;
     jw_init(&w);

@@ -85,8 +85,7 @@ inf_status_t api_detokenize_parse(const char *body, size_t len, const struct api
         goto out;
     }
     int32_t *ids;
-    if ((st = api_get_ids(t, "tokens", lim->vocab, arena, &ids, &req->n_ids, fault, err)) !=
-        INF_OK)
+    if ((st = api_get_ids(t, "tokens", lim->vocab, arena, &ids, &req->n_ids, fault, err)) != INF_OK)
         goto out;
     req->ids = ids;
     if ((st = api_check_model(root, lim, arena, &req->model, fault, err)) != INF_OK)

@@ -43,11 +43,11 @@ static bool buf_holds(const struct eng_buf *b, int64_t n, size_t esz)
     return b && n >= 0 && (uint64_t)n * esz <= b->size;
 }
 
-#define CHECK_MAT(v, rows, cols, esz, what)                                                       \
-    do {                                                                                          \
-        if (!mat_ok(&(v), rows, cols, esz))                                                       \
-            return inf_err_set(err, INF_E_INVALID, "%s: view of %lld x %lld out of its buffer", \
-                               what, (long long)(rows), (long long)(cols));                     \
+#define CHECK_MAT(v, rows, cols, esz, what)                                                        \
+    do {                                                                                           \
+        if (!mat_ok(&(v), rows, cols, esz))                                                        \
+            return inf_err_set(err, INF_E_INVALID, "%s: view of %lld x %lld out of its buffer",    \
+                               what, (long long)(rows), (long long)(cols));                        \
     } while (0)
 
 inf_status_t eng_buf_alloc(struct eng_backend *be, size_t bytes, struct eng_buf **out,
@@ -134,10 +134,9 @@ inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
     return be->iface->linear_q4(be, w, bias, x, y, m, err);
 }
 
-inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w,
-                              enum eng_wdtype wdt, int32_t n, int32_t k,
-                              const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                              bool y_f32, int32_t m, struct inf_err *err)
+inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
+                              int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
+                              struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err)
 {
     size_t es = eng_act_size(be->act_dtype);
     if (m < 0 || n <= 0 || k <= 0 || !buf_holds(w, (int64_t)n * k, eng_w_size(wdt)))
@@ -156,8 +155,8 @@ inf_status_t eng_op_embedding(struct eng_backend *be, const struct eng_buf *tabl
                               const struct eng_buf *ids, struct eng_mat out, int32_t m,
                               struct inf_err *err)
 {
-    if (m < 0 || vocab <= 0 || dim <= 0 || !buf_holds(table, (int64_t)vocab * dim, eng_w_size(wdt)) ||
-        !buf_holds(ids, m, 4))
+    if (m < 0 || vocab <= 0 || dim <= 0 ||
+        !buf_holds(table, (int64_t)vocab * dim, eng_w_size(wdt)) || !buf_holds(ids, m, 4))
         return inf_err_set(err, INF_E_INVALID, "embedding: bad table %dx%d or ids", vocab, dim);
     if (m == 0)
         return INF_OK;
@@ -198,11 +197,10 @@ static inf_status_t attn_check(struct eng_backend *be, const struct eng_attn_par
                                struct inf_err *err)
 {
     size_t es = eng_act_size(be->act_dtype);
-    if (p->n_heads <= 0 || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads ||
-        p->head_dim <= 0 || p->n_seqs < 0 || p->n_slots <= 0 || p->max_blocks <= 0 ||
-        p->n_blocks <= 0)
-        return inf_err_set(err, INF_E_INVALID, "attention: bad heads %d/%d or tables",
-                           p->n_heads, p->n_kv_heads);
+    if (p->n_heads <= 0 || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || p->head_dim <= 0 ||
+        p->n_seqs < 0 || p->n_slots <= 0 || p->max_blocks <= 0 || p->n_blocks <= 0)
+        return inf_err_set(err, INF_E_INVALID, "attention: bad heads %d/%d or tables", p->n_heads,
+                           p->n_kv_heads);
     int64_t pool = (int64_t)p->n_blocks * ENG_KV_BLOCK * p->n_kv_heads * p->head_dim;
     size_t ks = eng_act_size(be->kv_dtype);
     if (!buf_holds(p->k_cache, pool, ks) || !buf_holds(p->v_cache, pool, ks) ||
@@ -251,9 +249,8 @@ inf_status_t eng_op_silu_mul(struct eng_backend *be, struct eng_mat gate, struct
     return be->iface->silu_mul(be, gate, up, out, dim, m, err);
 }
 
-inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x,
-                                const struct eng_buf *idx, struct eng_mat out, int32_t dim,
-                                int32_t m, struct inf_err *err)
+inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
 {
     size_t es = eng_act_size(be->act_dtype);
     if (m < 0 || dim <= 0 || !buf_holds(idx, m, 4))
@@ -268,8 +265,7 @@ inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t
                                struct inf_err *err)
 {
     if (!be->iface->all_reduce)
-        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no all_reduce",
-                           be->iface->name);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no all_reduce", be->iface->name);
     CHECK_MAT(x, m, dim, eng_act_size(be->act_dtype), "all_reduce x");
     return be->iface->all_reduce(be, x, dim, m, err);
 }

@@ -107,10 +107,10 @@ struct eng_rope_params {
  * out [n_tokens rows][n_heads * head_dim] receives the attention output. */
 struct eng_attn_params {
     int32_t n_heads, n_kv_heads, head_dim;
-    float scale;                       /* usually 1 / sqrt(head_dim) */
+    float scale; /* usually 1 / sqrt(head_dim) */
     struct eng_mat q, k, v, out;
-    const struct eng_buf *pos;         /* int32 [batch tokens] */
-    const struct eng_buf *seqs;        /* int32 [n_seqs][3] */
+    const struct eng_buf *pos;  /* int32 [batch tokens] */
+    const struct eng_buf *seqs; /* int32 [n_seqs][3] */
     int32_t n_seqs;
     const struct eng_buf *block_table; /* int32 [n_slots][max_blocks] */
     int32_t n_slots, max_blocks;
@@ -146,10 +146,9 @@ struct eng_backend_iface {
                               int32_t m, struct inf_err *err);
     /* y[m][n] = x[m][k] . W^T (+ bias) with W [n][k] of wdt; y_f32 selects an
      * fp32 output (logits) instead of act_dtype. */
-    inf_status_t (*linear_fp)(struct eng_backend *be, const struct eng_buf *w,
-                              enum eng_wdtype wdt, int32_t n, int32_t k,
-                              const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                              bool y_f32, int32_t m, struct inf_err *err);
+    inf_status_t (*linear_fp)(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
+                              int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
+                              struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err);
     /* out[t] = table[ids[t]] for t < m; table [vocab][dim] of wdt. */
     inf_status_t (*embedding)(struct eng_backend *be, const struct eng_buf *table,
                               enum eng_wdtype wdt, int32_t vocab, int32_t dim,
@@ -158,9 +157,8 @@ struct eng_backend_iface {
     /* If delta is given: x += delta. Then out = x * w / sqrt(mean(x^2) + eps),
      * for m rows of dim. */
     inf_status_t (*rmsnorm_add)(struct eng_backend *be, struct eng_mat x,
-                                const struct eng_mat *delta, const struct eng_buf *w,
-                                float eps, struct eng_mat out, int32_t dim, int32_t m,
-                                struct inf_err *err);
+                                const struct eng_mat *delta, const struct eng_buf *w, float eps,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
     /* Rotate n_heads heads of head_dim in place in every row t < m of x, at
      * position pos[t]. */
     inf_status_t (*rope)(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
@@ -176,9 +174,8 @@ struct eng_backend_iface {
     inf_status_t (*silu_mul)(struct eng_backend *be, struct eng_mat gate, struct eng_mat up,
                              struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
     /* out[i] = x[idx[i]] row copies, i < m (gathers the rows that need logits). */
-    inf_status_t (*rows_gather)(struct eng_backend *be, struct eng_mat x,
-                                const struct eng_buf *idx, struct eng_mat out, int32_t dim,
-                                int32_t m, struct inf_err *err);
+    inf_status_t (*rows_gather)(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
     /* Optional: sum x[m][dim] over the tensor-parallel group, in place.
      * NULL for a single device. */
     inf_status_t (*all_reduce)(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
@@ -217,10 +214,9 @@ void eng_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w); /* NULL: 
 inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                               const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
                               int32_t m, struct inf_err *err);
-inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w,
-                              enum eng_wdtype wdt, int32_t n, int32_t k,
-                              const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                              bool y_f32, int32_t m, struct inf_err *err);
+inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
+                              int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
+                              struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err);
 inf_status_t eng_op_embedding(struct eng_backend *be, const struct eng_buf *table,
                               enum eng_wdtype wdt, int32_t vocab, int32_t dim,
                               const struct eng_buf *ids, struct eng_mat out, int32_t m,
@@ -237,9 +233,8 @@ inf_status_t eng_op_attn_decode(struct eng_backend *be, const struct eng_attn_pa
                                 struct inf_err *err);
 inf_status_t eng_op_silu_mul(struct eng_backend *be, struct eng_mat gate, struct eng_mat up,
                              struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
-inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x,
-                                const struct eng_buf *idx, struct eng_mat out, int32_t dim,
-                                int32_t m, struct inf_err *err);
+inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
 /* INF_E_UNSUPPORTED when the backend has no all_reduce (single device). */
 inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
                                struct inf_err *err);

@@ -115,9 +115,9 @@ static void pool_stop(struct pool *p, int32_t started)
 struct cpu_ctx {
     struct pool pool;
     int32_t n_threads;
-    float *scratch;       /* attention scores: [4 * n_threads][scratch_len] */
-    int64_t scratch_len;  /* floats per task */
-    int32_t *rows;        /* attention row lists: [2][rows_cap] */
+    float *scratch;      /* attention scores: [4 * n_threads][scratch_len] */
+    int64_t scratch_len; /* floats per task */
+    int32_t *rows;       /* attention row lists: [2][rows_cap] */
     int32_t rows_cap;
 };
 
@@ -183,8 +183,8 @@ static inf_status_t cpu_buf_upload(struct eng_backend *be, struct eng_buf *dst, 
     return INF_OK;
 }
 
-static inf_status_t cpu_buf_download(struct eng_backend *be, const struct eng_buf *src,
-                                     size_t off, void *dst, size_t bytes, struct inf_err *err)
+static inf_status_t cpu_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                     void *dst, size_t bytes, struct inf_err *err)
 {
     (void)be;
     (void)err;
@@ -203,8 +203,8 @@ static inf_status_t cpu_weight_q4_create(struct eng_backend *be, const struct kr
     if (!h || !c || posix_memalign(&c->mem, 64, bytes) != 0) {
         free(h);
         free(c);
-        return inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d INT4 weight",
-                           w->n, w->kp);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d INT4 weight", w->n,
+                           w->kp);
     }
     krn_cpu_q4_repack(w, c->mem, &c->w);
     h->n = w->n;
@@ -263,9 +263,16 @@ static inf_status_t cpu_linear_q4(struct eng_backend *be, const struct eng_q4w *
     (void)err;
     struct cpu_ctx *c = ctx_of(be);
     const struct cpu_q4 *q = w->impl;
-    struct linear_job j = {.kind = 0, .q4 = &q->w, .n = w->n, .k = w->k, .m = m,
-                           .bias = bias ? bias->ptr : NULL, .x = fptr(x), .y = fptr(y),
-                           .ldx = x.ld, .ldy = y.ld};
+    struct linear_job j = {.kind = 0,
+                           .q4 = &q->w,
+                           .n = w->n,
+                           .k = w->k,
+                           .m = m,
+                           .bias = bias ? bias->ptr : NULL,
+                           .x = fptr(x),
+                           .y = fptr(y),
+                           .ldx = x.ld,
+                           .ldy = y.ld};
     j.parts = linear_parts(c, w->n, m, w->k);
     pool_run(&c->pool, linear_task, &j, j.parts);
     return INF_OK;
@@ -279,9 +286,16 @@ static inf_status_t cpu_linear_fp(struct eng_backend *be, const struct eng_buf *
     (void)err;
     (void)y_f32; /* activations are fp32 here: both outputs are the same */
     struct cpu_ctx *c = ctx_of(be);
-    struct linear_job j = {.kind = wdt == ENG_W_F16 ? 2 : 1, .w = w->ptr, .n = n, .k = k, .m = m,
-                           .bias = bias ? bias->ptr : NULL, .x = fptr(x), .y = fptr(y),
-                           .ldx = x.ld, .ldy = y.ld};
+    struct linear_job j = {.kind = wdt == ENG_W_F16 ? 2 : 1,
+                           .w = w->ptr,
+                           .n = n,
+                           .k = k,
+                           .m = m,
+                           .bias = bias ? bias->ptr : NULL,
+                           .x = fptr(x),
+                           .y = fptr(y),
+                           .ldx = x.ld,
+                           .ldy = y.ld};
     j.parts = linear_parts(c, n, m, k);
     pool_run(&c->pool, linear_task, &j, j.parts);
     return INF_OK;
@@ -344,23 +358,36 @@ static inf_status_t cpu_embedding(struct eng_backend *be, const struct eng_buf *
     const int32_t *id = ids->ptr;
     for (int32_t t = 0; t < m; t++)
         if (id[t] < 0 || id[t] >= vocab)
-            return inf_err_set(err, INF_E_INVALID, "token id %d outside the vocabulary (%d)",
-                               id[t], vocab);
-    struct rows_job j = {.op = OP_EMBED, .m = m, .dim = dim, .table = table->ptr, .wdt = wdt,
-                         .ids = id, .out = fptr(out), .ldo = out.ld};
+            return inf_err_set(err, INF_E_INVALID, "token id %d outside the vocabulary (%d)", id[t],
+                               vocab);
+    struct rows_job j = {.op = OP_EMBED,
+                         .m = m,
+                         .dim = dim,
+                         .table = table->ptr,
+                         .wdt = wdt,
+                         .ids = id,
+                         .out = fptr(out),
+                         .ldo = out.ld};
     rows_run(ctx_of(be), &j);
     return INF_OK;
 }
 
 static inf_status_t cpu_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                    const struct eng_mat *delta, const struct eng_buf *w,
-                                    float eps, struct eng_mat out, int32_t dim, int32_t m,
-                                    struct inf_err *err)
+                                    const struct eng_mat *delta, const struct eng_buf *w, float eps,
+                                    struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
 {
     (void)err;
-    struct rows_job j = {.op = OP_NORM, .m = m, .dim = dim, .x = fptr(x), .ldx = x.ld,
-                         .delta = delta ? fptr(*delta) : NULL, .ldd = delta ? delta->ld : 0,
-                         .w = w->ptr, .eps = eps, .out = fptr(out), .ldo = out.ld};
+    struct rows_job j = {.op = OP_NORM,
+                         .m = m,
+                         .dim = dim,
+                         .x = fptr(x),
+                         .ldx = x.ld,
+                         .delta = delta ? fptr(*delta) : NULL,
+                         .ldd = delta ? delta->ld : 0,
+                         .w = w->ptr,
+                         .eps = eps,
+                         .out = fptr(out),
+                         .ldo = out.ld};
     rows_run(ctx_of(be), &j);
     return INF_OK;
 }
@@ -373,8 +400,14 @@ static inf_status_t cpu_rope(struct eng_backend *be, struct eng_mat x, int32_t n
     float inv_freq[256];
     krn_rope_inv_freq(p->theta, p->llama3, p->factor, p->low_freq, p->high_freq, p->orig_max_pos,
                       head_dim, inv_freq);
-    struct rows_job j = {.op = OP_ROPE, .m = m, .dim = head_dim, .n_heads = n_heads,
-                         .x = fptr(x), .ldx = x.ld, .ids = pos->ptr, .inv_freq = inv_freq};
+    struct rows_job j = {.op = OP_ROPE,
+                         .m = m,
+                         .dim = head_dim,
+                         .n_heads = n_heads,
+                         .x = fptr(x),
+                         .ldx = x.ld,
+                         .ids = pos->ptr,
+                         .inv_freq = inv_freq};
     rows_run(ctx_of(be), &j);
     return INF_OK;
 }
@@ -383,8 +416,15 @@ static inf_status_t cpu_silu_mul(struct eng_backend *be, struct eng_mat gate, st
                                  struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
 {
     (void)err;
-    struct rows_job j = {.op = OP_SILU, .m = m, .dim = dim, .x = fptr(gate), .ldx = gate.ld,
-                         .up = fptr(up), .ldu = up.ld, .out = fptr(out), .ldo = out.ld};
+    struct rows_job j = {.op = OP_SILU,
+                         .m = m,
+                         .dim = dim,
+                         .x = fptr(gate),
+                         .ldx = gate.ld,
+                         .up = fptr(up),
+                         .ldu = up.ld,
+                         .out = fptr(out),
+                         .ldo = out.ld};
     rows_run(ctx_of(be), &j);
     return INF_OK;
 }
@@ -397,11 +437,16 @@ static inf_status_t cpu_rows_gather(struct eng_backend *be, struct eng_mat x,
     for (int32_t r = 0; r < m; r++) {
         int64_t end = x.off + (int64_t)id[r] * x.ld + dim;
         if (id[r] < 0 || (uint64_t)end * sizeof(float) > x.buf->size)
-            return inf_err_set(err, INF_E_INVALID, "rows_gather: row %d out of the buffer",
-                               id[r]);
+            return inf_err_set(err, INF_E_INVALID, "rows_gather: row %d out of the buffer", id[r]);
     }
-    struct rows_job j = {.op = OP_GATHER, .m = m, .dim = dim, .x = fptr(x), .ldx = x.ld,
-                         .ids = id, .out = fptr(out), .ldo = out.ld};
+    struct rows_job j = {.op = OP_GATHER,
+                         .m = m,
+                         .dim = dim,
+                         .x = fptr(x),
+                         .ldx = x.ld,
+                         .ids = id,
+                         .out = fptr(out),
+                         .ldo = out.ld};
     rows_run(ctx_of(be), &j);
     return INF_OK;
 }
@@ -411,14 +456,14 @@ struct attn_job {
     const struct eng_attn_params *p;
     struct cpu_ctx *c;
     const int32_t *seqs, *pos, *bt;
-    int32_t n_items; /* (token or sequence) x heads */
-    int32_t n_rows;  /* tokens covered */
+    int32_t n_items;                  /* (token or sequence) x heads */
+    int32_t n_rows;                   /* tokens covered */
     const int32_t *row_tok, *row_seq; /* per row: batch token and its sequence */
 };
 
 /* Validate the tables (they are caller data) and count the tokens. */
-static inf_status_t attn_tables(const struct eng_attn_params *p, int32_t *n_tok,
-                                int32_t *max_ctx, struct inf_err *err)
+static inf_status_t attn_tables(const struct eng_attn_params *p, int32_t *n_tok, int32_t *max_ctx,
+                                struct inf_err *err)
 {
     const int32_t *seqs = p->seqs->ptr, *pos = p->pos->ptr, *bt = p->block_table->ptr;
     int64_t rows = (int64_t)(p->pos->size / 4);
@@ -516,8 +561,13 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
         c->rows_cap = n_tok;
     }
     int32_t *rows = c->rows;
-    struct attn_job j = {.p = p, .c = c, .seqs = p->seqs->ptr, .pos = p->pos->ptr,
-                         .bt = p->block_table->ptr, .n_rows = n_tok, .row_tok = rows,
+    struct attn_job j = {.p = p,
+                         .c = c,
+                         .seqs = p->seqs->ptr,
+                         .pos = p->pos->ptr,
+                         .bt = p->block_table->ptr,
+                         .n_rows = n_tok,
+                         .row_tok = rows,
                          .row_seq = rows + n_tok};
     int32_t r = 0;
     for (int32_t s = 0; s < p->n_seqs; s++)

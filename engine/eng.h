@@ -184,7 +184,8 @@ struct eng_stats {
 };
 void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st);
 
-/* The model's tokenizer (NULL for a model without one). Encode from the
+/* The model's tokenizer, an engine/tokenizer.h eng_tok_t (the mock backend's
+ * is byte-level over its vocabulary); NULL for a model without one. Encode from the
  * loop thread only; decode from any thread. */
 struct eng_tokenizer;
 const struct eng_tokenizer *eng_engine_tokenizer(const eng_engine_t *eng);

@@ -14,6 +14,7 @@
  * left the queue. */
 #define INF_LOG_MODULE "eng"
 #include "engine/eng.h"
+#include "engine/backend.h"
 #include "engine/mock.h"
 #include "engine/model_config.h"
 #include "engine/scheduler_impl.h"
@@ -275,15 +276,105 @@ static int32_t env_int(const char *name, int32_t dflt)
     return (int32_t)x;
 }
 
-/* KV bytes per token of a model on the CPU backend (fp32 K and V per layer). */
-static int64_t kv_bytes_per_token(const struct eng_model_config *mc)
+/* KV bytes per token: K and V of every layer in the backend's KV dtype. */
+static int64_t kv_bytes_per_token(const struct eng_model_config *mc, const struct eng_backend *be)
 {
-    return (int64_t)mc->n_layers * 2 * mc->n_kv_heads * mc->head_dim * (int64_t)sizeof(float);
+    return (int64_t)mc->n_layers * 2 * mc->n_kv_heads * mc->head_dim *
+           (int64_t)eng_act_size(be->kv_dtype);
+}
+
+/* The backend cfg->backend names. Adding a backend is a case here. */
+static inf_status_t make_backend(const struct eng_config *cfg, struct eng_backend **out,
+                                 struct inf_err *err)
+{
+    if (cfg->backend == ENG_BACKEND_CPU) {
+        struct eng_backend_cpu_opts bo = {.n_threads = cfg->threads};
+        return eng_backend_cpu_create(&bo, out, err);
+    }
+    /* cuda: one GPU, devices[0] (eng_backend_cuda_create answers
+     * INF_E_UNSUPPORTED in a build without CUDA). */
+    if (cfg->tp > 1)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "tp: tensor parallelism is not implemented yet (tp = %d)", cfg->tp);
+    struct eng_backend_cuda_opts co = {
+        .device = cfg->n_devices > 0 && cfg->devices ? cfg->devices[0] : 0,
+    };
+    return eng_backend_cuda_create(&co, out, err);
 }
 
 /* The automatic KV size of a real model: room for max_batch full sequences
  * within 256 MiB, and never less than one sequence. */
 #define KV_AUTO_BYTES (256ll << 20)
+
+/* A checkpoint folder on a real backend: config.json, tokenizer.json and the
+ * weights. Sizes the KV pool (cfg.kv_cache_tokens 0: room for max_batch full
+ * sequences within KV_AUTO_BYTES, at least one) and the model's step buffers
+ * (max_batched_tokens). */
+static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
+{
+    struct eng_config *cfg = &eng->cfg;
+    struct eng_backend *be = NULL;
+    struct eng_model_config mc;
+    inf_status_t st;
+    if (!cfg->model_dir || !*cfg->model_dir)
+        return inf_err_set(err, INF_E_INVALID, "model: a model folder is required");
+    st = eng_model_config_load(cfg->model_dir, &mc, err);
+    if (st != INF_OK)
+        return st;
+    st = make_backend(cfg, &be, err);
+    if (st != INF_OK)
+        return st;
+    if (cfg->max_model_len > mc.max_pos)
+        inf_log(WARN, "max_model_len %d is above the model's %d; using %d", cfg->max_model_len,
+                mc.max_pos, mc.max_pos);
+    if (cfg->max_model_len == 0 || cfg->max_model_len > mc.max_pos)
+        cfg->max_model_len = mc.max_pos;
+    if (cfg->kv_cache_tokens == 0) {
+        int64_t fit = KV_AUTO_BYTES / kv_bytes_per_token(&mc, be);
+        int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
+        int64_t t = want < fit ? want : fit;
+        if (t < cfg->max_model_len)
+            t = cfg->max_model_len;
+        cfg->kv_cache_tokens = (t + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK * ENG_KV_BLOCK;
+    }
+    if (cfg->kv_cache_tokens / ENG_KV_BLOCK > INT32_MAX) {
+        st = inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
+        goto fail_be;
+    }
+    st = eng_tok_load(cfg->model_dir, &eng->tok, err);
+    if (st != INF_OK)
+        goto fail_be;
+    struct eng_lm_model_opts lo = {
+        .dir = cfg->model_dir,
+        .quantize = cfg->quantize,
+        .group_size = cfg->group_size,
+        .symmetric = cfg->symmetric,
+        .fuse_qkv = cfg->fuse_qkv,
+        .keep_fp16 = cfg->keep_fp16,
+        .n_keep_fp16 = cfg->n_keep_fp16,
+        .max_tokens = cfg->max_batched_tokens,
+        .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
+    };
+    st = eng_lm_model_create(&lo, be, &eng->lm, err);
+    if (st != INF_OK)
+        goto fail_tok;
+    /* A config without eos_token_id / bos_token_id: the tokenizer's. */
+    int32_t tok_eos = eng_tok_eos_id(eng->tok);
+    if (eng->lm.n_eos == 0 && tok_eos >= 0 && tok_eos < eng->lm.vocab)
+        eng->lm.eos_ids[eng->lm.n_eos++] = tok_eos;
+    if (eng->lm.bos_id < 0)
+        eng->lm.bos_id = eng_tok_bos_id(eng->tok);
+    eng_lm_detok_ops(eng->tok, &eng->tok_ops);
+    eng->detok = &eng->tok_ops;
+    return INF_OK;
+
+fail_tok:
+    eng_tok_destroy(eng->tok);
+    eng->tok = NULL;
+fail_be:
+    eng_backend_destroy(be);
+    return st;
+}
 
 /* Load the model and tokenizer; fix cfg.max_model_len and
  * cfg.kv_cache_tokens to what they resolve to. */
@@ -296,6 +387,7 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
         struct eng_mock_config mc = {
             .vocab = env_int("INT4SERVE_MOCK_VOCAB", 0),
             .max_len = cfg->max_model_len,
+            .fail_at_step = env_int("INT4SERVE_MOCK_FAIL_STEP", 0),
         };
         st = eng_mock_create(&mc, &eng->lm, err);
         if (st != INF_OK)
@@ -312,62 +404,8 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
         return INF_OK;
     }
     case ENG_BACKEND_CPU:
-    case ENG_BACKEND_CUDA: {
-        if (!cfg->model_dir || !*cfg->model_dir)
-            return inf_err_set(err, INF_E_INVALID, "model: a model folder is required");
-        if (cfg->backend == ENG_BACKEND_CUDA && cfg->tp > 1)
-            return inf_err_set(err, INF_E_UNSUPPORTED,
-                               "tp: tensor parallelism is not implemented yet (tp = %d)", cfg->tp);
-        struct eng_model_config mc;
-        st = eng_model_config_load(cfg->model_dir, &mc, err);
-        if (st != INF_OK)
-            return st;
-        if (cfg->max_model_len == 0 || cfg->max_model_len > mc.max_pos)
-            cfg->max_model_len = mc.max_pos;
-        if (cfg->kv_cache_tokens == 0) {
-            int64_t fit = KV_AUTO_BYTES / kv_bytes_per_token(&mc);
-            int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
-            cfg->kv_cache_tokens = want < fit ? want : fit;
-            if (cfg->kv_cache_tokens < cfg->max_model_len)
-                cfg->kv_cache_tokens = cfg->max_model_len;
-            cfg->kv_cache_tokens =
-                (cfg->kv_cache_tokens + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK * ENG_KV_BLOCK;
-        }
-        if (cfg->kv_cache_tokens / ENG_KV_BLOCK > INT32_MAX)
-            return inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
-        st = eng_tok_load(cfg->model_dir, &eng->tok, err);
-        if (st != INF_OK)
-            return st;
-        struct eng_lm_model_opts lo = {
-            .dir = cfg->model_dir,
-            .cuda = cfg->backend == ENG_BACKEND_CUDA,
-            .device = cfg->n_devices > 0 && cfg->devices ? cfg->devices[0] : 0,
-            .threads = cfg->threads,
-            .quantize = cfg->quantize,
-            .group_size = cfg->group_size,
-            .symmetric = cfg->symmetric,
-            .fuse_qkv = cfg->fuse_qkv,
-            .keep_fp16 = cfg->keep_fp16,
-            .n_keep_fp16 = cfg->n_keep_fp16,
-            .max_tokens = cfg->max_batched_tokens,
-            .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
-        };
-        st = eng_lm_model_create(&lo, &eng->lm, err);
-        if (st != INF_OK) {
-            eng_tok_destroy(eng->tok);
-            eng->tok = NULL;
-            return st;
-        }
-        /* A config without eos_token_id: the tokenizer's. */
-        int32_t tok_eos = eng_tok_eos_id(eng->tok);
-        if (eng->lm.n_eos == 0 && tok_eos >= 0 && tok_eos < eng->lm.vocab)
-            eng->lm.eos_ids[eng->lm.n_eos++] = tok_eos;
-        if (eng->lm.bos_id < 0)
-            eng->lm.bos_id = eng_tok_bos_id(eng->tok);
-        eng_lm_detok_ops(eng->tok, &eng->tok_ops);
-        eng->detok = &eng->tok_ops;
-        return INF_OK;
-    }
+    case ENG_BACKEND_CUDA:
+        return load_checkpoint(eng, err);
     }
     return inf_err_set(err, INF_E_INVALID, "backend: unknown kind %d", (int)cfg->backend);
 }

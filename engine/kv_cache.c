@@ -9,8 +9,8 @@ struct eng_kv_cache {
     int32_t n_blocks, n_slots, max_blocks;
     int32_t *free_list; /* stack of free block ids, [n_blocks] */
     int32_t n_free;
-    int32_t *table;     /* [n_slots][max_blocks] */
-    int32_t *count;     /* [n_slots] blocks held */
+    int32_t *table; /* [n_slots][max_blocks] */
+    int32_t *count; /* [n_slots] blocks held */
 };
 
 inf_status_t eng_kv_cache_create(int32_t n_blocks, int32_t n_slots, int32_t max_blocks,
@@ -89,8 +89,8 @@ inf_status_t eng_kv_seq_reserve(eng_kv_cache_t *kv, int32_t slot, int32_t n_toke
                            n_tokens);
     int32_t want = (int32_t)(((int64_t)n_tokens + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK);
     if (want > kv->max_blocks)
-        return inf_err_set(err, INF_E_CONTEXT, "%d tokens need %d KV blocks, at most %d",
-                           n_tokens, want, kv->max_blocks);
+        return inf_err_set(err, INF_E_CONTEXT, "%d tokens need %d KV blocks, at most %d", n_tokens,
+                           want, kv->max_blocks);
     int32_t need = want - kv->count[slot];
     if (need <= 0)
         return INF_OK;

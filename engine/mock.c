@@ -9,6 +9,8 @@
 
 struct mock {
     int32_t vocab, max_len;
+    int32_t fail_at_step;
+    int64_t steps;
     int32_t n_blocks;
     /* [n_blocks * ENG_KV_BLOCK] (token + 1) << 32 | position; 0 = never written */
     uint64_t *kv;
@@ -113,6 +115,8 @@ static inf_status_t mock_forward(void *self, const struct eng_batch *b, float *l
     struct mock *m = self;
     if (!m->kv)
         return inf_err_set(err, INF_E_INTERNAL, "mock: no KV reserved");
+    if (m->fail_at_step > 0 && ++m->steps >= m->fail_at_step)
+        return inf_err_set(err, INF_E_DEVICE, "mock: injected device failure");
     int32_t row = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t tok = b->tokens[i], pos = b->pos[i], slot = b->slot[i];
@@ -175,6 +179,7 @@ inf_status_t eng_mock_create(const struct eng_mock_config *cfg, struct eng_lm *l
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     m->vocab = vocab;
     m->max_len = max_len;
+    m->fail_at_step = cfg->fail_at_step;
     memset(lm, 0, sizeof *lm);
     lm->self = m;
     lm->name = "mock";

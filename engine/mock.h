@@ -19,7 +19,11 @@
  * it computes logits. A step that reads a position that was never written,
  * or whose stored position differs, fails with INF_E_INTERNAL; a block shared
  * or overwritten by mistake changes the outputs. So scheduling, preemption or
- * recompute bugs show up as errors or wrong text. */
+ * recompute bugs show up as errors or wrong text.
+ *
+ * The engine's mock backend ignores model_dir; INT4SERVE_MOCK_VOCAB sets the
+ * vocabulary, max_model_len the length, INT4SERVE_MOCK_FAIL_STEP the fault
+ * hook below, and INT4SERVE_MIN_STEP_US (any backend) a minimum step time. */
 #include "engine/scheduler_impl.h"
 #include "engine/tokenizer.h"
 
@@ -29,8 +33,10 @@
 #define ENG_MOCK_PIECE0 259 /* first " t<id>" piece */
 
 struct eng_mock_config {
-    int32_t vocab;   /* 0 = 512; at least 259 */
-    int32_t max_len; /* 0 = 4096 */
+    int32_t vocab;        /* 0 = 512; at least 259 */
+    int32_t max_len;      /* 0 = 4096 */
+    int32_t fail_at_step; /* test hook: forward call number n (from 1) and every later one
+                           * fail with INF_E_DEVICE; 0 = never */
 };
 
 /* Fill lm with a new mock model (lm->destroy frees it).

@@ -27,20 +27,20 @@
 #define LOGIT_ROWS 32 /* rows of logits computed per lm_head call */
 
 struct lin {
-    int32_t info;            /* index into m->info */
+    int32_t info; /* index into m->info */
     int32_t n, k;
-    struct eng_q4w *q4;      /* quantized, or */
-    struct eng_buf *w;       /* fp weights [n][k] */
+    struct eng_q4w *q4; /* quantized, or */
+    struct eng_buf *w;  /* fp weights [n][k] */
     enum eng_wdtype wdt;
-    bool w_borrowed;         /* tied lm_head: w is the embedding table */
-    struct eng_buf *bias;    /* fp32 [n] or NULL */
+    bool w_borrowed;      /* tied lm_head: w is the embedding table */
+    struct eng_buf *bias; /* fp32 [n] or NULL */
 };
 
 struct layer {
     struct eng_buf *attn_norm, *mlp_norm;
-    struct lin qkv[3];       /* fused: qkv[0] only */
+    struct lin qkv[3]; /* fused: qkv[0] only */
     struct lin o;
-    struct lin gu[2];        /* fused: gu[0] only */
+    struct lin gu[2]; /* fused: gu[0] only */
     struct lin down;
     struct eng_buf *k_cache, *v_cache;
 };
@@ -121,9 +121,9 @@ static struct eng_layer_info *add_info(struct eng_model *m)
 }
 
 /* Upload (or quantize and repack) the f32 weight w[n][k] as linear `name`. */
-static inf_status_t make_linear(struct eng_model *m, const char *name, const float *w,
-                                int32_t n, int32_t k, const float *bias, bool keep,
-                                struct lin *l, struct inf_err *err)
+static inf_status_t make_linear(struct eng_model *m, const char *name, const float *w, int32_t n,
+                                int32_t k, const float *bias, bool keep, struct lin *l,
+                                struct inf_err *err)
 {
     inf_status_t s;
     struct eng_layer_info *inf = add_info(m);
@@ -174,9 +174,9 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const flo
 /* Load the parts (suffixes like "q_proj") of module prefix, each [n_i][k],
  * as one fused linear (fused) or one linear each into l[0..np). */
 static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
-                               const char *const *parts, const int32_t *rows, int32_t np,
-                               int32_t k, bool with_bias, const char *fused_name,
-                               struct lin *l, struct inf_err *err)
+                               const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
+                               bool with_bias, const char *fused_name, struct lin *l,
+                               struct inf_err *err)
 {
     int64_t total = 0;
     for (int32_t i = 0; i < np; i++)
@@ -302,8 +302,12 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
         inf->k = H;
         inf->kp = H;
         inf->fp_dtype = m->embed_dt;
-        m->lm_head = (struct lin){.info = m->n_info - 1, .n = V, .k = H, .w = m->embed,
-                                  .wdt = m->embed_dt, .w_borrowed = true};
+        m->lm_head = (struct lin){.info = m->n_info - 1,
+                                  .n = V,
+                                  .k = H,
+                                  .w = m->embed,
+                                  .wdt = m->embed_dt,
+                                  .w_borrowed = true};
     } else if (m->cfg.tie_embeddings) {
         s = make_linear(m, "lm_head (tied)", w, V, H, NULL, false, &m->lm_head, err);
     } else {
@@ -336,19 +340,22 @@ static void log_padding(const struct eng_model *m)
         char item[96];
         snprintf(item, sizeof item, "%s %d->%d", part, l->k, l->kp);
         if (!strstr(buf, item) && used + strlen(item) + 3 < sizeof buf)
-            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", used ? ", " : "",
-                                     item);
+            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", used ? ", " : "", item);
     }
+    char grp[32];
+    if (m->opts.group_size > 0)
+        snprintf(grp, sizeof grp, "group %d", m->opts.group_size);
+    else
+        snprintf(grp, sizeof grp, "per-channel");
     if (n_pad > 0)
-        inf_log(INFO, "INT4 group %d: %d of %d quantized layers padded along K (%s)",
-                m->opts.group_size, n_pad, n_q, buf);
+        inf_log(INFO, "INT4 %s: %d of %d quantized layers padded along K (%s)", grp, n_pad, n_q,
+                buf);
     else if (n_q > 0)
-        inf_log(INFO, "INT4 group %d: %d layers quantized, none padded", m->opts.group_size,
-                n_q);
+        inf_log(INFO, "INT4 %s: %d layers quantized, none padded", grp, n_q);
 }
 
-static inf_status_t alloc_act(struct eng_model *m, struct eng_buf **b, int64_t elems,
-                              size_t esz, struct inf_err *err)
+static inf_status_t alloc_act(struct eng_model *m, struct eng_buf **b, int64_t elems, size_t esz,
+                              struct inf_err *err)
 {
     return eng_buf_alloc(m->be, (size_t)elems * esz, b, err);
 }
@@ -371,21 +378,45 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
         (s = alloc_act(m, &m->lo, (int64_t)LOGIT_ROWS * c->vocab, 4, err)) ||
         (s = alloc_act(m, &m->tok, T, 4, err)) || (s = alloc_act(m, &m->pos, T, 4, err)) ||
         (s = alloc_act(m, &m->seq_dec, T * 3, 4, err)) ||
-        (s = alloc_act(m, &m->seq_pre, T * 3, 4, err)) ||
-        (s = alloc_act(m, &m->lrows, T, 4, err)))
+        (s = alloc_act(m, &m->seq_pre, T * 3, 4, err)) || (s = alloc_act(m, &m->lrows, T, 4, err)))
         return s;
     m->host_seq_dec = malloc((size_t)T * 3 * sizeof(int32_t));
     m->host_seq_pre = malloc((size_t)T * 3 * sizeof(int32_t));
     m->host_lrows = malloc((size_t)T * sizeof(int32_t));
     if (!m->host_seq_dec || !m->host_seq_pre || !m->host_lrows)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for batch tables");
-    size_t pool = (size_t)m->opts.n_kv_blocks * ENG_KV_BLOCK * (size_t)c->n_kv_heads *
-                  (size_t)c->head_dim * eng_act_size(m->be->kv_dtype);
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        if ((s = eng_buf_alloc(m->be, pool, &m->layers[l].k_cache, err)) ||
-            (s = eng_buf_alloc(m->be, pool, &m->layers[l].v_cache, err)))
-            return s;
+    int32_t nb = m->opts.n_kv_blocks;
+    m->opts.n_kv_blocks = 0;
+    return nb > 0 ? eng_model_kv_reserve(m, nb, err) : INF_OK;
+}
+
+static void kv_free(struct eng_model *m)
+{
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        eng_buf_free(m->be, m->layers[l].k_cache);
+        eng_buf_free(m->be, m->layers[l].v_cache);
+        m->layers[l].k_cache = m->layers[l].v_cache = NULL;
     }
+    m->opts.n_kv_blocks = 0;
+}
+
+inf_status_t eng_model_kv_reserve(eng_model_t *m, int32_t n_blocks, struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    if (n_blocks <= 0)
+        return inf_err_set(err, INF_E_INVALID, "KV blocks must be > 0, got %d", n_blocks);
+    kv_free(m);
+    size_t pool = (size_t)n_blocks * ENG_KV_BLOCK * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+                  eng_act_size(m->be->kv_dtype);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        inf_status_t s;
+        if ((s = eng_buf_alloc(m->be, pool, &m->layers[l].k_cache, err)) ||
+            (s = eng_buf_alloc(m->be, pool, &m->layers[l].v_cache, err))) {
+            kv_free(m);
+            return s;
+        }
+    }
+    m->opts.n_kv_blocks = n_blocks;
     return INF_OK;
 }
 
@@ -403,8 +434,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         return inf_err_set(err, INF_E_INVALID,
                            "group_size must be 32, 64, 128, 256 or 0 (per-channel), got %d",
                            o.group_size);
-    if (o.max_tokens <= 0 || o.n_kv_blocks <= 0 || o.n_keep_fp16 < 0)
-        return inf_err_set(err, INF_E_INVALID, "max_tokens and n_kv_blocks must be > 0");
+    if (o.max_tokens <= 0 || o.n_kv_blocks < 0 || o.n_keep_fp16 < 0)
+        return inf_err_set(err, INF_E_INVALID, "max_tokens must be > 0 and n_kv_blocks >= 0");
     eng_st_t *st = NULL;
     struct eng_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -420,8 +451,10 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         s = inf_err_set(err, INF_E_UNSUPPORTED, "head_dim %d is not supported", c->head_dim);
         goto fail;
     }
-    m->rope = (struct eng_rope_params){.theta = c->rope_theta, .llama3 = c->rope_llama3,
-                                       .factor = c->rope_factor, .low_freq = c->rope_low_freq,
+    m->rope = (struct eng_rope_params){.theta = c->rope_theta,
+                                       .llama3 = c->rope_llama3,
+                                       .factor = c->rope_factor,
+                                       .low_freq = c->rope_low_freq,
                                        .high_freq = c->rope_high_freq,
                                        .orig_max_pos = c->rope_orig_max_pos};
     s = eng_st_open(dir, &st, err);
@@ -447,8 +480,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         if ((s = load_norm(m, st, nm, &L->mlp_norm, err)))
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
-        if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj",
-                            L->qkv, err)))
+        if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", L->qkv,
+                            err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.o_proj", pre);
         if ((s = load_single(m, st, nm, H, qd, &L->o, err)))
@@ -489,6 +522,7 @@ void eng_model_destroy(eng_model_t *m)
         return;
     struct eng_backend *be = m->be;
     if (m->layers) {
+        kv_free(m);
         for (int32_t l = 0; l < m->cfg.n_layers; l++) {
             struct layer *L = &m->layers[l];
             eng_buf_free(be, L->attn_norm);
@@ -499,16 +533,13 @@ void eng_model_destroy(eng_model_t *m)
             lin_free(be, &L->gu[0]);
             lin_free(be, &L->gu[1]);
             lin_free(be, &L->down);
-            eng_buf_free(be, L->k_cache);
-            eng_buf_free(be, L->v_cache);
         }
     }
     lin_free(be, &m->lm_head);
     eng_buf_free(be, m->embed);
     eng_buf_free(be, m->final_norm);
-    struct eng_buf *bufs[] = {m->x,   m->xn,  m->d,   m->qkv,     m->att,     m->gu,
-                              m->h,   m->lx,  m->lo,  m->tok,     m->pos,     m->seq_dec,
-                              m->seq_pre, m->lrows, m->bt};
+    struct eng_buf *bufs[] = {m->x,  m->xn,  m->d,   m->qkv,     m->att,     m->gu,    m->h, m->lx,
+                              m->lo, m->tok, m->pos, m->seq_dec, m->seq_pre, m->lrows, m->bt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         eng_buf_free(be, bufs[i]);
     free(m->host_seq_dec);
@@ -586,8 +617,8 @@ static inf_status_t plan(struct eng_model *m, const struct eng_batch *b, int32_t
                                    "token %d: positions of slot %d are not consecutive", t, slot);
             t++;
         }
-        int32_t *dst = t - t0 == 1 ? &m->host_seq_dec[3 * (*n_dec)++]
-                                   : &m->host_seq_pre[3 * (*n_pre)++];
+        int32_t *dst =
+            t - t0 == 1 ? &m->host_seq_dec[3 * (*n_dec)++] : &m->host_seq_pre[3 * (*n_pre)++];
         dst[0] = t0;
         dst[1] = t - t0;
         dst[2] = slot;
@@ -607,6 +638,8 @@ inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float 
     const struct eng_model_config *c = &m->cfg;
     struct eng_backend *be = m->be;
     int32_t n_dec = 0, n_pre = 0, n_lr = 0;
+    if (m->opts.n_kv_blocks == 0)
+        return inf_err_set(err, INF_E_INVALID, "the KV cache is not reserved");
     inf_status_t s = plan(m, b, &n_dec, &n_pre, &n_lr, err);
     if (s != INF_OK)
         return s;
@@ -629,16 +662,22 @@ inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float 
     struct eng_mat x = mat(m->x, 0, H), xn = mat(m->xn, 0, H), d = mat(m->d, 0, H);
     if ((s = eng_op_embedding(be, m->embed, m->embed_dt, c->vocab, H, m->tok, x, T, err)))
         return s;
-    struct eng_attn_params ap = {
-        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
-        .scale = 1.0f / sqrtf((float)hd), .q = mat(m->qkv, 0, qkvw),
-        .k = mat(m->qkv, qd, qkvw), .v = mat(m->qkv, qd + kvd, qkvw),
-        .out = mat(m->att, 0, qd), .pos = m->pos, .block_table = m->bt,
-        .n_slots = b->n_slots, .max_blocks = b->max_blocks, .n_blocks = m->opts.n_kv_blocks};
+    struct eng_attn_params ap = {.n_heads = c->n_heads,
+                                 .n_kv_heads = c->n_kv_heads,
+                                 .head_dim = hd,
+                                 .scale = 1.0f / sqrtf((float)hd),
+                                 .q = mat(m->qkv, 0, qkvw),
+                                 .k = mat(m->qkv, qd, qkvw),
+                                 .v = mat(m->qkv, qd + kvd, qkvw),
+                                 .out = mat(m->att, 0, qd),
+                                 .pos = m->pos,
+                                 .block_table = m->bt,
+                                 .n_slots = b->n_slots,
+                                 .max_blocks = b->max_blocks,
+                                 .n_blocks = m->opts.n_kv_blocks};
     for (int32_t l = 0; l < c->n_layers; l++) {
         struct layer *L = &m->layers[l];
-        if ((s = eng_op_rmsnorm_add(be, x, l ? &d : NULL, L->attn_norm, c->rms_eps, xn, H, T,
-                                    err)))
+        if ((s = eng_op_rmsnorm_add(be, x, l ? &d : NULL, L->attn_norm, c->rms_eps, xn, H, T, err)))
             return s;
         if (m->fused) {
             s = linear(m, &L->qkv[0], xn, ap.q, false, T, err);
@@ -649,8 +688,7 @@ inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float 
         if (s)
             return s;
         /* q and k heads are adjacent in a qkv row: one rotation covers both. */
-        if ((s = eng_op_rope(be, ap.q, c->n_heads + c->n_kv_heads, hd, m->pos, &m->rope, T,
-                             err)))
+        if ((s = eng_op_rope(be, ap.q, c->n_heads + c->n_kv_heads, hd, m->pos, &m->rope, T, err)))
             return s;
         ap.k_cache = L->k_cache;
         ap.v_cache = L->v_cache;

@@ -26,9 +26,9 @@ enum eng_quant {
 
 struct eng_model_opts {
     enum eng_quant quant;
-    int32_t group_size;          /* 32, 64, 128 (default), 256; 0 = per-channel */
-    bool symmetric;              /* zero point 8 (engine/quant.h) */
-    bool fuse_qkv;               /* q/k/v into one linear and gate/up into one (default) */
+    int32_t group_size; /* 32, 64, 128 (default), 256; 0 = per-channel */
+    bool symmetric;     /* zero point 8 (engine/quant.h) */
+    bool fuse_qkv;      /* q/k/v into one linear and gate/up into one (default) */
     /* fnmatch(3) patterns over Hugging Face tensor names (a fused layer
      * matches when its own name, e.g. "model.layers.0.self_attn.qkv_proj.weight",
      * or any of its parts matches): those linear layers stay fp16 when
@@ -36,8 +36,8 @@ struct eng_model_opts {
      * embedding table is never quantized (fp16 under INT4). */
     const char *const *keep_fp16;
     int32_t n_keep_fp16;
-    int32_t max_tokens;          /* tokens one forward call may hold (default 512) */
-    int32_t n_kv_blocks;         /* blocks in the KV pool of each layer (default 256) */
+    int32_t max_tokens;  /* tokens one forward call may hold (default 512) */
+    int32_t n_kv_blocks; /* blocks in the KV pool of each layer (default 256) */
 };
 
 /* Defaults: INT4, group 128, asymmetric, fused, default patterns. */
@@ -45,11 +45,11 @@ void eng_model_opts_default(struct eng_model_opts *o);
 
 /* How one linear layer was loaded. */
 struct eng_layer_info {
-    char name[80];   /* e.g. "model.layers.3.self_attn.qkv_proj" */
-    int32_t n, k;    /* output and input features */
-    bool quantized;  /* INT4; else fp weights of fp_dtype */
-    int32_t kp;      /* padded K when quantized (== k when no padding) */
-    int32_t group;   /* stored group size when quantized */
+    char name[80];  /* e.g. "model.layers.3.self_attn.qkv_proj" */
+    int32_t n, k;   /* output and input features */
+    bool quantized; /* INT4; else fp weights of fp_dtype */
+    int32_t kp;     /* padded K when quantized (== k when no padding) */
+    int32_t group;  /* stored group size when quantized */
     enum eng_wdtype fp_dtype;
 };
 
@@ -65,6 +65,11 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
                             struct inf_err *err);
 void eng_model_destroy(eng_model_t *m); /* NULL is a no-op */
 
+/* (Re)allocate the KV pools for n_blocks blocks of ENG_KV_BLOCK tokens per
+ * layer; what they held is lost. Errors: INF_E_INVALID, INF_E_NOMEM (the
+ * model then has no pools until a later reserve succeeds). */
+inf_status_t eng_model_kv_reserve(eng_model_t *m, int32_t n_blocks, struct inf_err *err);
+
 const struct eng_model_config *eng_model_config(const eng_model_t *m);
 int32_t eng_model_max_tokens(const eng_model_t *m);
 int32_t eng_model_n_kv_blocks(const eng_model_t *m);
@@ -79,9 +84,22 @@ const struct eng_layer_info *eng_model_layer_info(const eng_model_t *m, int32_t 
  * every position the step writes (engine/kv_cache.h does this).
  * Errors: INF_E_INVALID (a malformed batch: slot runs not contiguous,
  * positions not consecutive, ids out of range, n_logits wrong),
- * INF_E_TOOBIG (more than max_tokens), backend errors. */
+ * INF_E_TOOBIG (more than max_tokens), backend errors. The KV pools must
+ * be reserved (n_kv_blocks > 0 at load, or eng_model_kv_reserve). */
 inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float *logits,
                                struct inf_err *err);
+
+/* The scheduler's view (engine/model_lm.c): fill lm (struct eng_lm of
+ * engine/scheduler_impl.h) with a CPU backend and the model of
+ * cfg->model_dir loaded per cfg (quantize, group_size (-1 per-channel),
+ * symmetric, keep_fp16, fuse_qkv, threads; max_batched_tokens tokens per
+ * step); lm->destroy releases both. The KV pools come from lm->kv_reserve.
+ * Errors: INF_E_UNSUPPORTED (backend not cpu), those of eng_model_load.
+ * Thread: engine. */
+struct eng_config;
+struct eng_lm;
+inf_status_t eng_model_lm_create(const struct eng_config *cfg, struct eng_lm *lm,
+                                 struct inf_err *err);
 
 #ifdef __cplusplus
 }

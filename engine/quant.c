@@ -24,8 +24,8 @@ inf_status_t eng_q4_alloc(int32_t n, int32_t k, int32_t kp, int32_t group, bool 
 {
     memset(out, 0, sizeof *out);
     if (n <= 0 || k <= 0 || kp < k || group <= 0 || kp % group != 0 || (kp & 1))
-        return inf_err_set(err, INF_E_INVALID,
-                           "bad INT4 weight shape n=%d k=%d kp=%d group=%d", n, k, kp, group);
+        return inf_err_set(err, INF_E_INVALID, "bad INT4 weight shape n=%d k=%d kp=%d group=%d", n,
+                           k, kp, group);
     size_t ng = (size_t)n * (size_t)(kp / group);
     out->q = calloc((size_t)n * (size_t)(kp / 2), 1);
     out->scale = calloc(ng, sizeof(uint16_t));
@@ -85,8 +85,7 @@ inf_status_t eng_q4_quantize(const float *w, int32_t n, int32_t k, int32_t group
                 float v = wr[c];
                 if (!isfinite(v)) {
                     eng_q4_free(out);
-                    return inf_err_set(err, INF_E_RANGE,
-                                       "weight [%d][%d] is not finite", r, c);
+                    return inf_err_set(err, INF_E_RANGE, "weight [%d][%d] is not finite", r, c);
                 }
                 lo = v < lo ? v : lo;
                 hi = v > hi ? v : hi;
@@ -104,8 +103,8 @@ inf_status_t eng_q4_quantize(const float *w, int32_t n, int32_t k, int32_t group
             float s = inf_f16_to_f32(sh);
             if (!isfinite(s)) {
                 eng_q4_free(out);
-                return inf_err_set(err, INF_E_RANGE,
-                                   "row %d group %d: scale %g does not fit fp16", r, gi, scale);
+                return inf_err_set(err, INF_E_RANGE, "row %d group %d: scale %g does not fit fp16",
+                                   r, gi, scale);
             }
             if (!symmetric && s > 0.0f) {
                 zero = rintf(-lo / s);

@@ -58,8 +58,8 @@ void eng_sampler_params_default(struct eng_sampler_params *s)
     s->repetition_penalty = 1.0f;
 }
 
-inf_status_t eng_sampler_create(const struct eng_sampler_params *p, int32_t vocab, eng_sampler_t **out,
-                                struct inf_err *err)
+inf_status_t eng_sampler_create(const struct eng_sampler_params *p, int32_t vocab,
+                                eng_sampler_t **out, struct inf_err *err)
 {
     *out = NULL;
     if (vocab <= 0)
@@ -68,11 +68,9 @@ inf_status_t eng_sampler_create(const struct eng_sampler_params *p, int32_t voca
         return inf_err_set(err, INF_E_INVALID, "temperature must be >= 0, got %g",
                            (double)p->temperature);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return inf_err_set(err, INF_E_INVALID, "top_p must be in (0, 1], got %g",
-                           (double)p->top_p);
+        return inf_err_set(err, INF_E_INVALID, "top_p must be in (0, 1], got %g", (double)p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return inf_err_set(err, INF_E_INVALID, "min_p must be in [0, 1], got %g",
-                           (double)p->min_p);
+        return inf_err_set(err, INF_E_INVALID, "min_p must be in [0, 1], got %g", (double)p->min_p);
     if (!(p->repetition_penalty > 0.0f) || !isfinite(p->repetition_penalty))
         return inf_err_set(err, INF_E_INVALID, "repetition_penalty must be > 0, got %g",
                            (double)p->repetition_penalty);

@@ -35,17 +35,17 @@ struct eng_logit_bias {
 };
 
 struct eng_sampler_params {
-    float temperature;        /* >= 0; 0 is greedy */
-    int32_t top_k;            /* <= 0: off */
-    float top_p;              /* (0, 1]; 1: off */
-    float min_p;              /* [0, 1]; 0: off */
-    float repetition_penalty; /* > 0; 1: off */
-    float presence_penalty;   /* [-2, 2] */
-    float frequency_penalty;  /* [-2, 2] */
+    float temperature;                       /* >= 0; 0 is greedy */
+    int32_t top_k;                           /* <= 0: off */
+    float top_p;                             /* (0, 1]; 1: off */
+    float min_p;                             /* [0, 1]; 0: off */
+    float repetition_penalty;                /* > 0; 1: off */
+    float presence_penalty;                  /* [-2, 2] */
+    float frequency_penalty;                 /* [-2, 2] */
     const struct eng_logit_bias *logit_bias; /* copied by create */
     int32_t n_logit_bias;
     uint64_t seed;
-    int32_t n_logprobs;       /* top alternatives to report, 0..ENG_MAX_LOGPROBS */
+    int32_t n_logprobs; /* top alternatives to report, 0..ENG_MAX_LOGPROBS */
 };
 
 /* Neutral settings: greedy, no penalties, seed 0, no logprobs. */
@@ -53,9 +53,9 @@ void eng_sampler_params_default(struct eng_sampler_params *s);
 
 struct eng_sample {
     int32_t token;
-    float logprob;            /* of token, raw log-softmax */
-    int32_t n_top;            /* = n_logprobs */
-    int32_t top_ids[ENG_MAX_LOGPROBS];     /* most likely first, lowest id on ties */
+    float logprob;                     /* of token, raw log-softmax */
+    int32_t n_top;                     /* = n_logprobs */
+    int32_t top_ids[ENG_MAX_LOGPROBS]; /* most likely first, lowest id on ties */
     float top_logprobs[ENG_MAX_LOGPROBS];
 };
 

@@ -20,8 +20,15 @@
  *      are never dropped for lack of blocks;
  *   3. if nothing was preempted, waiting sequences are admitted from the front
  *      while the budget, max_batch and free blocks allow (their first chunk
- *      must fit in free blocks);
+ *      must fit in the free blocks, less a watermark of 1% of the pool kept
+ *      for the running decodes);
  *   4. one model forward; sampling, detokenization, stop checks, events.
+ *
+ * Blocks. The pool is the scheduler's own: a stack of free block ids and a
+ * reference count per block (engine/kv_cache.h keeps one private block list
+ * per slot and cannot share a block between choices). Slot k of a step's
+ * batch is the k-th sequence scheduled in it; its block_table row is that
+ * sequence's block list.
  *
  * n > 1. The prompt is prefilled once (choice 0, which reserves n of the
  * max_batch slots). When its prefill ends, choices 1..n-1 are forked: they
@@ -44,7 +51,7 @@
  * others one DELTA at their end. DONE follows the last choice's final DELTA. */
 #define INF_LOG_MODULE "eng"
 #include "engine/scheduler_impl.h"
-#include "engine/scheduler_sampler.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -97,7 +104,7 @@ struct seq {
 
 struct choice {
     struct seq *seq; /* NULL before the fork and after the end */
-    eng_sched_sampler_t *smp;
+    eng_sampler_t *smp;
     void *detok;
     struct eng_strbuf text; /* all decoded text (truncated at a stop string) */
     size_t sent;            /* bytes of text already in DELTA events */
@@ -128,6 +135,7 @@ struct eng_sched {
     eng_emit_fn emit;
     void *user;
     int32_t max_blocks; /* blocks one sequence can need */
+    int32_t watermark;  /* free blocks admission leaves: 1% of the pool */
     uint64_t seed_counter;
 
     /* block pool */
@@ -345,7 +353,7 @@ static void req_free(eng_sched_t *s, struct sreq *r)
             seq_drop(s, c->seq);
         if (c->detok)
             s->detok->close(c->detok);
-        eng_sched_sampler_destroy(c->smp);
+        eng_sampler_destroy(c->smp);
         eng_strbuf_fini(&c->text);
         free(c->pend);
     }
@@ -560,16 +568,21 @@ static inf_status_t sample_and_accept(eng_sched_t *s, struct seq *q, float *row)
     if (c->n_gen < r->req->min_tokens)
         for (int32_t i = 0; i < s->lm->n_eos; i++)
             row[s->lm->eos_ids[i]] = -INFINITY;
-    struct eng_sched_pick pick;
-    inf_status_t st = eng_sched_sampler_pick(c->smp, row, &pick, NULL);
+    struct eng_sample pick;
+    inf_status_t st = eng_sampler_sample(c->smp, row, &pick, NULL);
     if (st != INF_OK)
         return st;
-    struct eng_token_info info = {.id = pick.id, .logprob = pick.logprob, .n_top = pick.n_top};
-    for (int32_t i = 0; i < pick.n_top; i++) {
-        info.top_ids[i] = pick.top_ids[i];
-        info.top_logprobs[i] = pick.top_logprobs[i];
+    eng_sampler_accept(c->smp, pick.token);
+    struct eng_token_info info = {.id = pick.token};
+    if (r->req->sampling.logprobs >= 0) {
+        info.logprob = pick.logprob;
+        for (int32_t i = 0; i < pick.n_top && i < 5; i++) {
+            info.top_ids[i] = pick.top_ids[i];
+            info.top_logprobs[i] = pick.top_logprobs[i];
+            info.n_top = i + 1;
+        }
     }
-    return on_token(s, q, pick.id, &info);
+    return on_token(s, q, pick.token, &info);
 }
 
 /* The prefill of choice 0 of an n > 1 request has ended: start choices
@@ -695,7 +708,9 @@ static int32_t plan_step(eng_sched_t *s)
             break;
         int32_t rem = q->len - q->n_computed;
         int32_t chunk = rem < budget ? rem : budget;
-        int32_t fit = seq_fit(s, q);
+        /* Keep a watermark of free blocks for the running decodes, so that
+         * an admission is not preempted again at once. */
+        int32_t fit = seq_fit(s, q) - s->watermark * ENG_KV_BLOCK;
         if (chunk > fit)
             chunk = fit;
         if (chunk <= 0)
@@ -869,6 +884,39 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* The sampler of choice i: the request's settings, seed + i. */
+static inf_status_t choice_sampler(const eng_sched_t *s, const struct eng_request *req,
+                                   uint64_t seed, eng_sampler_t **out, struct inf_err *err)
+{
+    const struct eng_sampling *sp = &req->sampling;
+    struct eng_logit_bias *bias = NULL;
+    if (sp->n_logit_bias > 0) {
+        bias = malloc(sizeof *bias * (size_t)sp->n_logit_bias);
+        if (!bias)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory");
+        for (int32_t k = 0; k < sp->n_logit_bias; k++)
+            bias[k] = (struct eng_logit_bias){sp->logit_bias_ids[k], sp->logit_bias_vals[k]};
+    }
+    struct eng_sampler_params pp;
+    eng_sampler_params_default(&pp);
+    pp.temperature = sp->temperature;
+    pp.top_k = sp->top_k > 0 ? sp->top_k : 0;
+    pp.top_p = sp->top_p;
+    pp.min_p = sp->min_p;
+    pp.repetition_penalty = sp->repetition_penalty;
+    pp.presence_penalty = sp->presence_penalty;
+    pp.frequency_penalty = sp->frequency_penalty;
+    pp.logit_bias = bias;
+    pp.n_logit_bias = sp->n_logit_bias;
+    pp.seed = seed;
+    pp.n_logprobs = sp->logprobs > 0 ? sp->logprobs : 0;
+    inf_status_t st = eng_sampler_create(&pp, s->lm->vocab, out, err); /* copies the bias */
+    free(bias);
+    if (st == INF_OK)
+        eng_sampler_add_prompt(*out, req->prompt, req->n_prompt);
+    return st;
+}
+
 inf_status_t eng_sched_add(eng_sched_t *s, struct eng_request *req, uint64_t t_submit,
                            struct inf_err *err)
 {
@@ -879,46 +927,31 @@ inf_status_t eng_sched_add(eng_sched_t *s, struct eng_request *req, uint64_t t_s
     if (!r)
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     r->ch = calloc((size_t)req->n, sizeof *r->ch);
-    if (!r->ch)
+    if (!r->ch) {
+        st = inf_err_set(err, INF_E_NOMEM, "out of memory");
         goto fail_r;
+    }
     r->req = req;
     r->t_submit = t_submit;
     r->n_open = req->n;
     uint64_t seed =
         req->sampling.has_seed ? req->sampling.seed : mix64(s->cfg.seed ^ mix64(++s->seed_counter));
-    const struct eng_sampling *sp = &req->sampling;
-    struct eng_sched_sampler_params pp = {
-        .temperature = sp->temperature,
-        .top_p = sp->top_p,
-        .min_p = sp->min_p,
-        .top_k = sp->top_k,
-        .presence_penalty = sp->presence_penalty,
-        .frequency_penalty = sp->frequency_penalty,
-        .repetition_penalty = sp->repetition_penalty,
-        .n_logit_bias = sp->n_logit_bias,
-        .logit_bias_ids = sp->logit_bias_ids,
-        .logit_bias_vals = sp->logit_bias_vals,
-        .logprobs = sp->logprobs,
-    };
-    inf_status_t st2 = INF_E_NOMEM;
-    int32_t i;
-    for (i = 0; i < req->n; i++) {
+    for (int32_t i = 0; i < req->n; i++) {
         struct choice *c = &r->ch[i];
         c->detok = s->detok->open(s->detok->self, req->prompt, req->n_prompt);
         if (!c->detok) {
-            st2 = INF_E_NOMEM;
+            st = inf_err_set(err, INF_E_NOMEM, "out of memory");
             goto fail_ch;
         }
-        pp.seed = seed + (uint64_t)i;
-        st2 = eng_sched_sampler_create(&pp, s->lm->vocab, req->prompt, req->n_prompt, &c->smp, err);
-        if (st2 != INF_OK) {
-            s->detok->close(c->detok);
+        st = choice_sampler(s, req, seed + (uint64_t)i, &c->smp, err);
+        if (st != INF_OK)
             goto fail_ch;
-        }
     }
     struct seq *q = seq_new(s, r, 0);
-    if (!q)
+    if (!q) {
+        st = inf_err_set(err, INF_E_NOMEM, "out of memory");
         goto fail_ch;
+    }
     q->reserve = req->n;
     r->ch[0].seq = q;
     r->next = s->reqs;
@@ -929,18 +962,15 @@ inf_status_t eng_sched_add(eng_sched_t *s, struct eng_request *req, uint64_t t_s
     return INF_OK;
 
 fail_ch:
-    while (i-- > 0) {
-        s->detok->close(r->ch[i].detok);
-        eng_sched_sampler_destroy(r->ch[i].smp);
+    for (int32_t i = 0; i < req->n; i++) {
+        if (r->ch[i].detok)
+            s->detok->close(r->ch[i].detok);
+        eng_sampler_destroy(r->ch[i].smp);
     }
     free(r->ch);
-    free(r);
-    if (st2 != INF_E_NOMEM)
-        return st2;
-    return inf_err_set(err, INF_E_NOMEM, "out of memory");
 fail_r:
     free(r);
-    return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    return st;
 }
 
 void eng_sched_cancel(eng_sched_t *s, uint64_t id)
@@ -1020,6 +1050,7 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->emit = emitfn;
     s->user = user;
     s->max_blocks = max_blocks;
+    s->watermark = cfg->kv_blocks / 100;
     size_t mb = (size_t)cfg->max_batch, nb = (size_t)cfg->kv_blocks;
     size_t nt = (size_t)cfg->max_batched_tokens, vocab = (size_t)lm->vocab;
     s->free_blocks = malloc(sizeof *s->free_blocks * nb);

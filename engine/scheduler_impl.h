@@ -1,8 +1,7 @@
 #pragma once
 /* engine/scheduler_impl.h — engine-internal: the continuous-batching scheduler
  * and the small interfaces it runs against (a language model over paged KV
- * blocks, an incremental detokenizer). Sampling is engine/sampler.h's, seen
- * through engine/scheduler_sampler.h.
+ * blocks, an incremental detokenizer). Sampling is engine/sampler.h's.
  *
  * The scheduler is single-threaded: everything here runs on the engine thread
  * (engine/engine.c), or on a test's thread that drives it step by step. */

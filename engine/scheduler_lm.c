@@ -79,22 +79,14 @@ static void model_destroy(void *self)
     free(x);
 }
 
-inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_lm *lm,
-                                 struct inf_err *err)
+inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,
+                                 struct eng_lm *lm, struct inf_err *err)
 {
     inf_status_t st;
     struct model_lm *x = calloc(1, sizeof *x);
     if (!x)
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
-    if (o->cuda) {
-        struct eng_backend_cuda_opts co = {.device = o->device};
-        st = eng_backend_cuda_create(&co, &x->be, err);
-    } else {
-        struct eng_backend_cpu_opts bo = {.n_threads = o->threads};
-        st = eng_backend_cpu_create(&bo, &x->be, err);
-    }
-    if (st != INF_OK)
-        goto fail;
+    x->be = be;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
     mo.quant = o->quantize ? ENG_QUANT_INT4 : ENG_QUANT_NONE;
@@ -105,7 +97,7 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_l
     if (o->n_keep_fp16 > 0) {
         if (make_keep(x, o->keep_fp16, o->n_keep_fp16) != INF_OK) {
             st = inf_err_set(err, INF_E_NOMEM, "out of memory");
-            goto fail_be;
+            goto fail;
         }
         mo.keep_fp16 = (const char *const *)x->keep;
         mo.n_keep_fp16 = x->n_keep;
@@ -114,7 +106,7 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_l
     mo.n_kv_blocks = o->kv_blocks;
     st = eng_model_load(o->dir, x->be, &mo, &x->m, err);
     if (st != INF_OK)
-        goto fail_be;
+        goto fail;
 
     const struct eng_model_config *c = eng_model_config(x->m);
     memset(lm, 0, sizeof *lm);
@@ -131,8 +123,6 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_l
     lm->destroy = model_destroy;
     return INF_OK;
 
-fail_be:
-    eng_backend_destroy(x->be);
 fail:
     free_keep(x);
     free(x);

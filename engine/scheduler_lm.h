@@ -1,6 +1,6 @@
 #pragma once
 /* engine/scheduler_lm.h — engine-internal: the real model (engine/model.h on
- * the CPU backend) and the tokenizer's streaming detokenizer
+ * a backend) and the tokenizer's streaming detokenizer
  * (engine/tokenizer.h) behind the scheduler's interfaces. Thread: engine
  * (create may run on the thread that creates the engine). */
 #include "engine/scheduler_impl.h"
@@ -8,9 +8,6 @@
 
 struct eng_lm_model_opts {
     const char *dir;    /* checkpoint folder */
-    bool cuda;          /* the CUDA backend on device `device` (else the CPU backend) */
-    int32_t device;     /* CUDA device ordinal */
-    int32_t threads;    /* CPU backend threads, 0 = one per core */
     bool quantize;      /* INT4 (else every weight fp32) */
     int32_t group_size; /* 0 = the model's default, -1 = per-channel */
     bool symmetric;
@@ -21,11 +18,12 @@ struct eng_lm_model_opts {
     int32_t kv_blocks;  /* KV pool of the model, in blocks */
 };
 
-/* Load the model onto a new CPU (or CUDA) backend and fill lm (lm->destroy
- * frees both). Errors: those of eng_backend_cpu_create,
- * eng_backend_cuda_create and eng_model_load. */
-inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_lm *lm,
-                                 struct inf_err *err);
+/* Load the model onto be and fill lm. On INF_OK lm owns be (lm->destroy
+ * frees the model, then be); on error the caller keeps be.
+ * Errors: those of eng_model_load. */
+struct eng_backend;
+inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,
+                                 struct eng_lm *lm, struct inf_err *err);
 /* The model behind an lm made by eng_lm_model_create (for inspection). */
 struct eng_model;
 const struct eng_model *eng_lm_model(const struct eng_lm *lm);

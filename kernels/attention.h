@@ -21,9 +21,8 @@ void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32
  * out[d] = sum_p softmax_p(scale * q . K[p]) V[p][d]. scores is scratch of
  * n_ctx floats. */
 void krn_cpu_attn_head(const float *q, const float *k_pool, const float *v_pool,
-                       const int32_t *blocks, int32_t block, int32_t n_kv_heads,
-                       int32_t head_dim, int32_t kvh, int32_t n_ctx, float scale, float *scores,
-                       float *out);
+                       const int32_t *blocks, int32_t block, int32_t n_kv_heads, int32_t head_dim,
+                       int32_t kvh, int32_t n_ctx, float scale, float *scores, float *out);
 
 #ifdef __cplusplus
 }

@@ -25,9 +25,9 @@ extern "C" {
  * needs no division). */
 struct krn_cpu_q4 {
     int32_t n, k, kr;
-    uint8_t *q;    /* [n][kr / 2] */
-    float *scale;  /* [n][kr / 32] */
-    float *mzs;    /* [n][kr / 32] = -zero * scale */
+    uint8_t *q;   /* [n][kr / 2] */
+    float *scale; /* [n][kr / 32] */
+    float *mzs;   /* [n][kr / 32] = -zero * scale */
 };
 
 /* Bytes of one block of memory that holds a repacked weight. */
@@ -42,11 +42,11 @@ void krn_cpu_q4_repack(const struct krn_q4_weight *src, void *mem, struct krn_cp
 void krn_cpu_simd(bool on);
 
 /* INT4: y rows have stride ldy, x rows ldx; bias fp32 [n] or NULL. */
-void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x,
-                       int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1);
+void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x, int64_t ldx,
+                       float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1);
 /* fp32 weight W [n][k]. */
-void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
-                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1);
+void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x, int64_t ldx,
+                        float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1);
 /* fp16 weight W [n][k] (IEEE bit patterns), converted on the fly. */
 void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
                         int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1);

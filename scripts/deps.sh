@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Install the Debian packages int4serve needs to build and test, only those
-# missing. Idempotent: a second run installs nothing. Sourced by serve.sh and
-# test.sh; runs as root (or through sudo when available).
+# missing. Idempotent: a second run installs nothing and does not touch apt.
+# Sourced by serve.sh and test.sh (int4serve_install_deps), or run directly
+# with extra package names as arguments. Runs as root, or through sudo.
+#   clang + libclang-rt-dev: the libFuzzer build (build-fuzz) in test.sh.
+# The CUDA toolkit is not installed here: where nvcc is absent the build is
+# CPU-only.
 set -euo pipefail
 
 INT4SERVE_PACKAGES=(
     build-essential cmake ninja-build pkg-config git
     libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libutf8proc-dev
     check libsubunit-dev libcurl4-openssl-dev
-    clang python3
+    clang libclang-rt-dev python3
 )
 
 int4serve_missing_packages() {

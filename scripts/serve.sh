@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Install what is missing, build a Release int4serve in build/, and start the
-# daemon on its default configuration.
+# Install what is missing, build a Release int4serve in build/ (only what
+# changed), and start the daemon. Arguments go to int4serve; without any, the
+# daemon reads ./config.toml when there is one, and its defaults otherwise.
+#   ./scripts/serve.sh --model /models/llama-3-8b --backend cuda --port 8000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 int4serve_install_deps
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)"
+if [ -f build/CMakeCache.txt ]; then
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+else
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build build -j "${JOBS:-$(nproc)}" --target int4serve
+if [ "$#" -eq 0 ] && [ -f config.toml ]; then
+    set -- --config config.toml
+fi
 exec ./build/server/int4serve "$@"

@@ -20,11 +20,11 @@
 #define STREAM_BLOCK 16384
 
 struct srv_choice {
-    struct srv_buf text;          /* non-streamed: the whole generated text */
+    struct srv_buf text; /* non-streamed: the whole generated text */
     enum eng_finish finish;
     struct api_token_logprob *lp; /* non-streamed logprobs, token texts in the arena */
     uint32_t n_lp, cap_lp;
-    size_t chars_sent;            /* streamed: code points sent so far (text_offset) */
+    size_t chars_sent; /* streamed: code points sent so far (text_offset) */
 };
 
 struct srv_cmpl {
@@ -38,7 +38,7 @@ struct srv_cmpl {
     struct api_text *echo; /* per prompt: the prompt text when echo */
     uint32_t prompt_tokens, completion_tokens;
     bool stream;
-    bool over;       /* the answer is decided (error or complete): later content is dropped */
+    bool over; /* the answer is decided (error or complete): later content is dropped */
     uint64_t submit_ns;
     struct srv_buf out; /* streamed bytes not yet handed to libmicrohttpd */
     size_t out_off;
@@ -164,8 +164,8 @@ static void stream_chunk(struct srv_req *r, uint32_t index, const char *text, si
                          const struct api_logprobs *lp, enum api_finish finish)
 {
     struct srv_cmpl *c = r->cmpl;
-    struct api_choice ch = {.index = index, .text = {text ? text : "", len}, .logprobs = lp,
-                            .finish = finish};
+    struct api_choice ch = {
+        .index = index, .text = {text ? text : "", len}, .logprobs = lp, .finish = finish};
     char *out = NULL;
     size_t out_len = 0;
     if (api_chunk_encode(&c->head, &ch, &c->scratch, &out, &out_len, NULL) == INF_OK)
@@ -304,8 +304,8 @@ static void finish_request(struct srv_req *r)
             respond_final(r);
         }
     }
-    inf_log(DEBUG, "req=%llu finished: %u prompt, %u completion tokens",
-            (unsigned long long)r->id, c->prompt_tokens, c->completion_tokens);
+    inf_log(DEBUG, "req=%llu finished: %u prompt, %u completion tokens", (unsigned long long)r->id,
+            c->prompt_tokens, c->completion_tokens);
     srv_req_maybe_free(r);
     if (s->draining)
         srv_daemon_check_drained(s);
@@ -396,7 +396,8 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
     }
 }
 
-/* ---- the request ------------------------------------------------------------------------------ */
+/* ---- the request ------------------------------------------------------------------------------
+ */
 static void respond_status(struct srv_req *r, inf_status_t st, const struct api_fault *f,
                            const struct inf_err *err)
 {
@@ -443,8 +444,8 @@ static inf_status_t prompt_ids(struct srv_req *r, const struct api_prompt *p, in
     return INF_OK;
 }
 
-static struct eng_request *build_request(struct srv_req *r, const struct srv_sub *sub,
-                                         int32_t *ids, int32_t n_ids, uint32_t max_new)
+static struct eng_request *build_request(struct srv_req *r, const struct srv_sub *sub, int32_t *ids,
+                                         int32_t n_ids, uint32_t max_new)
 {
     struct srv_cmpl *c = r->cmpl;
     const struct api_completion_req *q = &c->req;
@@ -494,24 +495,27 @@ fail:
     return NULL;
 }
 
-/* The prompt's text for echo: as sent, or the ids decoded. */
-static void echo_text(struct srv_req *r, const struct api_prompt *p, struct api_text *out)
+/* The prompt's text for echo: as sent, or the ids decoded. false when ids
+ * cannot be decoded (no tokenizer). */
+static bool echo_text(struct srv_req *r, const struct api_prompt *p, struct api_text *out)
 {
     struct srv_cmpl *c = r->cmpl;
     *out = (struct api_text){"", 0};
     if (p->text.s) {
         *out = p->text;
-        return;
+        return true;
     }
     eng_tok_t *tok = server_tok(r->srv);
     char *txt = NULL;
     size_t len = 0;
-    if (tok && eng_tok_decode(tok, p->ids, p->n_ids, false, &txt, &len, NULL) == INF_OK) {
-        char *cp = inf_arena_strndup(&c->arena, txt, len);
-        if (cp)
-            *out = (struct api_text){cp, len};
-    }
+    if (!tok || eng_tok_decode(tok, p->ids, p->n_ids, false, &txt, &len, NULL) != INF_OK)
+        return false;
+    char *cp = inf_arena_strndup(&c->arena, txt, len);
     free(txt);
+    if (!cp)
+        return false;
+    *out = (struct api_text){cp, len};
+    return true;
 }
 
 void srv_cmpl_handle(struct srv_req *r)
@@ -592,8 +596,12 @@ void srv_cmpl_handle(struct srv_req *r)
             st = inf_err_set(&err, INF_E_NOMEM, "out of memory");
             goto fail;
         }
-        if (q->echo)
-            echo_text(r, &q->prompts[i], &c->echo[i]);
+        if (q->echo && !echo_text(r, &q->prompts[i], &c->echo[i])) {
+            st = inf_err_set(&err, INF_E_UNSUPPORTED,
+                             "echo of a token-id prompt needs the model's tokenizer");
+            fault = (struct api_fault){"echo", NULL};
+            goto fail;
+        }
     }
 
     /* Submit. The engine owns each request it accepts. */

@@ -102,7 +102,8 @@ static void on_async(uv_async_t *a)
     srv_http_kick(s);
 }
 
-/* ---- stopping --------------------------------------------------------------------------------- */
+/* ---- stopping ---------------------------------------------------------------------------------
+ */
 static void on_closed(uv_handle_t *h)
 {
     struct srv_server *s = h->data;
@@ -206,7 +207,8 @@ static void on_signal(uv_signal_t *h, int signum)
     srv_daemon_check_drained(s);
 }
 
-/* ---- run ------------------------------------------------------------------------------------------ */
+/* ---- run
+ * ------------------------------------------------------------------------------------------ */
 inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_config *ecfg,
                             struct inf_err *err)
 {
@@ -252,8 +254,7 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
     s->ready = true;
     notify_systemd("READY=1");
-    inf_log(INFO, "ready: serving model \"%s\" on port %u", s->opt.model_name,
-            (unsigned)s->port);
+    inf_log(INFO, "ready: serving model \"%s\" on port %u", s->opt.model_name, (unsigned)s->port);
 
     uv_run(&loop, UV_RUN_DEFAULT);
     goto done;

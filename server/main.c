@@ -3,12 +3,67 @@
 #include "common/inf.h"
 #include "server/srv.h"
 
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* Exit statuses: 0 --help / --version / --print-config, 1 a failure at run
- * time, 2 bad flags or configuration. */
+/* Exit statuses: 0 --help / --version / --print-config and a clean shutdown,
+ * 1 a failure at run time (the model, the port), 2 bad flags or configuration. */
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* The engine's and the HTTP side's views of the configuration. Strings and
+ * lists point into cfg (or into *devices, which the caller frees). */
+static int options_from_config(const struct srv_config *cfg, struct srv_options *opt,
+                               struct eng_config *ecfg, int32_t **devices)
+{
+    srv_options_defaults(opt);
+    opt->host = cfg->host;
+    opt->port = (int32_t)cfg->port;
+    opt->api_key = cfg->api_key;
+    opt->model_name = cfg->served_model_name;
+    opt->max_body_bytes = (size_t)cfg->body_limit;
+    opt->max_connections = (uint32_t)cfg->max_connections;
+    opt->max_connections_per_ip = (uint32_t)cfg->per_ip_connections;
+    opt->connection_timeout_s = (uint32_t)ceil(cfg->connection_timeout);
+    opt->drain_timeout_s = cfg->drain_timeout;
+
+    memset(ecfg, 0, sizeof *ecfg);
+    ecfg->model_dir = cfg->model;
+    if (strcmp(cfg->backend, "cuda") == 0)
+        ecfg->backend = ENG_BACKEND_CUDA;
+    else if (strcmp(cfg->backend, "mock") == 0)
+        ecfg->backend = ENG_BACKEND_MOCK;
+    else
+        ecfg->backend = ENG_BACKEND_CPU;
+    ecfg->threads = (int32_t)cfg->threads;
+    *devices = NULL;
+    if (cfg->devices.n) {
+        *devices = calloc(cfg->devices.n, sizeof **devices);
+        if (!*devices)
+            return -1;
+        for (size_t i = 0; i < cfg->devices.n; i++)
+            (*devices)[i] = (int32_t)cfg->devices.v[i];
+    }
+    ecfg->devices = *devices;
+    ecfg->n_devices = (int32_t)cfg->devices.n;
+    ecfg->tp = (int32_t)cfg->tp;
+    ecfg->max_batch = (int32_t)cfg->max_batch;
+    ecfg->max_batched_tokens = (int32_t)cfg->max_batched_tokens;
+    ecfg->max_model_len = (int32_t)cfg->max_model_len;
+    ecfg->kv_cache_tokens = cfg->kv_cache_tokens;
+    ecfg->gpu_memory_utilization = (float)cfg->gpu_memory_utilization;
+    ecfg->max_queue = (int32_t)cfg->max_queue;
+    ecfg->quantize = strcmp(cfg->quantization, "none") != 0;
+    ecfg->group_size = (int32_t)cfg->group_size;
+    ecfg->symmetric = cfg->symmetric;
+    ecfg->n_keep_fp16 = (int32_t)cfg->keep_fp16.n;
+    ecfg->keep_fp16 = cfg->keep_fp16.v;
+    ecfg->fuse_qkv = cfg->fuse_qkv;
+    ecfg->seed = (uint64_t)cfg->seed;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -48,7 +103,24 @@ int main(int argc, char **argv)
     if (inf_log_level_parse(cfg.log_level, &level))
         inf_log_set_level(level);
     srv_config_log(&cfg);
-    inf_log(ERROR, "no model runtime exists yet in this build: configuration checked, exiting");
+
+    struct srv_options opt;
+    struct eng_config ecfg;
+    int32_t *devices = NULL;
+    if (options_from_config(&cfg, &opt, &ecfg, &devices) != 0) {
+        fprintf(stderr, "int4serve: out of memory\n");
+        srv_config_fini(&cfg);
+        return EXIT_RUNTIME;
+    }
+    /* A client closing its socket must not kill the daemon: writes get EPIPE. */
+    signal(SIGPIPE, SIG_IGN);
+    inf_status_t st = srv_daemon_run(&opt, &ecfg, &err);
+    free(devices);
     srv_config_fini(&cfg);
-    return EXIT_RUNTIME;
+    if (st != INF_OK) {
+        inf_log(ERROR, "%s", err.msg[0] ? err.msg : inf_status_str(st));
+        fprintf(stderr, "int4serve: %s\n", err.msg[0] ? err.msg : inf_status_str(st));
+        return EXIT_RUNTIME;
+    }
+    return 0;
 }

@@ -10,14 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                     0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                     0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                      20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
 static const double ITL_BOUNDS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
                                     0.15,  0.2,   0.3,  0.4,   0.5,  0.75,  1.0,
                                     2.5,   5.0,   7.5,  10.0,  20.0, 40.0,  80.0};
-static const double E2E_BOUNDS[] = {0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,   1.5,
-                                    2.0,  2.5,  5.0,  10.0, 15.0, 20.0, 30.0,  40.0,
+static const double E2E_BOUNDS[] = {0.01, 0.05, 0.1,   0.3,   0.5,   0.8,   1.0,   1.5,
+                                    2.0,  2.5,  5.0,   10.0,  15.0,  20.0,  30.0,  40.0,
                                     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
 
 #define NB(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -78,11 +78,10 @@ char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st
     struct srv_buf b = {0};
     put_scalar(&b, "int4serve_num_requests_running", "gauge",
                "Requests whose sequences are in the running batch.", st->running);
-    put_scalar(&b, "int4serve_num_requests_waiting", "gauge",
-               "Requests waiting to be admitted.", st->waiting);
-    double usage = st->kv_blocks_total > 0
-                       ? (double)st->kv_blocks_used / (double)st->kv_blocks_total
-                       : 0.0;
+    put_scalar(&b, "int4serve_num_requests_waiting", "gauge", "Requests waiting to be admitted.",
+               st->waiting);
+    double usage =
+        st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / (double)st->kv_blocks_total : 0.0;
     put_scalar(&b, "int4serve_kv_cache_usage_perc", "gauge",
                "KV cache usage, as a fraction of the blocks (1 = full).", usage);
     put_scalar(&b, "int4serve_kv_cache_blocks_used", "gauge", "KV cache blocks in use.",
@@ -97,11 +96,9 @@ char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st
     put_scalar(&b, "int4serve_engine_steps_total", "counter", "Scheduler steps run.",
                (double)st->steps_total);
     put_scalar(&b, "int4serve_engine_batched_steps_total", "counter",
-               "Scheduler steps that ran more than one sequence.",
-               (double)st->batched_steps_total);
+               "Scheduler steps that ran more than one sequence.", (double)st->batched_steps_total);
     put_scalar(&b, "int4serve_engine_max_running", "gauge",
-               "The largest number of sequences seen running in one step.",
-               st->max_running_seen);
+               "The largest number of sequences seen running in one step.", st->max_running_seen);
     put_scalar(&b, "int4serve_engine_failed", "gauge",
                "1 once the engine hit an unrecoverable device error.", st->failed ? 1 : 0);
 

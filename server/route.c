@@ -137,8 +137,8 @@ static void handle_tokenize(struct srv_req *r)
     struct eng_tok_ids ids = {0};
     char *out = NULL;
     size_t len = 0;
-    inf_status_t st = api_tokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q,
-                                         &fault, &err);
+    inf_status_t st =
+        api_tokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
     if (st != INF_OK)
         goto fail;
     eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
@@ -181,8 +181,8 @@ static void handle_detokenize(struct srv_req *r)
     struct inf_err err = {0};
     char *text = NULL, *out = NULL;
     size_t tlen = 0, len = 0;
-    inf_status_t st = api_detokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q,
-                                           &fault, &err);
+    inf_status_t st =
+        api_detokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
     if (st != INF_OK)
         goto fail;
     eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
@@ -224,8 +224,8 @@ void srv_route(struct srv_req *r)
         return;
     }
     if (!rt) {
-        srv_req_respond_error(r, 404, INF_E_NOTFOUND, NULL, NULL, "no route for %s %s",
-                              r->method, r->url);
+        srv_req_respond_error(r, 404, INF_E_NOTFOUND, NULL, NULL, "no route for %s %s", r->method,
+                              r->url);
         return;
     }
     bool head_ok = strcmp(rt->method, "GET") == 0 && strcmp(r->method, "HEAD") == 0;
@@ -235,16 +235,16 @@ void srv_route(struct srv_req *r)
         char *body = NULL;
         size_t len = 0;
         char msg[128];
-        snprintf(msg, sizeof msg, "method %s is not allowed on %s (allowed: %s)", r->method,
-                 r->url, rt->method);
+        snprintf(msg, sizeof msg, "method %s is not allowed on %s (allowed: %s)", r->method, r->url,
+                 rt->method);
         struct MHD_Response *resp = NULL;
         if (api_error_encode(INF_E_METHOD, msg, NULL, NULL, &a, &body, &len, NULL) == INF_OK)
             resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_COPY);
         inf_arena_fini(&a);
         if (resp) {
             MHD_add_response_header(resp, "Content-Type", "application/json");
-            MHD_add_response_header(resp, "Allow", strcmp(rt->method, "GET") == 0 ? "GET, HEAD"
-                                                                                   : rt->method);
+            MHD_add_response_header(resp, "Allow",
+                                    strcmp(rt->method, "GET") == 0 ? "GET, HEAD" : rt->method);
         }
         inf_log(INFO, "req=%llu %s %s -> 405", (unsigned long long)r->id, r->method, r->url);
         srv_req_respond(r, 405, resp);

@@ -15,7 +15,9 @@ void srv_version_print(FILE *f);
  * One declarative table (server/config.c, srv_config_keys[]) describes every
  * key: section, name, type, bounds, default, CLI flag, one-line description.
  * Values come from the defaults, then the TOML file, then INT4SERVE_API_KEY
- * (api_key only), then the command line: later sources win. */
+ * (api_key only), then the command line: later sources win.
+ * Thread: the functions below run on the main thread during start-up; a
+ * finished struct srv_config is read-only and may then be read anywhere. */
 
 struct srv_int_list {
     const int64_t *v;

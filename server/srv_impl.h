@@ -37,8 +37,8 @@ struct srv_hist {
 
 struct srv_metrics {
     struct srv_hist ttft, itl, e2e, queue;
-    uint64_t success[4];    /* by enum eng_finish: [STOP], [LENGTH], [ABORT] */
-    uint64_t errors_total;  /* requests that ended with an engine error */
+    uint64_t success[4];        /* by enum eng_finish: [STOP], [LENGTH], [ABORT] */
+    uint64_t errors_total;      /* requests that ended with an engine error */
     uint64_t http_responses[6]; /* by status class: [2] 2xx ... [5] 5xx */
 };
 
@@ -57,10 +57,10 @@ struct srv_req;
 struct srv_sub {
     uint64_t id;
     struct srv_req *r;
-    uint32_t index;     /* prompt index */
+    uint32_t index; /* prompt index */
     bool registered;
     bool submitted;
-    bool done;          /* its last engine event (DONE or ERROR) was seen */
+    bool done; /* its last engine event (DONE or ERROR) was seen */
     struct srv_sub *hnext;
 };
 
@@ -74,15 +74,17 @@ struct srv_req {
     char *url;
     struct srv_buf body;
     bool body_too_big;
-    bool in_handler;  /* inside the access handler: responses queue directly */
-    bool responded;   /* a response is queued */
+    uint64_t body_seen; /* bytes received, kept or not */
+    bool in_handler;    /* inside the access handler: responses queue directly */
+    bool responded;     /* a response is queued */
     bool suspended;
-    bool in_engine;   /* submitted; the engine's last event not yet seen */
-    bool conn_done;   /* libmicrohttpd called request-completed */
-    bool cancelled;   /* eng_request_cancel was sent */
-    bool dispatched;  /* routed once the body was complete */
+    bool in_engine;               /* submitted; the engine's last event not yet seen */
+    bool conn_done;               /* libmicrohttpd called request-completed */
+    bool cancelled;               /* eng_request_cancel was sent */
+    bool dispatched;              /* routed once the body was complete */
     struct MHD_Response *pending; /* to queue when resumed */
     unsigned pending_status;
+    unsigned status; /* the HTTP status answered (for the access log) */
     uint64_t arrival_ns;
     struct srv_cmpl *cmpl;
 };
@@ -98,24 +100,24 @@ struct srv_server {
     struct MHD_Daemon *mhd;
     int listen_fd;
     uint16_t port;
-    uv_poll_t mhd_poll;    /* MHD's epoll fd */
-    uv_timer_t mhd_timer;  /* MHD_get_timeout */
-    uv_async_t async;      /* engine outbox went non-empty */
+    uv_poll_t mhd_poll;   /* MHD's epoll fd */
+    uv_timer_t mhd_timer; /* MHD_get_timeout */
+    uv_async_t async;     /* engine outbox went non-empty */
     uv_signal_t sig_term, sig_int;
     uv_timer_t drain_timer;
     uv_timer_t sweep_timer; /* watches suspended connections for a closed client */
     uv_idle_t kick;         /* one more MHD_run on the next iteration */
     int n_handles;          /* initialised handles still to close */
     bool in_mhd_run;
-    bool ready;      /* model loaded, serving */
-    bool draining;   /* SIGTERM seen: new requests 503 */
-    bool aborting;   /* drain over: everything aborted */
-    bool stopping;   /* daemon being stopped */
+    bool ready;    /* model loaded, serving */
+    bool draining; /* SIGTERM seen: new requests 503 */
+    bool aborting; /* drain over: everything aborted */
+    bool stopping; /* daemon being stopped */
     int n_signals;
     uint64_t next_id;
     uint64_t abort_deadline_ns;
     int64_t started_unix;
-    uv_timer_t stop_timer;  /* polls for the end of a drain */
+    uv_timer_t stop_timer; /* polls for the end of a drain */
     struct srv_sub *reg[SRV_REG_BUCKETS];
     struct srv_req *live; /* list of every live request */
     size_t n_live;
@@ -134,8 +136,8 @@ void srv_http_kick(struct srv_server *s);
  * X-Request-Id. */
 void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *resp);
 /* A body (copied) with its content type. */
-void srv_req_respond_body(struct srv_req *r, unsigned status, const char *ctype,
-                          const char *body, size_t len);
+void srv_req_respond_body(struct srv_req *r, unsigned status, const char *ctype, const char *body,
+                          size_t len);
 /* OpenAI's error body for st (HTTP status from api_status_http unless
  * http_status != 0); param and code may be NULL (null). */
 void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t st,
@@ -156,7 +158,7 @@ void srv_req_maybe_free(struct srv_req *r);
 void srv_route(struct srv_req *r);
 
 /* completion.c */
-void srv_cmpl_handle(struct srv_req *r);                       /* POST /v1/completions */
+void srv_cmpl_handle(struct srv_req *r);                        /* POST /v1/completions */
 void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev); /* one engine event */
 /* Unregister r's engine ids and free its completion state (NULL: no-op). */
 void srv_cmpl_free(struct srv_req *r);

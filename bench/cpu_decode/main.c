@@ -23,8 +23,8 @@
 #define MAX_MODELS 8
 #define MAX_BATCHES 8
 
-static int run_one(struct eng_backend *be, const char *dir, enum eng_quant q, int batch,
-                   int prompt, int tokens, double *tps, double *ms_step)
+static int run_one(struct eng_backend *be, const char *dir, enum eng_quant q, int batch, int prompt,
+                   int tokens, double *tps, double *ms_step)
 {
     struct eng_model_opts o;
     eng_model_opts_default(&o);
@@ -37,8 +37,10 @@ static int run_one(struct eng_backend *be, const char *dir, enum eng_quant q, in
     eng_kv_cache_t *kv = NULL;
     int rc = -1;
     int cap = batch * prompt;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)cap), *pos = malloc(sizeof(int32_t) * (size_t)cap),
-            *slot = malloc(sizeof(int32_t) * (size_t)cap), *last = malloc(sizeof(int32_t) * (size_t)batch);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)cap),
+            *pos = malloc(sizeof(int32_t) * (size_t)cap),
+            *slot = malloc(sizeof(int32_t) * (size_t)cap),
+            *last = malloc(sizeof(int32_t) * (size_t)batch);
     uint8_t *want = malloc((size_t)cap);
     float *logits = NULL;
     if (!tok || !pos || !slot || !last || !want)
@@ -67,9 +69,14 @@ static int run_one(struct eng_backend *be, const char *dir, enum eng_quant q, in
                 n++;
             }
         }
-        struct eng_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .slot = slot,
-                              .want_logits = want, .n_logits = batch,
-                              .block_table = eng_kv_cache_block_table(kv), .n_slots = batch,
+        struct eng_batch b = {.n_tokens = n,
+                              .tokens = tok,
+                              .pos = pos,
+                              .slot = slot,
+                              .want_logits = want,
+                              .n_logits = batch,
+                              .block_table = eng_kv_cache_block_table(kv),
+                              .n_slots = batch,
                               .max_blocks = max_blocks};
         uint64_t t0 = inf_now_ns();
         if (eng_model_forward(m, &b, logits, &err) != INF_OK) {
@@ -102,12 +109,10 @@ int main(int argc, char **argv)
     const char *names[MAX_MODELS], *dirs[MAX_MODELS];
     int n_models = 0, prompt = 16, tokens = 64, threads = 0;
     int batches[MAX_BATCHES] = {1, 16}, n_batches = 2;
-    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
-                                       {"prompt", required_argument, 0, 'p'},
-                                       {"tokens", required_argument, 0, 'n'},
-                                       {"threads", required_argument, 0, 't'},
-                                       {"batches", required_argument, 0, 'b'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
+        {"tokens", required_argument, 0, 'n'},  {"threads", required_argument, 0, 't'},
+        {"batches", required_argument, 0, 'b'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -122,9 +127,15 @@ int main(int argc, char **argv)
             dirs[n_models++] = eq + 1;
             break;
         }
-        case 'p': prompt = atoi(optarg); break;
-        case 'n': tokens = atoi(optarg); break;
-        case 't': threads = atoi(optarg); break;
+        case 'p':
+            prompt = atoi(optarg);
+            break;
+        case 'n':
+            tokens = atoi(optarg);
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
         case 'b': {
             n_batches = 0;
             for (char *s = optarg; *s && n_batches < MAX_BATCHES;) {
@@ -159,7 +170,8 @@ int main(int argc, char **argv)
     }
     printf("CPU decode, %d threads, prompt %d, %d decode steps\n", eng_backend_cpu_threads(be),
            prompt, tokens);
-    printf("| model | batch | fp32 tok/s | fp32 ms/step | INT4 tok/s | INT4 ms/step | INT4 / fp32 |\n");
+    printf("| model | batch | fp32 tok/s | fp32 ms/step | INT4 tok/s | INT4 ms/step | INT4 / fp32 "
+           "|\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     int rc = 0;
     for (int mi = 0; mi < n_models; mi++)

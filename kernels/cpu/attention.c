@@ -17,9 +17,8 @@ void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32
 }
 
 void krn_cpu_attn_head(const float *q, const float *k_pool, const float *v_pool,
-                       const int32_t *blocks, int32_t block, int32_t n_kv_heads,
-                       int32_t head_dim, int32_t kvh, int32_t n_ctx, float scale, float *scores,
-                       float *out)
+                       const int32_t *blocks, int32_t block, int32_t n_kv_heads, int32_t head_dim,
+                       int32_t kvh, int32_t n_ctx, float scale, float *scores, float *out)
 {
     int64_t row = (int64_t)n_kv_heads * head_dim;
     float mx = -INFINITY;

@@ -135,17 +135,59 @@ static inline void unpack_block(const uint8_t *qb, float s, float mz, float *wb)
  * accumulator lane j of the portable path. Dequantization and accumulation
  * are fused multiply-adds (one rounding each instead of two), so this path
  * and the portable one differ in the last bits; each is deterministic and
- * independent of m and of the column split. The short last block of a row
- * uses the portable code in both paths. */
+ * independent of m and of the column split (a row gets the same sequence of
+ * operations whether it runs alone or paired). Rows go two at a time so the
+ * accumulators stay in registers and each block is dequantized once per
+ * pair. The short last block of a row uses the portable code. */
+#define W8(c) _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), s, z)
+
+__attribute__((target("avx2,fma"))) static inline void
+q4_rows_avx2(const uint8_t *qr, const float *sr, const float *zr, int32_t nfull, const float *x0,
+             const float *x1, float *acc0, float *acc1)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int32_t b = 0; b < nfull; b++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(qr + b * 16));
+        __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+        __m256 s = _mm256_set1_ps(sr[b]), z = _mm256_set1_ps(zr[b]);
+        __m256 w0 = W8(lo), w1 = W8(_mm_srli_si128(lo, 8)), w2 = W8(hi),
+               w3 = W8(_mm_srli_si128(hi, 8));
+        const float *xb = x0 + b * BK;
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), a1);
+        a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), a2);
+        a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), a3);
+        if (x1) {
+            xb = x1 + b * BK;
+            b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), b0);
+            b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), b1);
+            b2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), b2);
+            b3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), b3);
+        }
+    }
+    _mm256_storeu_ps(acc0, a0);
+    _mm256_storeu_ps(acc0 + 8, a1);
+    _mm256_storeu_ps(acc0 + 16, a2);
+    _mm256_storeu_ps(acc0 + 24, a3);
+    if (x1) {
+        _mm256_storeu_ps(acc1, b0);
+        _mm256_storeu_ps(acc1 + 8, b1);
+        _mm256_storeu_ps(acc1 + 16, b2);
+        _mm256_storeu_ps(acc1 + 24, b3);
+    }
+}
+#undef W8
+
 __attribute__((target("avx2,fma"))) static void linear_q4_avx2(const struct krn_cpu_q4 *w,
-                                                            const float *bias, const float *x,
-                                                            int64_t ldx, float *y, int64_t ldy,
-                                                            int32_t m, int32_t n0, int32_t n1)
+                                                               const float *bias, const float *x,
+                                                               int64_t ldx, float *y, int64_t ldy,
+                                                               int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];
     float wb[BK];
     int32_t nfull = w->k / BK, nblk = (w->k + BK - 1) / BK;
-    const __m128i m4 = _mm_set1_epi8(0x0f);
     for (int32_t m0 = 0; m0 < m; m0 += MT) {
         int32_t mt = m - m0 < MT ? m - m0 : MT;
         const float *xt = x + (int64_t)m0 * ldx;
@@ -153,43 +195,10 @@ __attribute__((target("avx2,fma"))) static void linear_q4_avx2(const struct krn_
             const uint8_t *qr = w->q + (int64_t)n * (w->kr / 2);
             const float *sr = w->scale + (int64_t)n * (w->kr / BK);
             const float *zr = w->mzs + (int64_t)n * (w->kr / BK);
-            if (mt == 1) {
-                /* decode: accumulators stay in registers */
-                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-                for (int32_t b = 0; b < nfull; b++) {
-                    __m128i v = _mm_loadu_si128((const __m128i *)(qr + b * 16));
-                    __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-                    __m256 s = _mm256_set1_ps(sr[b]), z = _mm256_set1_ps(zr[b]);
-                    const float *xb = xt + b * BK;
-#define W8(c) _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), s, z)
-                    a0 = _mm256_fmadd_ps(W8(lo), _mm256_loadu_ps(xb), a0);
-                    a1 = _mm256_fmadd_ps(W8(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xb + 8), a1);
-                    a2 = _mm256_fmadd_ps(W8(hi), _mm256_loadu_ps(xb + 16), a2);
-                    a3 = _mm256_fmadd_ps(W8(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xb + 24), a3);
-                }
-                _mm256_storeu_ps(acc[0], a0);
-                _mm256_storeu_ps(acc[0] + 8, a1);
-                _mm256_storeu_ps(acc[0] + 16, a2);
-                _mm256_storeu_ps(acc[0] + 24, a3);
-            } else {
-                memset(acc, 0, sizeof acc);
-                for (int32_t b = 0; b < nfull; b++) {
-                    __m128i v = _mm_loadu_si128((const __m128i *)(qr + b * 16));
-                    __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-                    __m256 s = _mm256_set1_ps(sr[b]), z = _mm256_set1_ps(zr[b]);
-                    __m256 w0 = W8(lo), w1 = W8(_mm_srli_si128(lo, 8)), w2 = W8(hi),
-                           w3 = W8(_mm_srli_si128(hi, 8));
-#undef W8
-                    for (int32_t r = 0; r < mt; r++) {
-                        const float *xb = xt + r * ldx + b * BK;
-                        float *ar = acc[r];
-                        _mm256_storeu_ps(ar, _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), _mm256_loadu_ps(ar)));
-                        _mm256_storeu_ps(ar + 8, _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(ar + 8)));
-                        _mm256_storeu_ps(ar + 16, _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), _mm256_loadu_ps(ar + 16)));
-                        _mm256_storeu_ps(ar + 24, _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), _mm256_loadu_ps(ar + 24)));
-                    }
-                }
-            }
+            for (int32_t r = 0; r < mt; r += 2)
+                q4_rows_avx2(qr, sr, zr, nfull, xt + r * ldx,
+                             r + 1 < mt ? xt + (r + 1) * ldx : NULL, acc[r],
+                             r + 1 < mt ? acc[r + 1] : NULL);
             for (int32_t b = nfull; b < nblk; b++) { /* the short last block */
                 unpack_block(qr + b * 16, sr[b], zr[b], wb);
                 block_fma(acc, wb, xt, ldx, mt, b * BK, w->k - b * BK);
@@ -200,8 +209,8 @@ __attribute__((target("avx2,fma"))) static void linear_q4_avx2(const struct krn_
 }
 #endif
 
-void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x,
-                       int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x, int64_t ldx,
+                       float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
 #ifdef HAVE_AVX2_PATH
     if (krn_cpu_simd_on && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -231,7 +240,7 @@ void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const floa
 }
 
 HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
-                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+                            int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];
     int32_t nblk = (k + BK - 1) / BK;
@@ -251,7 +260,7 @@ HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const 
 }
 
 HOT void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
-                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+                            int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
     float acc[MT][BK];
     float wb[BK];

@@ -48,7 +48,7 @@ struct bad {
 };
 
 #define SHAPE                                                                                      \
-    "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "    \
+    "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "     \
     "token ids"
 
 static const struct bad bad_cases[] = {
@@ -87,8 +87,7 @@ static const struct bad bad_cases[] = {
     {"{\"prompt\":42}", 400, "prompt", NULL, SHAPE ", got 42"},
     {"{\"prompt\":{}}", 400, "prompt", NULL, SHAPE ", got an object"},
     {"{\"prompt\":[true]}", 400, "prompt", NULL, SHAPE ", got true at index 0"},
-    {"{\"prompt\":[\"a\",1]}", 400, "prompt", NULL,
-     SHAPE "; index 0 is a string but index 1 is 1"},
+    {"{\"prompt\":[\"a\",1]}", 400, "prompt", NULL, SHAPE "; index 0 is a string but index 1 is 1"},
     {"{\"prompt\":[[1],2]}", 400, "prompt", NULL, SHAPE "; index 0 is a list but index 1 is 2"},
     {"{\"prompt\":[1,32000]}", 400, "prompt", NULL,
      "'prompt' token id 32000 at index 1 is outside the vocabulary [0, 32000)"},
@@ -121,7 +120,8 @@ static const struct bad bad_cases[] = {
     {"{\"prompt\":\"a\",\"top_p\":0}", 400, "top_p", NULL, "'top_p' must be in (0, 1], got 0"},
     {"{\"prompt\":\"a\",\"top_k\":-2}", 400, "top_k", NULL,
      "'top_k' must be -1 (disabled) or at least 1, got -2"},
-    {"{\"prompt\":\"a\",\"min_p\":1.01}", 400, "min_p", NULL, "'min_p' must be in [0, 1], got 1.01"},
+    {"{\"prompt\":\"a\",\"min_p\":1.01}", 400, "min_p", NULL,
+     "'min_p' must be in [0, 1], got 1.01"},
     {"{\"prompt\":\"a\",\"presence_penalty\":-2.5}", 400, "presence_penalty", NULL,
      "'presence_penalty' must be in [-2, 2], got -2.5"},
     {"{\"prompt\":\"a\",\"frequency_penalty\":3}", 400, "frequency_penalty", NULL,
@@ -146,6 +146,9 @@ static const struct bad bad_cases[] = {
     /* logit_bias */
     {"{\"prompt\":\"a\",\"logit_bias\":{\"32000\":1}}", 400, "logit_bias", NULL,
      "'logit_bias' token id 32000 is outside the vocabulary [0, 32000)"},
+    {"{\"prompt\":\"a\",\"logit_bias\":{\"123456789012345678901234567890\":1}}", 400, "logit_bias",
+     NULL,
+     "'logit_bias' token id 123456789012345678901234567890 is outside the vocabulary [0, 32000)"},
     {"{\"prompt\":\"a\",\"logit_bias\":{\"-5\":1}}", 400, "logit_bias", NULL,
      "'logit_bias' keys must be token ids, got \"-5\""},
     {"{\"prompt\":\"a\",\"logit_bias\":{\"abc\":1}}", 400, "logit_bias", NULL,
@@ -270,6 +273,13 @@ START_TEST(defaults)
 {
     struct api_completion_req r;
     struct inf_err e;
+    ck_assert_str_eq(lim.model, "tiny-llama");
+    ck_assert_uint_eq(lim.vocab, 32000);
+    ck_assert_uint_eq(lim.max_model_len, 2048);
+    ck_assert_uint_eq(lim.max_n, 16);
+    ck_assert_uint_eq(lim.max_logprobs, 5);
+    ck_assert_uint_eq(lim.max_stop, 4);
+    ck_assert_uint_eq(lim.max_prompts, 256);
     ck_assert_int_eq(parse("{\"prompt\":\"Hello\"}", &r, NULL, &e), INF_OK);
     ck_assert_ptr_null(r.model);
     ck_assert_uint_eq(r.n_prompts, 1);
@@ -453,8 +463,8 @@ START_TEST(edge_values)
     ck_assert_uint_eq(r.n_stop, 4);
     ck_assert_str_eq(r.stop[3].s, "d");
     /* stream_options without include_usage: usage stays off. */
-    ck_assert_int_eq(parse("{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{}}", &r, NULL, &e),
-                     INF_OK);
+    ck_assert_int_eq(
+        parse("{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{}}", &r, NULL, &e), INF_OK);
     ck_assert(r.stream);
     ck_assert(!r.include_usage);
     /* Unknown keys are reported in body order. */
@@ -468,6 +478,38 @@ START_TEST(edge_values)
     const char raw[] = "{\"prompt\":\"abc\"}GARBAGE";
     ck_assert_int_eq(api_completion_parse(raw, 16, &lim, &arena, &r, NULL, &e), INF_OK);
     ck_assert_str_eq(r.prompts[0].text.s, "abc");
+}
+END_TEST
+
+/* Unknown keys come back safe to log: clipped, control bytes replaced, at
+ * most API_MAX_IGNORED of them. */
+START_TEST(ignored_keys)
+{
+    char body[4096];
+    size_t o = (size_t)snprintf(body, sizeof body, "{\"prompt\":\"a\",\"bad\\nkey\\u0001\":1,\"");
+    for (int i = 0; i < 70; i++)
+        body[o++] = 'k';
+    o += (size_t)snprintf(body + o, sizeof body - o, "\":2");
+    for (int i = 0; i < 30; i++)
+        o += (size_t)snprintf(body + o, sizeof body - o, ",\"x%d\":%d", i, i);
+    snprintf(body + o, sizeof body - o, ",\"stream\":true,\"stream_options\":{\"y\":1}}");
+    struct api_completion_req r;
+    struct inf_err e;
+    ck_assert_msg(parse(body, &r, NULL, &e) == INF_OK, "%s", e.msg);
+    ck_assert_uint_eq(r.n_ignored, API_MAX_IGNORED);
+    ck_assert_str_eq(r.ignored[0], "bad?key?");
+    ck_assert_uint_eq(strlen(r.ignored[1]), 64);
+    ck_assert_str_eq(r.ignored[2], "x0");
+    ck_assert_str_eq(r.ignored[API_MAX_IGNORED - 1], "x13");
+
+    /* A clip never splits a character. */
+    o = (size_t)snprintf(body, sizeof body, "{\"prompt\":\"a\",\"");
+    for (int i = 0; i < 63; i++)
+        body[o++] = 'k';
+    snprintf(body + o, sizeof body - o, "\xC3\xA9\":1}");
+    ck_assert_int_eq(parse(body, &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.n_ignored, 1);
+    ck_assert_uint_eq(strlen(r.ignored[0]), 63);
 }
 END_TEST
 
@@ -556,9 +598,8 @@ START_TEST(response_plain)
     ck_assert_ptr_nonnull(j);
     json_t *ch0 = json_array_get(json_object_get(j, "choices"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(ch0, "text")), "Hello, \"world\"\n");
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"),
-                                                        "total_tokens")),
-                     12);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 12);
     json_decref(j);
 }
 END_TEST
@@ -653,6 +694,14 @@ START_TEST(chunks)
                           "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9,"
                           "\"total_tokens\":12}}\n\n");
     ck_assert_str_eq(API_SSE_DONE, "data: [DONE]\n\n");
+
+    /* No id and no model: "cmpl-" and null, still valid JSON. */
+    struct api_resp_head bare = {NULL, 0, NULL};
+    ck_assert_int_eq(api_chunk_usage_encode(&bare, &u, &arena, &out, NULL, NULL), INF_OK);
+    ck_assert_str_eq(out, "data: {\"id\":\"cmpl-\",\"object\":\"text_completion\","
+                          "\"created\":0,\"model\":null,\"choices\":[],"
+                          "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9,"
+                          "\"total_tokens\":12}}\n\n");
 }
 END_TEST
 
@@ -670,14 +719,13 @@ START_TEST(text_escaping)
     struct api_choice c = {.index = 0, .text = {text, sizeof text - 1}};
     char *out;
     ck_assert_int_eq(api_chunk_encode(&head, &c, &arena, &out, NULL, NULL), INF_OK);
-    const char *want_text =
-        "\"text\":\"q\\\"b\\\\s/\\u0001\\u001f\x7f\\t\\r\\b\\f\\n\\u0000z"
-        "\xEF\xBF\xBD"
-        "A\xEF\xBF\xBD"
-        "\xEF\xBF\xBD\xEF\xBF\xBD"
-        "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
-        "\xE2\x82\xAC"
-        "\xEF\xBF\xBD\"";
+    const char *want_text = "\"text\":\"q\\\"b\\\\s/\\u0001\\u001f\x7f\\t\\r\\b\\f\\n\\u0000z"
+                            "\xEF\xBF\xBD"
+                            "A\xEF\xBF\xBD"
+                            "\xEF\xBF\xBD\xEF\xBF\xBD"
+                            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                            "\xE2\x82\xAC"
+                            "\xEF\xBF\xBD\"";
     ck_assert_msg(strstr(out, want_text) != NULL, "got %s", out);
 
     json_error_t je;
@@ -693,7 +741,10 @@ START_TEST(text_escaping)
     ck_assert_uint_eq(api_utf8_chars("", 0), 0);
     ck_assert_uint_eq(api_utf8_chars("abc", 3), 3);
     ck_assert_uint_eq(api_utf8_chars("\xE2\x82\xAC\xF0\x9F\x98\x80", 7), 2);
-    ck_assert_uint_eq(api_utf8_chars("\xE2\x82" "A", 3), 2);
+    ck_assert_uint_eq(api_utf8_chars("\xE2\x82"
+                                     "A",
+                                     3),
+                      2);
     ck_assert_uint_eq(api_utf8_chars("\xC0\xAF", 2), 2);
     ck_assert_uint_eq(api_utf8_chars("\xF4\x90\x80\x80", 4), 4); /* above U+10FFFF */
 }
@@ -792,6 +843,7 @@ static Suite *suite(void)
     tcase_add_test(tc, full_request);
     tcase_add_test(tc, prompt_shapes);
     tcase_add_test(tc, edge_values);
+    tcase_add_test(tc, ignored_keys);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("context");

@@ -33,12 +33,11 @@ START_TEST(several_and_none)
     };
     char *out;
     ck_assert_int_eq(api_models_encode(cards, 2, &a, &out, NULL, NULL), INF_OK);
-    ck_assert_str_eq(out,
-                     "{\"object\":\"list\",\"data\":["
-                     "{\"id\":\"org/Llama-3-8B-Instruct \\\"int4\\\"\",\"object\":\"model\","
-                     "\"created\":0,\"owned_by\":\"int4serve\",\"max_model_len\":8192},"
-                     "{\"id\":\"caf\xC3\xA9\",\"object\":\"model\",\"created\":1,"
-                     "\"owned_by\":\"int4serve\",\"max_model_len\":4294967295}]}");
+    ck_assert_str_eq(out, "{\"object\":\"list\",\"data\":["
+                          "{\"id\":\"org/Llama-3-8B-Instruct \\\"int4\\\"\",\"object\":\"model\","
+                          "\"created\":0,\"owned_by\":\"int4serve\",\"max_model_len\":8192},"
+                          "{\"id\":\"caf\xC3\xA9\",\"object\":\"model\",\"created\":1,"
+                          "\"owned_by\":\"int4serve\",\"max_model_len\":4294967295}]}");
     json_error_t je;
     json_t *j = json_loads(out, JSON_REJECT_DUPLICATES, &je);
     ck_assert_msg(j != NULL, "%s", je.text);

@@ -163,7 +163,8 @@ START_TEST(detokenize_encode)
     char *out;
     size_t len;
     const char text[] = "<s> Hello\t\"w\" \xE2\x82\xAC\xE2\x82";
-    ck_assert_int_eq(api_detokenize_encode(text, sizeof text - 1, &arena, &out, &len, NULL), INF_OK);
+    ck_assert_int_eq(api_detokenize_encode(text, sizeof text - 1, &arena, &out, &len, NULL),
+                     INF_OK);
     ck_assert_str_eq(out, "{\"prompt\":\"<s> Hello\\t\\\"w\\\" \xE2\x82\xAC\xEF\xBF\xBD\"}");
     ck_assert_uint_eq(len, strlen(out));
     ck_assert_int_eq(api_detokenize_encode(NULL, 0, &arena, &out, NULL, NULL), INF_OK);

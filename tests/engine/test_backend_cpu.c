@@ -67,7 +67,8 @@ END_TEST
 START_TEST(linear_q4_any_threads)
 {
     int n = 37, k = 288, m = 5;
-    float *w = malloc(sizeof(float) * (size_t)(n * k)), *x = malloc(sizeof(float) * (size_t)(m * k));
+    float *w = malloc(sizeof(float) * (size_t)(n * k)),
+          *x = malloc(sizeof(float) * (size_t)(m * k));
     float bias[37], y1[5 * 37], y3[5 * 37];
     for (int i = 0; i < n * k; i++)
         w[i] = urand();
@@ -143,18 +144,17 @@ START_TEST(linear_fp16_and_embedding)
     /* the same table as embeddings: row 299 of token 299, and a bad id */
     int32_t ids[2] = {299, 0};
     struct eng_buf *bi = upload(be, ids, sizeof ids);
-    ck_assert_int_eq(eng_op_embedding(be, bw, ENG_W_F16, n, k, bi, (struct eng_mat){by, 0, k}, 2,
-                                      NULL),
-                     INF_OK);
+    ck_assert_int_eq(
+        eng_op_embedding(be, bw, ENG_W_F16, n, k, bi, (struct eng_mat){by, 0, k}, 2, NULL), INF_OK);
     ck_assert_int_eq(eng_buf_download(be, by, 0, y, sizeof(float) * 40, NULL), INF_OK);
     for (int c = 0; c < k; c++)
         ck_assert(y[c] == inf_f16_to_f32(w[299 * k + c]));
     ids[1] = 300;
     ck_assert_int_eq(eng_buf_upload(be, bi, 0, ids, sizeof ids, NULL), INF_OK);
     struct inf_err err;
-    ck_assert_int_eq(eng_op_embedding(be, bw, ENG_W_F16, n, k, bi, (struct eng_mat){by, 0, k}, 2,
-                                      &err),
-                     INF_E_INVALID);
+    ck_assert_int_eq(
+        eng_op_embedding(be, bw, ENG_W_F16, n, k, bi, (struct eng_mat){by, 0, k}, 2, &err),
+        INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "300"));
     eng_buf_free(be, bw), eng_buf_free(be, bx), eng_buf_free(be, by), eng_buf_free(be, bi);
     free(w);
@@ -188,11 +188,20 @@ START_TEST(attention_prefill_and_decode)
     bpos = upload(be, pos, sizeof pos);
     bbt = upload(be, bt, sizeof bt);
     ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * 26 * NH * HD, &bo, NULL), INF_OK);
-    struct eng_attn_params p = {.n_heads = NH, .n_kv_heads = NKV, .head_dim = HD,
-                                .scale = 1.0f / sqrtf(HD), .q = {bq, 0, qkvw},
-                                .k = {bq, NH * HD, qkvw}, .v = {bq, (NH + NKV) * HD, qkvw},
-                                .out = {bo, 0, NH * HD}, .pos = bpos, .block_table = bbt,
-                                .n_slots = 2, .max_blocks = MAXB, .k_cache = kc, .v_cache = vc,
+    struct eng_attn_params p = {.n_heads = NH,
+                                .n_kv_heads = NKV,
+                                .head_dim = HD,
+                                .scale = 1.0f / sqrtf(HD),
+                                .q = {bq, 0, qkvw},
+                                .k = {bq, NH * HD, qkvw},
+                                .v = {bq, (NH + NKV) * HD, qkvw},
+                                .out = {bo, 0, NH * HD},
+                                .pos = bpos,
+                                .block_table = bbt,
+                                .n_slots = 2,
+                                .max_blocks = MAXB,
+                                .k_cache = kc,
+                                .v_cache = vc,
                                 .n_blocks = NBLK};
     int32_t hist[3] = {20, 5, 1}, pre[3] = {0, 20, 0}, dec[3] = {25, 1, 1};
     bs = upload(be, hist, sizeof hist);
@@ -247,7 +256,8 @@ START_TEST(rows_ops_through_wrappers)
 {
     struct eng_backend *be = cpu(2);
     int dim = 64, m = 300; /* large enough to be split over the pool */
-    float *x = malloc(sizeof(float) * (size_t)(m * dim)), *d = malloc(sizeof(float) * (size_t)(m * dim));
+    float *x = malloc(sizeof(float) * (size_t)(m * dim)),
+          *d = malloc(sizeof(float) * (size_t)(m * dim));
     float w[64];
     for (int i = 0; i < m * dim; i++) {
         x[i] = urand();
@@ -262,11 +272,13 @@ START_TEST(rows_ops_through_wrappers)
     struct eng_mat mx = {bx, 0, dim}, md = {bd, 0, dim}, mo = {bo, 0, dim};
     ck_assert_int_eq(eng_op_rmsnorm_add(be, mx, &md, bw, 1e-6f, mo, dim, m, NULL), INF_OK);
     float *o = malloc(sizeof(float) * (size_t)(m * dim));
-    ck_assert_int_eq(eng_buf_download(be, bo, 0, o, sizeof(float) * (size_t)(m * dim), NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, bo, 0, o, sizeof(float) * (size_t)(m * dim), NULL),
+                     INF_OK);
     for (int r = 0; r < m; r += 37) {
         double ss = 0;
         for (int i = 0; i < dim; i++)
-            ss += ((double)x[r * dim + i] + d[r * dim + i]) * ((double)x[r * dim + i] + d[r * dim + i]);
+            ss += ((double)x[r * dim + i] + d[r * dim + i]) *
+                  ((double)x[r * dim + i] + d[r * dim + i]);
         for (int i = 0; i < dim; i++) {
             double want = ((double)x[r * dim + i] + d[r * dim + i]) / sqrt(ss / dim + 1e-6) * w[i];
             ck_assert(fabs(o[r * dim + i] - want) < 1e-5);
@@ -284,7 +296,8 @@ START_TEST(rows_ops_through_wrappers)
     ck_assert_int_eq(eng_buf_upload(be, bi, 0, idx, sizeof idx, NULL), INF_OK);
     ck_assert_int_eq(eng_op_rows_gather(be, mo, bi, mx, dim, 2, NULL), INF_E_INVALID);
     struct eng_rope_params rp = {.theta = 10000.0f};
-    ck_assert_int_eq(eng_op_rope(be, mx, 2, 33, bi, &rp, 2, NULL), INF_E_INVALID); /* odd head_dim */
+    ck_assert_int_eq(eng_op_rope(be, mx, 2, 33, bi, &rp, 2, NULL),
+                     INF_E_INVALID); /* odd head_dim */
     eng_buf_free(be, bx), eng_buf_free(be, bd), eng_buf_free(be, bw), eng_buf_free(be, bo);
     eng_buf_free(be, bi);
     free(x), free(d), free(o);

@@ -2,6 +2,7 @@
  * model: submission from several threads, the outbox and its notifications,
  * admission bound, cancel, drain, abort_all, the step-time test hook. */
 #include "engine/eng.h"
+#include "engine/backend.h"
 #include "engine/mock.h"
 #include "engine/model.h"
 #include "engine/scheduler_lm.h"
@@ -488,6 +489,35 @@ START_TEST(invalid_and_destroy_in_flight)
 }
 END_TEST
 
+START_TEST(device_failure_is_sticky)
+{
+    setenv("INT4SERVE_MOCK_FAIL_STEP", "4", 1);
+    eng_engine_t *eng = open_engine(4, 8, 0, 256, 0);
+    unsetenv("INT4SERVE_MOCK_FAIL_STEP");
+    for (int k = 1; k <= 3; k++) {
+        struct eng_request *r = mkreq((uint64_t)k, 10, (uint32_t)k, 50);
+        r->stream = true;
+        submit_ok(eng, r);
+    }
+    pump(eng, 3, 5000);
+    for (int k = 1; k <= 3; k++) {
+        ck_assert_int_eq(outs[k].n_error, 1);
+        ck_assert_int_eq(outs[k].status, INF_E_DEVICE);
+        ck_assert_int_eq(outs[k].n_done, 0);
+        ck_assert_int_eq(outs[k].n_final, 0);
+        ck_assert(!outs[k].after_end);
+    }
+    struct eng_stats st;
+    WAIT_FOR(eng, st, st.failed && st.running == 0 && st.kv_blocks_used == 0);
+    /* later requests are answered with the same error */
+    submit_ok(eng, mkreq(9, 10, 9, 5));
+    pump(eng, 4, 5000);
+    ck_assert_int_eq(outs[9].n_error, 1);
+    ck_assert_int_eq(outs[9].status, INF_E_DEVICE);
+    eng_engine_destroy(eng);
+}
+END_TEST
+
 /* ---- the real model on the CPU backend ----------------------------------------------------- */
 /* A tiny synthetic checkpoint made by the project's int4serve-mkmodel. */
 static char model_dir[256];
@@ -668,7 +698,6 @@ START_TEST(cpu_model_keep_fp16_names)
     const char *keep[2] = {"lm_head", "model.layers.1.mlp.*"};
     struct eng_lm_model_opts o = {
         .dir = model_dir,
-        .threads = 1,
         .quantize = true,
         .group_size = 32,
         .fuse_qkv = false,
@@ -679,7 +708,10 @@ START_TEST(cpu_model_keep_fp16_names)
     };
     struct eng_lm lm;
     struct inf_err err;
-    inf_status_t st = eng_lm_model_create(&o, &lm, &err);
+    struct eng_backend *be = NULL;
+    struct eng_backend_cpu_opts bo = {.n_threads = 1};
+    ck_assert_int_eq(eng_backend_cpu_create(&bo, &be, &err), INF_OK);
+    inf_status_t st = eng_lm_model_create(&o, be, &lm, &err);
     ck_assert_msg(st == INF_OK, "%s", err.msg);
     const eng_model_t *m = eng_lm_model(&lm);
     int n_fp = 0, n_q = 0;
@@ -693,6 +725,21 @@ START_TEST(cpu_model_keep_fp16_names)
     ck_assert_int_eq(n_fp, 4); /* lm_head, layer 1 gate, up, down */
     ck_assert_int_gt(n_q, 8);
     lm.destroy(lm.self);
+
+    /* a backend this build lacks, and a missing folder, are refused by name */
+    struct eng_config cfg = {0};
+    cfg.backend = ENG_BACKEND_CUDA;
+    cfg.model_dir = model_dir;
+    eng_engine_t *eng = NULL;
+    ck_assert_int_eq(eng_engine_create(&cfg, NULL, NULL, &eng, &err), INF_E_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cuda"));
+    cfg.backend = ENG_BACKEND_CPU;
+    cfg.model_dir = NULL;
+    ck_assert_int_eq(eng_engine_create(&cfg, NULL, NULL, &eng, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model"));
+    cfg.model_dir = "/nonexistent/int4serve-model";
+    ck_assert_int_ne(eng_engine_create(&cfg, NULL, NULL, &eng, &err), INF_OK);
+    ck_assert_ptr_null(eng);
     remove_model();
 }
 END_TEST
@@ -714,6 +761,7 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_running_and_queued);
     tcase_add_test(tc, drain_refuses_new_and_finishes_running);
     tcase_add_test(tc, abort_all_ends_everything);
+    tcase_add_test(tc, device_failure_is_sticky);
     suite_add_tcase(s, tc);
     tc = tcase_create("cpu_model");
     tcase_set_timeout(tc, 240);

@@ -5,6 +5,7 @@
  * consistent byte-level BPE. Runs the tool from INT4SERVE_BUILD_DIR. */
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
+#include "engine/tokenizer.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -480,6 +481,41 @@ static int64_t check_tokenizer(const char *dir, const struct eng_model_config *c
     return n + 2;
 }
 
+/* The engine's own tokenizer loads the file: BOS added by the template, a
+ * common word is one token, and decoding gives the text back byte for byte. */
+static void check_engine_tokenizer(const char *dir, int64_t size)
+{
+    eng_tok_t *tok;
+    struct inf_err err;
+    ck_assert_msg(eng_tok_load(dir, &tok, &err) == INF_OK, "%s", err.msg);
+    int32_t n = (int32_t)size - 2;
+    ck_assert_int_eq(eng_tok_vocab_size(tok), size);
+    ck_assert_int_eq(eng_tok_bos_id(tok), n);
+    ck_assert_int_eq(eng_tok_eos_id(tok), n + 1);
+    ck_assert_int_eq(eng_tok_token_to_id(tok, "<|end_of_text|>"), n + 1);
+    const char *text = "The river ran under the bridge, caf\xc3\xa9 na\xc3\xafve 42!\n";
+    struct eng_tok_ids ids = {0};
+    ck_assert_int_eq(eng_tok_encode(tok, text, strlen(text), NULL, &ids, &err), INF_OK);
+    ck_assert_uint_ge(ids.n, 8);
+    ck_assert_uint_lt(ids.n, strlen(text)); /* merges shortened it */
+    ck_assert_int_eq(ids.ids[0], n);
+    for (size_t i = 1; i < ids.n; i++)
+        ck_assert_int_lt(ids.ids[i], n);
+    char *back;
+    size_t blen;
+    ck_assert_int_eq(eng_tok_decode(tok, ids.ids, ids.n, true, &back, &blen, &err), INF_OK);
+    ck_assert_str_eq(back, text);
+    free(back);
+    eng_tok_ids_fini(&ids);
+    struct eng_tok_encode_opts plain = eng_tok_encode_defaults();
+    plain.add_special = false;
+    ck_assert_int_eq(eng_tok_encode(tok, " the", 4, &plain, &ids, &err), INF_OK);
+    ck_assert_uint_eq(ids.n, 1);
+    ck_assert_str_eq(eng_tok_id_to_token(tok, ids.ids[0]), "\xc4\xa0the");
+    eng_tok_ids_fini(&ids);
+    eng_tok_destroy(tok);
+}
+
 /* ---- tests ------------------------------------------------------------------------- */
 
 START_TEST(tiny_preset)
@@ -498,6 +534,7 @@ START_TEST(tiny_preset)
     ck_assert_str_eq(c.torch_dtype, "float32");
     int64_t tok = check_tokenizer(dir_of("tiny"), &c);
     ck_assert_int_eq(c.vocab, (tok + 7) / 8 * 8); /* the tokenizer's size rounded up to 8 */
+    check_engine_tokenizer(dir_of("tiny"), tok);
     check_weights(dir_of("tiny"), &c, ENG_DT_F32);
     check_forward(dir_of("tiny"), &c);
 }
@@ -648,6 +685,7 @@ START_TEST(refuses_bad_shapes)
      * tokenizer, an unknown preset and dtype: refused, nothing half-written */
     ck_assert_int_ne(mkmodel("x", "--heads", "5", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--heads", "6", "--kv-heads", "4", NULL), 0);
+    ck_assert_int_ne(mkmodel("x", "--heads", "4", "--kv-heads", "8", "--hidden", "256", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--vocab", "100", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--preset", "huge", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--dtype", "f64", NULL), 0);

@@ -7,7 +7,9 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_config.h"
+#include "engine/eng.h"
 #include "engine/safetensors.h"
+#include "engine/scheduler_impl.h"
 #include "test_model_util.h"
 
 #include <check.h>
@@ -37,19 +39,48 @@ static void drop_model(void)
     tm_rmdir(dir);
 }
 
-static const struct tm_spec LLAMA = {.arch = "llama", .hidden = 64, .intermediate = 160,
-                                     .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 96,
-                                     .rope_theta = 10000.0f, .dtype = ENG_DT_F32, .seed = 11};
-static const struct tm_spec LLAMA3_TIED = {.arch = "llama", .hidden = 96, .intermediate = 128,
-                                           .layers = 2, .heads = 3, .kv_heads = 1, .vocab = 80,
-                                           .tie = 1, .llama3 = 1, .rope_theta = 500000.0f,
-                                           .dtype = ENG_DT_BF16, .seed = 12};
-static const struct tm_spec MISTRAL = {.arch = "mistral", .hidden = 64, .intermediate = 96,
-                                       .layers = 2, .heads = 8, .kv_heads = 2, .vocab = 64,
-                                       .rope_theta = 1000000.0f, .dtype = ENG_DT_F16, .seed = 13};
-static const struct tm_spec QWEN2 = {.arch = "qwen2", .hidden = 64, .intermediate = 128,
-                                     .layers = 2, .heads = 4, .kv_heads = 2, .vocab = 72,
-                                     .tie = 1, .rope_theta = 1000000.0f, .dtype = ENG_DT_F32,
+static const struct tm_spec LLAMA = {.arch = "llama",
+                                     .hidden = 64,
+                                     .intermediate = 160,
+                                     .layers = 2,
+                                     .heads = 4,
+                                     .kv_heads = 2,
+                                     .vocab = 96,
+                                     .rope_theta = 10000.0f,
+                                     .dtype = ENG_DT_F32,
+                                     .seed = 11};
+static const struct tm_spec LLAMA3_TIED = {.arch = "llama",
+                                           .hidden = 96,
+                                           .intermediate = 128,
+                                           .layers = 2,
+                                           .heads = 3,
+                                           .kv_heads = 1,
+                                           .vocab = 80,
+                                           .tie = 1,
+                                           .llama3 = 1,
+                                           .rope_theta = 500000.0f,
+                                           .dtype = ENG_DT_BF16,
+                                           .seed = 12};
+static const struct tm_spec MISTRAL = {.arch = "mistral",
+                                       .hidden = 64,
+                                       .intermediate = 96,
+                                       .layers = 2,
+                                       .heads = 8,
+                                       .kv_heads = 2,
+                                       .vocab = 64,
+                                       .rope_theta = 1000000.0f,
+                                       .dtype = ENG_DT_F16,
+                                       .seed = 13};
+static const struct tm_spec QWEN2 = {.arch = "qwen2",
+                                     .hidden = 64,
+                                     .intermediate = 128,
+                                     .layers = 2,
+                                     .heads = 4,
+                                     .kv_heads = 2,
+                                     .vocab = 72,
+                                     .tie = 1,
+                                     .rope_theta = 1000000.0f,
+                                     .dtype = ENG_DT_F32,
                                      .seed = 14};
 
 static eng_model_t *load(enum eng_quant q, int group, bool fuse)
@@ -151,8 +182,8 @@ static void naive_forward(const char *d, const int32_t *tokens, int n, double *l
     ck_assert_int_eq(eng_model_config_load(d, &nv.c, &err), INF_OK);
     ck_assert_int_eq(eng_st_open(d, &nv.st, &err), INF_OK);
     const struct eng_model_config *c = &nv.c;
-    int H = c->hidden, I = c->intermediate, hd = c->head_dim, nh = c->n_heads,
-        nkv = c->n_kv_heads, V = c->vocab;
+    int H = c->hidden, I = c->intermediate, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads,
+        V = c->vocab;
     int qd = nh * hd, kvd = nkv * hd;
     double *E = rd(&nv, "model.embed_tokens.weight", (int64_t)V * H);
     double *x = calloc((size_t)n * H, sizeof(double));
@@ -222,8 +253,8 @@ static void naive_forward(const char *d, const int32_t *tokens, int n, double *l
             for (int i = 0; i < H; i++)
                 x[(int64_t)t * H + i] += tmp[i];
         }
-        free(an), free(mn), free(Wq), free(Wk), free(Wv), free(Wo), free(Wg), free(Wu),
-            free(Wd), free(bq), free(bk), free(bv);
+        free(an), free(mn), free(Wq), free(Wk), free(Wv), free(Wo), free(Wg), free(Wu), free(Wd),
+            free(bq), free(bk), free(bv);
     }
     double *fn = rd(&nv, "model.norm.weight", H);
     double *LM = c->tie_embeddings ? E : rd(&nv, "lm_head.weight", (int64_t)V * H);
@@ -233,8 +264,8 @@ static void naive_forward(const char *d, const int32_t *tokens, int n, double *l
     }
     if (LM != E)
         free(LM);
-    free(fn), free(E), free(x), free(xn), free(q), free(k), free(v), free(att), free(tmp),
-        free(g), free(u), free(sc);
+    free(fn), free(E), free(x), free(xn), free(q), free(k), free(v), free(att), free(tmp), free(g),
+        free(u), free(sc);
     eng_st_close(nv.st);
 }
 
@@ -242,8 +273,7 @@ static void naive_forward(const char *d, const int32_t *tokens, int n, double *l
 
 /* One sequence in slot 0: prefill tokens[0..n_pre) in one step, then feed
  * tokens[n_pre..n) one decode step each; logits of every position. */
-static void run_positions(eng_model_t *m, const int32_t *tokens, int n, int n_pre,
-                          float *logits)
+static void run_positions(eng_model_t *m, const int32_t *tokens, int n, int n_pre, float *logits)
 {
     int V = eng_model_config(m)->vocab;
     eng_kv_cache_t *kv;
@@ -260,9 +290,14 @@ static void run_positions(eng_model_t *m, const int32_t *tokens, int n, int n_pr
     int t = 0;
     while (t < n) {
         int len = t == 0 ? n_pre : 1;
-        struct eng_batch b = {.n_tokens = len, .tokens = tokens + t, .pos = pos + t,
-                              .slot = slot, .want_logits = want, .n_logits = len,
-                              .block_table = eng_kv_cache_block_table(kv), .n_slots = 1,
+        struct eng_batch b = {.n_tokens = len,
+                              .tokens = tokens + t,
+                              .pos = pos + t,
+                              .slot = slot,
+                              .want_logits = want,
+                              .n_logits = len,
+                              .block_table = eng_kv_cache_block_table(kv),
+                              .n_slots = 1,
                               .max_blocks = 16};
         inf_status_t s = eng_model_forward(m, &b, logits + (int64_t)t * V, &err);
         ck_assert_msg(s == INF_OK, "forward: %s", err.msg);
@@ -363,7 +398,8 @@ START_TEST(int4_close_to_fp32)
             total++;
         }
     }
-    fprintf(stderr, "int4 vs fp32: max diff %g, max logit %g, top-1 %d/%d\n", worst, amax, agree, total);
+    fprintf(stderr, "int4 vs fp32: max diff %g, max logit %g, top-1 %d/%d\n", worst, amax, agree,
+            total);
     ck_assert_msg(worst <= 0.05 * amax, "max |int4 - fp32| %g vs max |logit| %g", worst, amax);
     ck_assert_msg(agree * 100 >= 95 * total, "top-1 agreement %d of %d", agree, total);
     free(a);
@@ -411,14 +447,13 @@ END_TEST
 
 /* Greedy generation for n_seq prompts run together (continuous batching
  * over one KV cache); out[s][0..n_new). */
-static void generate(eng_model_t *m, int n_seq, int32_t (*prompts)[24], const int *plen,
-                     int n_new, int32_t (*out)[40])
+static void generate(eng_model_t *m, int n_seq, int32_t (*prompts)[24], const int *plen, int n_new,
+                     int32_t (*out)[40])
 {
     const struct eng_model_config *c = eng_model_config(m);
     eng_kv_cache_t *kv;
     struct inf_err err = {0};
-    ck_assert_int_eq(eng_kv_cache_create(eng_model_n_kv_blocks(m), n_seq, 8, &kv, &err),
-                     INF_OK);
+    ck_assert_int_eq(eng_kv_cache_create(eng_model_n_kv_blocks(m), n_seq, 8, &kv, &err), INF_OK);
     int32_t tok[256], pos[256], slot[256];
     uint8_t want[256];
     int len[8] = {0};
@@ -438,9 +473,14 @@ static void generate(eng_model_t *m, int n_seq, int32_t (*prompts)[24], const in
             }
             len[s] = to;
         }
-        struct eng_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .slot = slot,
-                              .want_logits = want, .n_logits = n_seq,
-                              .block_table = eng_kv_cache_block_table(kv), .n_slots = n_seq,
+        struct eng_batch b = {.n_tokens = n,
+                              .tokens = tok,
+                              .pos = pos,
+                              .slot = slot,
+                              .want_logits = want,
+                              .n_logits = n_seq,
+                              .block_table = eng_kv_cache_block_table(kv),
+                              .n_slots = n_seq,
                               .max_blocks = 8};
         inf_status_t st = eng_model_forward(m, &b, logits, &err);
         ck_assert_msg(st == INF_OK, "forward: %s", err.msg);
@@ -488,8 +528,8 @@ static void generation_case(const struct tm_spec *sp, int n_new)
     generate(m, 1, prompts, plen, n_new, got);
     naive_generate(prompts[0], 7, n_new, sp->vocab, want);
     for (int i = 0; i < n_new; i++)
-        ck_assert_msg(got[0][i] == want[i], "%s token %d: %d, naive %d", sp->arch, i,
-                      got[0][i], want[i]);
+        ck_assert_msg(got[0][i] == want[i], "%s token %d: %d, naive %d", sp->arch, i, got[0][i],
+                      want[i]);
     /* INT4 generates too (tokens in range, all steps ran). */
     eng_model_t *q = load(ENG_QUANT_INT4, 32, true);
     int32_t qg[1][40];
@@ -550,11 +590,34 @@ END_TEST
 
 START_TEST(tiny_group256_every_layer_quantized)
 {
-    struct tm_spec sp = {.arch = "llama", .hidden = 288, .intermediate = 768, .layers = 6,
-                         .heads = 6, .kv_heads = 6, .vocab = 256, .rope_theta = 10000.0f,
-                         .dtype = ENG_DT_F16, .seed = 21};
+    struct tm_spec sp = {.arch = "llama",
+                         .hidden = 288,
+                         .intermediate = 768,
+                         .layers = 6,
+                         .heads = 6,
+                         .kv_heads = 6,
+                         .vocab = 256,
+                         .rope_theta = 10000.0f,
+                         .dtype = ENG_DT_F16,
+                         .seed = 21};
     make_model(&sp);
+    /* the padding is logged once for the model, naming the layers and sizes */
+    char logpath[] = "/tmp/int4serve-log-XXXXXX";
+    int fd = mkstemp(logpath);
+    ck_assert_int_ge(fd, 0);
+    inf_log_set_fd(fd);
     eng_model_t *m = load(ENG_QUANT_INT4, 256, true);
+    inf_log_set_fd(2);
+    char text[4096] = "";
+    ck_assert_int_ge(pread(fd, text, sizeof text - 1, 0), 1);
+    close(fd);
+    unlink(logpath);
+    const char *hit = strstr(text, "padded along K");
+    ck_assert_ptr_nonnull(hit);
+    ck_assert_ptr_null(strstr(hit + 1, "padded along K"));
+    ck_assert_ptr_nonnull(strstr(text, "18 of 24 quantized layers"));
+    ck_assert_ptr_nonnull(strstr(text, "self_attn.qkv_proj 288->512"));
+    ck_assert_ptr_nonnull(strstr(text, "mlp.gate_up_proj 288->512"));
     int n = eng_model_layer_count(m), padded = 0, quantized = 0;
     ck_assert_int_eq(n, 6 * 4 + 1);
     for (int i = 0; i < n; i++) {
@@ -614,6 +677,103 @@ START_TEST(tiny_group256_every_layer_quantized)
 }
 END_TEST
 
+/* A pattern keeps the layers it names in fp16; the rest are INT4. */
+START_TEST(keep_fp16_patterns)
+{
+    make_model(&LLAMA);
+    struct eng_model_opts o;
+    eng_model_opts_default(&o);
+    o.max_tokens = 16;
+    o.n_kv_blocks = 4;
+    const char *keep[2] = {"*.mlp.down_proj.*", "*.self_attn.k_proj.*"};
+    o.keep_fp16 = keep;
+    o.n_keep_fp16 = 2;
+    for (int fuse = 0; fuse < 2; fuse++) {
+        o.fuse_qkv = fuse;
+        eng_model_t *m;
+        struct inf_err err;
+        ck_assert_int_eq(eng_model_load(dir, be, &o, &m, &err), INF_OK);
+        int kept = 0;
+        for (int i = 0; i < eng_model_layer_count(m); i++) {
+            const struct eng_layer_info *li = eng_model_layer_info(m, i);
+            /* the list replaces the defaults: lm_head is quantized now */
+            bool want_fp = strstr(li->name, "down_proj") || strstr(li->name, "k_proj") ||
+                           (fuse && strstr(li->name, "qkv_proj"));
+            ck_assert_msg(li->quantized == !want_fp, "%s", li->name);
+            if (!li->quantized) {
+                ck_assert_int_eq(li->fp_dtype, ENG_W_F16);
+                kept++;
+            }
+        }
+        /* per layer: down, and k (or the fused qkv holding it) */
+        ck_assert_int_eq(kept, 2 * 2);
+        eng_model_destroy(m);
+    }
+    drop_model();
+}
+END_TEST
+
+/* The scheduler's view: the same logits as the model used directly, KV
+ * pools only once reserved. */
+START_TEST(scheduler_lm_adapter)
+{
+    make_model(&QWEN2);
+    struct eng_config cfg = {.model_dir = dir,
+                             .backend = ENG_BACKEND_CPU,
+                             .threads = 2,
+                             .max_batched_tokens = 64,
+                             .quantize = false,
+                             .fuse_qkv = true};
+    struct eng_lm lm;
+    struct inf_err err = {0};
+    ck_assert_msg(eng_model_lm_create(&cfg, &lm, &err) == INF_OK, "%s", err.msg);
+    ck_assert_str_eq(lm.name, "cpu");
+    ck_assert_int_eq(lm.vocab, QWEN2.vocab);
+    ck_assert_int_eq(lm.max_len, 4096);
+    ck_assert_int_eq(lm.bos_id, 1);
+    ck_assert_int_eq(lm.n_eos, 1);
+    ck_assert_int_eq(lm.eos_ids[0], 2);
+    enum { N = 9 };
+    int32_t tok[N], pos[N], slot[N];
+    uint8_t want[N];
+    prompt(tok, N, QWEN2.vocab, 8);
+    for (int i = 0; i < N; i++) {
+        pos[i] = i;
+        slot[i] = 0;
+        want[i] = 1;
+    }
+    int32_t bt[2] = {3, 0};
+    struct eng_batch b = {.n_tokens = N,
+                          .tokens = tok,
+                          .pos = pos,
+                          .slot = slot,
+                          .want_logits = want,
+                          .n_logits = N,
+                          .block_table = bt,
+                          .n_slots = 1,
+                          .max_blocks = 2};
+    float *a = malloc(sizeof(float) * N * QWEN2.vocab),
+          *r = malloc(sizeof(float) * N * QWEN2.vocab);
+    ck_assert_int_eq(lm.forward(lm.self, &b, a, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not reserved"));
+    ck_assert_int_eq(lm.kv_reserve(lm.self, 4, &err), INF_OK);
+    ck_assert_int_eq(lm.forward(lm.self, &b, a, &err), INF_OK);
+    eng_model_t *m = load(ENG_QUANT_NONE, 128, true);
+    run_positions(m, tok, N, N, r);
+    ck_assert_int_eq(memcmp(a, r, sizeof(float) * N * QWEN2.vocab), 0);
+    /* block 3 of a 2-block pool after a smaller reserve is refused */
+    ck_assert_int_eq(lm.kv_reserve(lm.self, 2, &err), INF_OK);
+    ck_assert_int_eq(lm.forward(lm.self, &b, a, &err), INF_E_INVALID);
+    lm.destroy(lm.self);
+    eng_model_destroy(m);
+    free(a);
+    free(r);
+    cfg.backend = ENG_BACKEND_CUDA;
+    ck_assert_int_eq(eng_model_lm_create(&cfg, &lm, &err), INF_E_UNSUPPORTED);
+    drop_model();
+}
+END_TEST
+
 START_TEST(bad_batches_refused)
 {
     make_model(&LLAMA);
@@ -626,9 +786,14 @@ START_TEST(bad_batches_refused)
     int32_t tok[3] = {1, 2, 3}, pos[3] = {0, 1, 0}, slot[3] = {0, 1, 0};
     uint8_t want[3] = {1, 1, 1};
     float lg[3 * 96];
-    struct eng_batch b = {.n_tokens = 3, .tokens = tok, .pos = pos, .slot = slot,
-                          .want_logits = want, .n_logits = 3,
-                          .block_table = eng_kv_cache_block_table(kv), .n_slots = 2,
+    struct eng_batch b = {.n_tokens = 3,
+                          .tokens = tok,
+                          .pos = pos,
+                          .slot = slot,
+                          .want_logits = want,
+                          .n_logits = 3,
+                          .block_table = eng_kv_cache_block_table(kv),
+                          .n_slots = 2,
                           .max_blocks = 4};
     ck_assert_int_eq(eng_model_forward(m, &b, lg, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "not contiguous"));
@@ -664,6 +829,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, int4_close_to_fp32);
     tcase_add_test(t, tiny_group256_every_layer_quantized);
+    tcase_add_test(t, keep_fp16_patterns);
     suite_add_tcase(s, t);
     t = tcase_create("fusion");
     tcase_set_timeout(t, 120);
@@ -677,6 +843,7 @@ static Suite *suite(void)
     tcase_add_test(t, generate_qwen2_1_and_32);
     tcase_add_test(t, batch_of_8_matches_alone);
     tcase_add_test(t, bad_batches_refused);
+    tcase_add_test(t, scheduler_lm_adapter);
     suite_add_tcase(s, t);
     return s;
 }

@@ -15,14 +15,14 @@
 #include <string.h>
 
 struct tm_spec {
-    const char *arch;       /* "llama" | "mistral" | "qwen2" */
+    const char *arch; /* "llama" | "mistral" | "qwen2" */
     int hidden, intermediate, layers, heads, kv_heads, vocab;
-    int tie;                /* tie_word_embeddings */
-    int llama3;             /* rope_scaling llama3 */
+    int tie;    /* tie_word_embeddings */
+    int llama3; /* rope_scaling llama3 */
     float rope_theta;
-    enum eng_dtype dtype;   /* F32, F16 or BF16 */
-    float head_std;         /* lm_head std times sqrt(hidden); 0 means 3 */
-    float out_scale;        /* o_proj and down_proj std multiplier; 0 means 1 */
+    enum eng_dtype dtype; /* F32, F16 or BF16 */
+    float head_std;       /* lm_head std times sqrt(hidden); 0 means 3 */
+    float out_scale;      /* o_proj and down_proj std multiplier; 0 means 1 */
     uint64_t seed;
 };
 
@@ -87,24 +87,24 @@ static int tm_write(const char *dir, const struct tm_spec *sp)
         float std, mean;
     } t[512];
     int nt = 0;
-#define TM_ADD(nm, rr, cc, sd, mn)                                                                \
-    do {                                                                                          \
-        snprintf(t[nt].name, sizeof t[nt].name, "%s", nm);                                        \
-        t[nt].r = rr;                                                                             \
-        t[nt].c = cc;                                                                             \
-        t[nt].std = sd;                                                                           \
-        t[nt].mean = mn;                                                                          \
-        nt++;                                                                                     \
+#define TM_ADD(nm, rr, cc, sd, mn)                                                                 \
+    do {                                                                                           \
+        snprintf(t[nt].name, sizeof t[nt].name, "%s", nm);                                         \
+        t[nt].r = rr;                                                                              \
+        t[nt].c = cc;                                                                              \
+        t[nt].std = sd;                                                                            \
+        t[nt].mean = mn;                                                                           \
+        nt++;                                                                                      \
     } while (0)
     TM_ADD("model.embed_tokens.weight", sp->vocab, H, 1.0f, 0.0f);
     for (int l = 0; l < sp->layers && nt < 500; l++) {
         char n[128];
         const float os = sp->out_scale > 0 ? sp->out_scale : 1.0f;
         const float sh = 1.0f / sqrtf((float)H), si = os / sqrtf((float)I);
-#define TM_L(suffix, rr, cc, sd, mn)                                                              \
-    do {                                                                                          \
-        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                   \
-        TM_ADD(n, rr, cc, sd, mn);                                                                \
+#define TM_L(suffix, rr, cc, sd, mn)                                                               \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                    \
+        TM_ADD(n, rr, cc, sd, mn);                                                                 \
     } while (0)
         TM_L("input_layernorm.weight", H, 0, 0.1f, 1.0f);
         TM_L("self_attn.q_proj.weight", qd, H, sh, 0.0f);
@@ -124,8 +124,8 @@ static int tm_write(const char *dir, const struct tm_spec *sp)
     }
     TM_ADD("model.norm.weight", H, 0, 0.1f, 1.0f);
     if (!sp->tie)
-        TM_ADD("lm_head.weight", sp->vocab, H, (sp->head_std > 0 ? sp->head_std : 3.0f) / sqrtf((float)H),
-               0.0f);
+        TM_ADD("lm_head.weight", sp->vocab, H,
+               (sp->head_std > 0 ? sp->head_std : 3.0f) / sqrtf((float)H), 0.0f);
 #undef TM_ADD
 
     eng_st_writer_t *w = NULL;

@@ -420,6 +420,77 @@ START_TEST(batch_of_128_matches_alone)
 }
 END_TEST
 
+START_TEST(random_traffic_invariants)
+{
+    /* Requests arrive over time with random lengths, n, streaming and
+     * cancellations, on a KV pool small enough to preempt: every request
+     * ends exactly once, every greedy choice that was not cancelled equals
+     * the reference, and every block comes back. */
+    struct harness h;
+    h_open(&h, 16, 64, 128, 40);
+    enum { N = 250 };
+    static int32_t prompts[N][100];
+    static int32_t plen[N], mtok[N], nch[N];
+    static bool cancelled[N];
+    uint32_t x = 12345;
+#define RND(m) ((x = x * 1103515245u + 12345u), (int32_t)((x >> 16) % (uint32_t)(m)))
+    int next = 0, steps = 0;
+    struct inf_err err;
+    while (next < N || !eng_sched_idle(h.s)) {
+        for (int a = RND(4); a > 0 && next < N; a--, next++) {
+            plen[next] = 1 + RND(100);
+            mtok[next] = 1 + RND(40);
+            nch[next] = 1 + (RND(4) == 0 ? 1 + RND(2) : 0);
+            mkprompt(prompts[next], plen[next], (uint32_t)next * 7u + 1u);
+            struct eng_request *r =
+                mkreq((uint64_t)next + 1, prompts[next], plen[next], mtok[next]);
+            r->n = nch[next];
+            r->stream = RND(2);
+            r->sampling.ignore_eos = RND(2);
+            add(&h, r);
+        }
+        if (next > 0 && RND(10) == 0) {
+            int victim = RND(next);
+            if (outs[victim + 1].n_done == 0) {
+                cancelled[victim] = true;
+                eng_sched_cancel(h.s, (uint64_t)victim + 1);
+            }
+        }
+        cur_step++;
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+        ck_assert_int_lt(++steps, 20000);
+    }
+#undef RND
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_uint_gt(st.preemptions_total, 0);
+    int checked = 0;
+    for (int k = 0; k < N; k++) {
+        const struct req_out *o = &outs[k + 1];
+        ck_assert_int_eq(o->n_done, 1);
+        ck_assert_int_eq(o->n_error, 0);
+        ck_assert(!o->event_after_end);
+        for (int c = 0; c < nch[k]; c++)
+            ck_assert_int_eq(o->ch[c].n_final, 1);
+        if (cancelled[k] && o->ch[0].fin == ENG_FINISH_ABORT)
+            continue;
+        /* ignore_eos is not recorded per request: compare under the one that
+         * reproduces the finish reason */
+        struct ref ref;
+        bool ign = o->ch[0].fin == ENG_FINISH_LENGTH;
+        ref_greedy(prompts[k], plen[k], mtok[k], 0, ign, 128, &ref);
+        for (int c = 0; c < nch[k]; c++)
+            if (o->ch[c].fin != ENG_FINISH_ABORT)
+                assert_matches(o, c, &ref);
+        ref_free(&ref);
+        checked++;
+    }
+    ck_assert_int_gt(checked, N / 2);
+    h_close(&h);
+}
+END_TEST
+
 START_TEST(chunked_prefill_interleaves_decodes)
 {
     struct harness h;
@@ -658,6 +729,42 @@ START_TEST(stop_string_across_tokens)
         ck_assert_int_eq(outs[1].completion_tokens, (int32_t)(at + 3));
         if (stream) /* text came out in several deltas, none with a piece of the stop */
             ck_assert_int_gt(c->n_deltas, 2);
+        h_close(&h);
+    }
+    ref_free(&ref);
+}
+END_TEST
+
+START_TEST(stop_string_multibyte)
+{
+    /* a stop string that is one two-byte character (two tokens of the mock) */
+    int32_t p[20];
+    struct ref ref;
+    const char *hit = NULL;
+    for (uint32_t seed = 1; seed < 2000 && !hit; seed++) {
+        mkprompt(p, 20, seed);
+        ref_greedy(p, 20, 80, 0, true, 512, &ref);
+        hit = ref.len > 4 ? strstr(ref.text + 2, "\xC3") : NULL;
+        if (!hit)
+            ref_free(&ref);
+    }
+    ck_assert_ptr_nonnull(hit);
+    char stop[3] = {hit[0], hit[1], 0};
+    size_t at = (size_t)(strstr(ref.text, stop) - ref.text);
+    for (int stream = 0; stream < 2; stream++) {
+        struct harness h;
+        h_open(&h, 8, 256, 512, 128);
+        struct eng_request *r = mkreq(1, p, 20, 80);
+        r->sampling.ignore_eos = true;
+        r->stream = stream;
+        r->n_stop = 1;
+        r->stop[0] = strdup(stop);
+        add(&h, r);
+        h_run(&h, 1000);
+        const struct ch_out *c = &outs[1].ch[0];
+        ck_assert_int_eq(c->fin, ENG_FINISH_STOP);
+        ck_assert_uint_eq(c->text.len, at);
+        ck_assert(memcmp(c->text.p ? c->text.p : "", ref.text, at) == 0);
         h_close(&h);
     }
     ref_free(&ref);
@@ -1001,6 +1108,7 @@ static Suite *suite(void)
     tcase_add_test(tc, single_greedy_matches_reference);
     tcase_add_test(tc, batch_of_128_matches_alone);
     tcase_add_test(tc, chunked_prefill_interleaves_decodes);
+    tcase_add_test(tc, random_traffic_invariants);
     tcase_add_test(tc, kv_exhaustion_preempts_and_recomputes);
     suite_add_tcase(s, tc);
     tc = tcase_create("choices");
@@ -1013,6 +1121,7 @@ static Suite *suite(void)
     tc = tcase_create("stops");
     tcase_add_test(tc, stop_string_across_tokens);
     tcase_add_test(tc, stop_prefix_held_then_released);
+    tcase_add_test(tc, stop_string_multibyte);
     tcase_add_test(tc, min_tokens_masks_eos_and_stops);
     tcase_add_test(tc, max_tokens_and_context_limit);
     suite_add_tcase(s, tc);

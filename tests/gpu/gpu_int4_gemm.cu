@@ -369,6 +369,7 @@ static const int M_ALL[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 128,
 static const int M_SOME[] = {1, 3, 16, 33, 129};
 static const int M_BIG[] = {1, 8, 17, 64, 128, 256, 1000};
 static const int M_QUICK[] = {1, 17, 64, 129};
+static const int M_DEEP[] = {1, 17};
 #define LEN(x) ((int)(sizeof(x) / sizeof((x)[0])))
 
 int main(void)
@@ -408,6 +409,9 @@ int main(void)
         {512, 300, 32, true, M_QUICK, LEN(M_QUICK), true},
         {100, 520, 32, false, M_QUICK, LEN(M_QUICK), false},
         {1024, 11, 0, false, M_QUICK, LEN(M_QUICK), false},
+        /* blocks with more units than pipeline stages, so the in-loop
+         * prefetch and the split-K reduction run too */
+        {16384, 1024, 128, false, M_DEEP, LEN(M_DEEP), false},
     };
     const struct wcase *cases = quick ? small : full;
     int n_cases = quick ? LEN(small) : LEN(full);

@@ -50,7 +50,8 @@ static struct krn_q4_weight make_q4(int n, int k, int kp, int group)
     }
     for (int r = 0; r < n; r++)
         for (int c = 0; c < kp; c++) {
-            int code = c < k ? (int)(rng >> 7) % 16 : (int)inf_f16_to_f32(w.zero[r * ng + c / group]);
+            int code =
+                c < k ? (int)((rng >> 7) % 16) : (int)inf_f16_to_f32(w.zero[r * ng + c / group]);
             urand();
             uint8_t *b = &w.q[(size_t)r * (size_t)(kp / 2) + (size_t)(c / 2)];
             *b = (uint8_t)(c % 2 ? (*b & 0x0f) | (code << 4) : (*b & 0xf0) | code);
@@ -75,7 +76,8 @@ static void check_q4_linear(int n, int k, int kp, int group, int m)
     krn_cpu_q4_repack(&w, mem, &cw);
     int64_t ldx = k + 3, ldy = n + 2;
     float *x = rvec((int64_t)m * ldx, 1.0), *bias = rvec(n, 0.5);
-    float *y = calloc((size_t)(m * ldy), sizeof(float)), *y2 = calloc((size_t)(m * ldy), sizeof(float));
+    float *y = calloc((size_t)(m * ldy), sizeof(float)),
+          *y2 = calloc((size_t)(m * ldy), sizeof(float));
     krn_cpu_linear_q4(&cw, bias, x, ldx, y, ldy, m, 0, n);
     /* split in two ranges: bit-identical */
     krn_cpu_linear_q4(&cw, bias, x, ldx, y2, ldy, m, 0, n / 2);
@@ -107,10 +109,10 @@ START_TEST(linear_q4_matches_naive)
     /* the SIMD path where the CPU has one, then the portable loop */
     krn_cpu_simd(_i == 0);
     for (int i = 0; i < 4; i++) {
-        check_q4_linear(7, 100, 128, 32, ms[i]);   /* K padded within a group */
-        check_q4_linear(5, 288, 512, 256, ms[i]);  /* K 288 at group 256 */
-        check_q4_linear(9, 288, 384, 128, ms[i]);  /* K 288 at group 128 */
-        check_q4_linear(3, 101, 102, 102, ms[i]);  /* per-channel, K odd */
+        check_q4_linear(7, 100, 128, 32, ms[i]);  /* K padded within a group */
+        check_q4_linear(5, 288, 512, 256, ms[i]); /* K 288 at group 256 */
+        check_q4_linear(9, 288, 384, 128, ms[i]); /* K 288 at group 128 */
+        check_q4_linear(3, 101, 102, 102, ms[i]); /* per-channel, K odd */
         check_q4_linear(33, 256, 256, 64, ms[i]);
     }
 }
@@ -208,7 +210,8 @@ START_TEST(rope_matches_naive)
             double plain = ref_inv_freq(i, hd, theta, false);
             saw_kept |= fabs(want - plain) < 1e-12 * plain;
             saw_scaled |= fabs(want - plain / 8) < 1e-12 * plain;
-            saw_mixed |= !(fabs(want - plain) < 1e-12 * plain) && !(fabs(want - plain / 8) < 1e-12 * plain);
+            saw_mixed |=
+                !(fabs(want - plain) < 1e-12 * plain) && !(fabs(want - plain / 8) < 1e-12 * plain);
         }
         if (l3)
             ck_assert(saw_kept && saw_scaled && saw_mixed); /* all three llama3 regions */
@@ -224,7 +227,8 @@ START_TEST(rope_matches_naive)
                     /* fp32 angle: tolerance grows with the position */
                     double tol = 1e-5 + 4e-7 * pos[r] * inv[i];
                     ck_assert(fabs(x[r * 200 + h * hd + i] - (p * cos(a) - q * sin(a))) < tol);
-                    ck_assert(fabs(x[r * 200 + h * hd + i + hd / 2] - (q * cos(a) + p * sin(a))) < tol);
+                    ck_assert(fabs(x[r * 200 + h * hd + i + hd / 2] - (q * cos(a) + p * sin(a))) <
+                              tol);
                 }
         ck_assert(x[199] == x0[199]);
         free(x), free(x0);
@@ -248,8 +252,8 @@ START_TEST(paged_attention_matches_naive)
     for (int h = 0; h < NH; h++) {
         int kvh = h / (NH / NKV);
         for (int n_ctx = 1; n_ctx <= CTX; n_ctx += 12) {
-            krn_cpu_attn_head(q + h * HD, kp, vp, blocks, BLK, NKV, HD, kvh, n_ctx, 0.35f,
-                              scores, out);
+            krn_cpu_attn_head(q + h * HD, kp, vp, blocks, BLK, NKV, HD, kvh, n_ctx, 0.35f, scores,
+                              out);
             double s[CTX], mx = -1e300, sum = 0;
             for (int p = 0; p < n_ctx; p++) {
                 double d = 0;
@@ -264,7 +268,8 @@ START_TEST(paged_attention_matches_naive)
                 double a = 0;
                 for (int p = 0; p < n_ctx; p++)
                     a += s[p] / sum * Vv[p * row + kvh * HD + e];
-                ck_assert_msg(fabs(out[e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx, out[e], a);
+                ck_assert_msg(fabs(out[e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx, out[e],
+                              a);
             }
         }
     }

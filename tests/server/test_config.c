@@ -219,6 +219,22 @@ START_TEST(config_doc_lists_every_key)
 }
 END_TEST
 
+START_TEST(deploy_config_is_valid)
+{
+    /* The container configuration in deploy/ loads and keeps the drain the
+     * unit and the manifests are sized for. */
+    size_t len;
+    char *text = read_source_file("deploy/config.toml", &len);
+    ck_assert_msg(srv_config_load_toml(&cfg, "deploy/config.toml", text, len, &err) == INF_OK, "%s",
+                  err.msg);
+    ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_OK);
+    ck_assert_str_eq(cfg.host, "0.0.0.0");
+    ck_assert_str_eq(cfg.backend, "cuda");
+    ck_assert(cfg.drain_timeout == 30.0);
+    free(text);
+}
+END_TEST
+
 /* ---- file errors -------------------------------------------------------------------- */
 
 static void load_fails(const char *text, inf_status_t code, const char *want)
@@ -551,6 +567,7 @@ static Suite *suite(void)
     tcase_add_test(tc, table_names_and_flags);
     tcase_add_test(tc, example_matches_table);
     tcase_add_test(tc, config_doc_lists_every_key);
+    tcase_add_test(tc, deploy_config_is_valid);
     suite_add_tcase(s, tc);
     tc = tcase_create("file");
     tcase_add_checked_fixture(tc, setup, teardown);

@@ -30,7 +30,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N\n"
                "       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]\n"
-               "       [--threads T] [--dump-logits FILE(.npy)] [--batch B]\n");
+               "       [--threads T] [--dump-logits FILE] [--batch B]\n"
+               "Greedy generation on the CPU backend; prints the ids of sequence 0, then the\n"
+               "prefill time and the decode time per token. --group-size 0 is per-channel.\n"
+               "--dump-logits: fp32 logits of sequence 0, [n_prompt + N - 1][vocab], row i\n"
+               "after token i of prompt ++ generated; raw little-endian fp32, or a NumPy\n"
+               ".npy file (dtype <f4, 2-D) when FILE ends in .npy.\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int *n)
@@ -68,15 +73,16 @@ static int write_logits(const char *path, const float *lg, int rows, int vocab)
     size_t len = strlen(path);
     if (len > 4 && strcmp(path + len - 4, ".npy") == 0) {
         char hdr[128];
-        int h = snprintf(hdr, sizeof hdr,
-                         "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows,
-                         vocab);
+        int h =
+            snprintf(hdr, sizeof hdr,
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, vocab);
         /* magic(6) + version(2) + header length(2) + header, padded to 64 with '\n' last */
         int total = (10 + h + 1 + 63) / 64 * 64;
         int pad = total - 10 - h - 1;
         uint16_t hl = (uint16_t)(total - 10);
-        unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff),
-                                 (unsigned char)(hl >> 8)};
+        unsigned char pre[10] = "\x93NUMPY\x01\x00";
+        pre[8] = (unsigned char)(hl & 0xff);
+        pre[9] = (unsigned char)(hl >> 8);
         fwrite(pre, 1, 10, f);
         fwrite(hdr, 1, (size_t)h, f);
         for (int i = 0; i < pad; i++)
@@ -94,19 +100,30 @@ int main(int argc, char **argv)
     int max_tokens = -1, threads = 0, batch = 1;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},        {"prompt-ids", required_argument, 0, 'p'},
-        {"max-tokens", required_argument, 0, 'n'},   {"quantization", required_argument, 0, 'q'},
-        {"group-size", required_argument, 0, 'g'},   {"symmetric", no_argument, 0, 's'},
-        {"no-fuse", no_argument, 0, 'f'},            {"threads", required_argument, 0, 't'},
-        {"dump-logits", required_argument, 0, 'd'},  {"batch", required_argument, 0, 'b'},
-        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"prompt-ids", required_argument, 0, 'p'},
+                                       {"max-tokens", required_argument, 0, 'n'},
+                                       {"quantization", required_argument, 0, 'q'},
+                                       {"group-size", required_argument, 0, 'g'},
+                                       {"symmetric", no_argument, 0, 's'},
+                                       {"no-fuse", no_argument, 0, 'f'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"dump-logits", required_argument, 0, 'd'},
+                                       {"batch", required_argument, 0, 'b'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
-        case 'm': model = optarg; break;
-        case 'p': ids_arg = optarg; break;
-        case 'n': max_tokens = atoi(optarg); break;
+        case 'm':
+            model = optarg;
+            break;
+        case 'p':
+            ids_arg = optarg;
+            break;
+        case 'n':
+            max_tokens = atoi(optarg);
+            break;
         case 'q':
             if (strcmp(optarg, "none") == 0)
                 mo.quant = ENG_QUANT_NONE;
@@ -117,14 +134,32 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'g': mo.group_size = atoi(optarg); break;
-        case 's': mo.symmetric = true; break;
-        case 'f': mo.fuse_qkv = false; break;
-        case 't': threads = atoi(optarg); break;
-        case 'd': dump = optarg; break;
-        case 'b': batch = atoi(optarg); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'g':
+            mo.group_size = atoi(optarg);
+            if (mo.group_size == -1) /* -1 or 0: per-channel */
+                mo.group_size = 0;
+            break;
+        case 's':
+            mo.symmetric = true;
+            break;
+        case 'f':
+            mo.fuse_qkv = false;
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'd':
+            dump = optarg;
+            break;
+        case 'b':
+            batch = atoi(optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     int32_t *prompt = NULL;
@@ -197,9 +232,14 @@ int main(int argc, char **argv)
                 n++;
             }
         }
-        struct eng_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .slot = slot,
-                              .want_logits = want, .n_logits = nl,
-                              .block_table = eng_kv_cache_block_table(kv), .n_slots = batch,
+        struct eng_batch b = {.n_tokens = n,
+                              .tokens = tok,
+                              .pos = pos,
+                              .slot = slot,
+                              .want_logits = want,
+                              .n_logits = nl,
+                              .block_table = eng_kv_cache_block_table(kv),
+                              .n_slots = batch,
                               .max_blocks = max_blocks};
         uint64_t t0 = inf_now_ns();
         if (eng_model_forward(m, &b, logits, &err) != INF_OK) {
@@ -215,8 +255,8 @@ int main(int argc, char **argv)
         for (int s = 0; s < batch; s++) {
             int rows = s == 0 && dump ? (step == 0 ? np : 1) : 1;
             if (s == 0 && dump)
-                memcpy(dumpbuf + (size_t)(step == 0 ? 0 : np + step - 1) * (size_t)V,
-                       logits, sizeof(float) * (size_t)rows * (size_t)V);
+                memcpy(dumpbuf + (size_t)(step == 0 ? 0 : np + step - 1) * (size_t)V, logits,
+                       sizeof(float) * (size_t)rows * (size_t)V);
             const float *l = logits + (size_t)(row + rows - 1) * (size_t)V;
             int best = 0;
             for (int i = 1; i < V; i++)

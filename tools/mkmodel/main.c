@@ -550,6 +550,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "int4serve-mkmodel: --arch must be llama, mistral or qwen2\n");
         return 2;
     }
+    bool kv_given = o.kv_heads >= 0;
 #define DEF(f)                                                                                     \
     if (o.f < 0)                                                                                   \
     o.f = p->f
@@ -565,8 +566,8 @@ int main(int argc, char **argv)
 #undef DEF
     if (!o.dtype_set)
         o.dtype = p->dtype;
-    if (o.kv_heads > o.heads)
-        o.kv_heads = o.heads; /* a smaller --heads than the preset's */
+    if (!kv_given && o.kv_heads > o.heads)
+        o.kv_heads = o.heads; /* --heads below the preset's KV heads */
     if (o.shards < 0 || o.shards > 99999) {
         fprintf(stderr, "int4serve-mkmodel: --shards must be in [1, 99999]\n");
         return 2;

@@ -1,2 +1,0 @@
-#include "engine/eng.h"
-#include "kernels/krn.h"

@@ -1,0 +1,180 @@
+/* test_cpu.c — the daemon on the CPU backend with a tiny synthetic Llama
+ * (int4serve-mkmodel --preset tiny, INT4 on load): the single-token path,
+ * streaming against non-streamed output, concurrent greedy requests against
+ * the same requests alone, echo of a text prompt, and a clean exit. */
+#include "harness.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct it_server srv;
+static char model_dir[256];
+
+/* Make the checkpoint once per process (each test forks from here). */
+static void make_model(void)
+{
+    const char *bdir = getenv("INT4SERVE_BUILD_DIR");
+    snprintf(model_dir, sizeof model_dir, "/tmp/int4serve-it-tiny-%d", (int)getpid());
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/mkmodel/int4serve-mkmodel --out %s --preset tiny --seed 7 >/dev/null",
+             bdir ? bdir : ".", model_dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot make the tiny model: %s\n", cmd);
+        exit(1);
+    }
+}
+
+static void start_cpu(void)
+{
+    it_backend = "cpu";
+    const char *args[] = {
+        "--model", model_dir, "--threads", "2", "--set", "limits.per_ip_connections=0", NULL};
+    ck_assert_msg(it_start(&srv, args), "server did not start");
+}
+
+static json_t *post_json(const char *body)
+{
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/v1/completions", body, &r));
+    ck_assert_msg(r.status == 200, "status %ld: %s", r.status, r.body);
+    json_t *j = it_json(&r);
+    ck_assert_ptr_nonnull(j);
+    it_resp_free(&r);
+    return j;
+}
+
+static int64_t usage_of(json_t *j, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(j, "usage"), key));
+}
+
+START_TEST(test_single_token)
+{
+    start_cpu();
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/tokenize", "{\"prompt\":\"Once upon a time\"}", &r));
+    ck_assert_int_eq(r.status, 200);
+    json_t *tk = it_json(&r);
+    int64_t count = json_integer_value(json_object_get(tk, "count"));
+    ck_assert_int_gt(count, 1);
+    json_decref(tk);
+    it_resp_free(&r);
+
+    json_t *j = post_json("{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0,"
+                          "\"ignore_eos\":true}");
+    ck_assert_int_eq(usage_of(j, "prompt_tokens"), count);
+    ck_assert_int_eq(usage_of(j, "completion_tokens"), 1);
+    ck_assert_int_eq(usage_of(j, "total_tokens"), count + 1);
+    ck_assert(it_post(&srv, "/v1/completions",
+                      "{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0,"
+                      "\"ignore_eos\":true,\"stream\":true,"
+                      "\"stream_options\":{\"include_usage\":true}}",
+                      &r));
+    char finish[32];
+    char *st = it_stream_text(r.body, r.len, 0, finish, sizeof finish);
+    ck_assert_str_eq(st, it_choice_text(j, 0));
+    ck_assert_str_eq(finish, "length");
+    ck_assert(strstr(r.body, "\"usage\":{\"prompt_tokens\":") != NULL);
+    free(st);
+    it_resp_free(&r);
+    json_decref(j);
+    ck_assert_int_eq(it_stop(&srv, 0, 20.0), 0);
+}
+END_TEST
+
+START_TEST(test_stream_and_echo)
+{
+    start_cpu();
+    const char *base = "{\"prompt\":\"The quick brown fox\",\"max_tokens\":24,\"temperature\":0,"
+                       "\"ignore_eos\":true";
+    char body[512];
+    snprintf(body, sizeof body, "%s}", base);
+    json_t *j = post_json(body);
+    snprintf(body, sizeof body, "%s,\"stream\":true}", base);
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/v1/completions", body, &r));
+    char finish[32];
+    char *st = it_stream_text(r.body, r.len, 0, finish, sizeof finish);
+    ck_assert_str_eq(st, it_choice_text(j, 0));
+    ck_assert_str_eq(finish, "length");
+    ck_assert(strstr(r.body, "data: [DONE]\n\n") == r.body + r.len - 14);
+    free(st);
+    it_resp_free(&r);
+
+    snprintf(body, sizeof body, "%s,\"echo\":true}", base);
+    json_t *e = post_json(body);
+    char want[1024];
+    snprintf(want, sizeof want, "The quick brown fox%s", it_choice_text(j, 0));
+    ck_assert_str_eq(it_choice_text(e, 0), want);
+    json_decref(e);
+    json_decref(j);
+    ck_assert_int_eq(it_stop(&srv, 0, 20.0), 0);
+}
+END_TEST
+
+START_TEST(test_batched)
+{
+    start_cpu();
+    enum { N = 24 };
+    static const char *words[] = {"alpha", "bravo", "charlie", "delta", "echo", "foxtrot"};
+    char *bodies[N], *alone[N];
+    for (int i = 0; i < N; i++) {
+        bodies[i] = malloc(256);
+        snprintf(bodies[i], 256,
+                 "{\"prompt\":\"%s %s number %d\",\"max_tokens\":12,\"temperature\":0,"
+                 "\"ignore_eos\":true}",
+                 words[i % 6], words[(i / 6) % 6], i);
+        json_t *j = post_json(bodies[i]);
+        alone[i] = strdup(it_choice_text(j, 0));
+        json_decref(j);
+    }
+    double steps0 = it_metric(&srv, "int4serve_engine_batched_steps_total");
+    struct it_resp rs[N];
+    ck_assert_int_eq(it_post_many(&srv, "/v1/completions", bodies, N, rs), 0);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(rs[i].status, 200);
+        json_t *j = it_json(&rs[i]);
+        ck_assert_msg(strcmp(it_choice_text(j, 0), alone[i]) == 0,
+                      "request %d: batched \"%s\" != alone \"%s\"", i, it_choice_text(j, 0),
+                      alone[i]);
+        json_decref(j);
+        it_resp_free(&rs[i]);
+        free(alone[i]);
+        free(bodies[i]);
+    }
+    ck_assert_double_gt(it_metric(&srv, "int4serve_engine_batched_steps_total"), steps0);
+    ck_assert_double_eq(it_metric(&srv, "int4serve_kv_cache_blocks_used"), 0);
+    ck_assert_int_eq(it_stop(&srv, 0, 20.0), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("integration_cpu");
+    TCase *tc = tcase_create("tiny");
+    tcase_set_timeout(tc, 150);
+    tcase_add_test(tc, test_single_token);
+    tcase_add_test(tc, test_stream_and_echo);
+    tcase_add_test(tc, test_batched);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    make_model();
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", model_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", model_dir);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,334 @@
+/* test_faults.c — clients that go away, KV cache exhaustion, and shutdown:
+ * SIGTERM under load (drain), drain_timeout 0, a drain that times out, and
+ * a second signal. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static struct it_server srv;
+
+static void start_with(const char *step_us, const char *const *more)
+{
+    setenv("INT4SERVE_MIN_STEP_US", step_us, 1);
+    ck_assert_msg(it_start(&srv, more), "server did not start");
+}
+
+/* Open a connection and send a completions request; the caller reads/closes. */
+static int send_raw(const char *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)srv.port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     "\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    ck_assert_int_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    return fd;
+}
+
+/* Wait until the metric sample reaches want (within timeout_s). */
+static bool wait_metric(const char *sample, double want, double timeout_s)
+{
+    double t0 = it_now();
+    while (it_now() - t0 < timeout_s) {
+        if (it_metric(&srv, sample) == want)
+            return true;
+        usleep(10000);
+    }
+    fprintf(stderr, "%s = %g, want %g\n", sample, it_metric(&srv, sample), want);
+    return false;
+}
+
+static void assert_idle(void)
+{
+    ck_assert(wait_metric("int4serve_num_requests_running", 0, 5.0));
+    ck_assert(wait_metric("int4serve_num_requests_waiting", 0, 5.0));
+    ck_assert(wait_metric("int4serve_kv_cache_blocks_used", 0, 5.0));
+}
+
+START_TEST(test_disconnect_mid_stream)
+{
+    start_with("4000", NULL);
+    int fd = send_raw("{\"prompt\":[1,70,71],\"max_tokens\":2000,\"ignore_eos\":true,"
+                      "\"stream\":true}");
+    /* Read until a few deltas arrived, then hang up. */
+    char buf[4096];
+    size_t got = 0;
+    int events = 0;
+    while (events < 5) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ck_assert_int_gt(poll(&p, 1, 5000), 0);
+        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+        ck_assert_int_gt(n, 0);
+        buf[n] = '\0';
+        got += (size_t)n;
+        for (char *q = buf; (q = strstr(q, "data: ")); q += 6)
+            events++;
+    }
+    ck_assert(strstr(buf, "data: ") || got > 0);
+    ck_assert_double_eq(it_metric(&srv, "int4serve_num_requests_running"), 1);
+    close(fd);
+    assert_idle();
+    ck_assert(wait_metric("int4serve_request_success_total{finished_reason=\"abort\"}", 1, 5.0));
+    /* Far fewer tokens than asked for were generated. */
+    ck_assert_double_lt(it_metric(&srv, "int4serve_generation_tokens_total"), 1000);
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+}
+END_TEST
+
+START_TEST(test_disconnect_queued)
+{
+    const char *more[] = {"--max-batch", "1", NULL};
+    start_with("4000", more);
+    int a = send_raw("{\"prompt\":[1,70,71],\"max_tokens\":3000,\"ignore_eos\":true}");
+    ck_assert(wait_metric("int4serve_num_requests_running", 1, 5.0));
+    int b = send_raw("{\"prompt\":[1,80,81],\"max_tokens\":3000,\"ignore_eos\":true}");
+    ck_assert(wait_metric("int4serve_num_requests_waiting", 1, 5.0));
+    close(b);
+    /* B leaves the queue while A still runs. */
+    ck_assert(wait_metric("int4serve_num_requests_waiting", 0, 5.0));
+    ck_assert_double_eq(it_metric(&srv, "int4serve_num_requests_running"), 1);
+    /* A non-streamed client that hangs up is noticed too. */
+    close(a);
+    assert_idle();
+    ck_assert_double_lt(it_metric(&srv, "int4serve_generation_tokens_total"), 2000);
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+}
+END_TEST
+
+START_TEST(test_kv_exhaustion)
+{
+    /* 16 blocks of 16 tokens; 8 sequences growing to 64 tokens need 32. */
+    const char *more[] = {"--max-batch", "8",
+                          "--set",       "engine.kv_cache_tokens=256",
+                          "--set",       "model.max_model_len=128",
+                          NULL};
+    /* Steps slow enough that all 8 are admitted before the first finishes. */
+    start_with("1000", more);
+    enum { N = 8 };
+    char *bodies[N], *alone[N];
+    struct it_resp rs[N];
+    for (int i = 0; i < N; i++) {
+        bodies[i] = malloc(160);
+        snprintf(bodies[i], 160,
+                 "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":60,\"temperature\":0,"
+                 "\"ignore_eos\":true}",
+                 40 + i, 90 + i, 300 + i);
+        struct it_resp r;
+        ck_assert(it_post(&srv, "/v1/completions", bodies[i], &r));
+        ck_assert_int_eq(r.status, 200);
+        json_t *j = it_json(&r);
+        alone[i] = strdup(it_choice_text(j, 0));
+        json_decref(j);
+        it_resp_free(&r);
+    }
+    ck_assert_double_eq(it_metric(&srv, "int4serve_num_preemptions_total"), 0);
+    ck_assert_int_eq(it_post_many(&srv, "/v1/completions", bodies, N, rs), 0);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(rs[i].status, 200);
+        json_t *j = it_json(&rs[i]);
+        ck_assert_str_eq(it_choice_text(j, 0), alone[i]);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")),
+            60);
+        json_decref(j);
+        it_resp_free(&rs[i]);
+        free(bodies[i]);
+        free(alone[i]);
+    }
+    ck_assert_double_gt(it_metric(&srv, "int4serve_num_preemptions_total"), 0);
+    assert_idle();
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+}
+END_TEST
+
+/* ---- shutdown ---------------------------------------------------------------------------- */
+enum { LOAD = 8 };
+
+struct load {
+    char *bodies[LOAD];
+    struct it_resp rs[LOAD];
+    int errors;
+};
+
+static void *run_load(void *arg)
+{
+    struct load *l = arg;
+    l->errors = it_post_many(&srv, "/v1/completions", l->bodies, LOAD, l->rs);
+    return NULL;
+}
+
+static void load_start(struct load *l, pthread_t *th, int max_tokens)
+{
+    for (int i = 0; i < LOAD; i++) {
+        l->bodies[i] = malloc(200);
+        snprintf(l->bodies[i], 200,
+                 "{\"prompt\":[1,%d,%d],\"max_tokens\":%d,\"ignore_eos\":true%s}", 50 + i, 60 + i,
+                 max_tokens, i % 2 ? ",\"stream\":true" : "");
+    }
+    pthread_create(th, NULL, run_load, l);
+    ck_assert(wait_metric("int4serve_num_requests_running", LOAD, 10.0));
+}
+
+/* Every response is 200 and ends with finish (and, streamed, [DONE]). */
+static void load_check(struct load *l, const char *finish, int tokens)
+{
+    ck_assert_int_eq(l->errors, 0);
+    for (int i = 0; i < LOAD; i++) {
+        ck_assert_msg(l->rs[i].status == 200, "request %d: %ld %s", i, l->rs[i].status,
+                      l->rs[i].body);
+        char got[32];
+        if (i % 2) {
+            free(it_stream_text(l->rs[i].body, l->rs[i].len, 0, got, sizeof got));
+            const char *end = l->rs[i].body + l->rs[i].len - strlen("data: [DONE]\n\n");
+            ck_assert_str_eq(end, "data: [DONE]\n\n");
+        } else {
+            json_t *j = it_json(&l->rs[i]);
+            json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+            snprintf(got, sizeof got, "%s",
+                     json_string_value(json_object_get(ch, "finish_reason")));
+            if (tokens >= 0)
+                ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"),
+                                                                    "completion_tokens")),
+                                 tokens);
+            json_decref(j);
+        }
+        ck_assert_msg(strcmp(got, finish) == 0, "request %d finished \"%s\", want \"%s\"", i, got,
+                      finish);
+        it_resp_free(&l->rs[i]);
+        free(l->bodies[i]);
+    }
+}
+
+START_TEST(test_sigterm_drains)
+{
+    start_with("3000", NULL);
+    struct load l = {0};
+    pthread_t th;
+    load_start(&l, &th, 150);
+    kill(srv.pid, SIGTERM);
+    usleep(50000);
+    /* New work is refused while the running requests finish. */
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":2}", &r));
+    ck_assert_int_eq(r.status, 503);
+    json_t *j = it_json(&r);
+    ck_assert_ptr_nonnull(json_object_get(j, "error"));
+    json_decref(j);
+    it_resp_free(&r);
+    ck_assert(it_http(&srv, "GET", "/health/ready", NULL, NULL, &r));
+    ck_assert_int_eq(r.status, 503);
+    it_resp_free(&r);
+    ck_assert(it_http(&srv, "GET", "/health", NULL, NULL, &r));
+    ck_assert_int_eq(r.status, 200);
+    it_resp_free(&r);
+    pthread_join(th, NULL);
+    load_check(&l, "length", 150);
+    ck_assert_int_eq(it_wait_exit(&srv, 10.0), 0);
+    char *log = it_log(&srv);
+    ck_assert_msg(strstr(log, "stopped cleanly"), "log: %s", log);
+    free(log);
+    it_cleanup(&srv);
+}
+END_TEST
+
+START_TEST(test_drain_zero)
+{
+    const char *more[] = {"--set", "limits.drain_timeout=0", NULL};
+    start_with("3000", more);
+    struct load l = {0};
+    pthread_t th;
+    load_start(&l, &th, 3000);
+    double t0 = it_now();
+    kill(srv.pid, SIGTERM);
+    pthread_join(th, NULL);
+    load_check(&l, "abort", -1);
+    ck_assert_int_eq(it_wait_exit(&srv, 5.0), 0);
+    ck_assert_double_lt(it_now() - t0, 3.0);
+    it_cleanup(&srv);
+}
+END_TEST
+
+START_TEST(test_drain_timeout)
+{
+    const char *more[] = {"--set", "limits.drain_timeout=0.6", NULL};
+    start_with("3000", more);
+    struct load l = {0};
+    pthread_t th;
+    load_start(&l, &th, 3000);
+    double t0 = it_now();
+    kill(srv.pid, SIGTERM);
+    pthread_join(th, NULL);
+    double dt = it_now() - t0;
+    load_check(&l, "abort", -1);
+    ck_assert_int_eq(it_wait_exit(&srv, 5.0), 0);
+    ck_assert_double_ge(dt, 0.5);
+    ck_assert_double_lt(dt, 4.0);
+    it_cleanup(&srv);
+}
+END_TEST
+
+START_TEST(test_second_signal)
+{
+    start_with("3000", NULL); /* drain_timeout 30 s */
+    struct load l = {0};
+    pthread_t th;
+    load_start(&l, &th, 3000);
+    kill(srv.pid, SIGTERM);
+    usleep(200000);
+    ck_assert_double_eq(it_metric(&srv, "int4serve_num_requests_running"), LOAD);
+    double t0 = it_now();
+    kill(srv.pid, SIGINT);
+    pthread_join(th, NULL);
+    load_check(&l, "abort", -1);
+    ck_assert_int_eq(it_wait_exit(&srv, 5.0), 0);
+    ck_assert_double_lt(it_now() - t0, 3.0);
+    it_cleanup(&srv);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("integration_faults");
+    TCase *tc = tcase_create("disconnect");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_disconnect_mid_stream);
+    tcase_add_test(tc, test_disconnect_queued);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("kv");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_kv_exhaustion);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("shutdown");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_sigterm_drains);
+    tcase_add_test(tc, test_drain_zero);
+    tcase_add_test(tc, test_drain_timeout);
+    tcase_add_test(tc, test_second_signal);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
