@@ -263,10 +263,11 @@ int32_t eng_backend_cpu_threads(const struct eng_backend *be);
  * rows) must be filled with buf_upload: the backend validates them from the
  * uploaded bytes, as the CPU backend does.
  * Without INT4SERVE_HAVE_CUDA the create function exists and answers
- * INF_E_UNSUPPORTED. Errors: INF_E_DEVICE (no GPU, a CUDA error),
- * INF_E_UNSUPPORTED (compute capability below 8.0, or 7.5 without kernels
- * built for it; a CPU-only build), INF_E_INVALID (device ordinal out of
- * range), INF_E_NOMEM (device or pinned memory). Thread: the creating thread
+ * INF_E_UNSUPPORTED. Errors: INF_E_UNSUPPORTED (no GPU or no driver, compute
+ * capability below 8.0 (7.5 would need kernels built for it), a build
+ * without kernels for the device, a CPU-only build), INF_E_INVALID (device
+ * ordinal out of range), INF_E_DEVICE (a CUDA error), INF_E_NOMEM (device or
+ * pinned memory). Thread: the creating thread
  * and then one owner at a time (each call selects the device). */
 struct eng_backend_cuda_opts {
     int32_t device;         /* CUDA device ordinal */

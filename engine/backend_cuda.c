@@ -937,10 +937,11 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return inf_err_set(err, INF_E_DEVICE, "no usable CUDA device: %s", cudaGetErrorString(e));
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend cuda: no usable GPU (%s)",
+                           cudaGetErrorString(e));
     }
     if (count == 0)
-        return inf_err_set(err, INF_E_DEVICE, "no CUDA device found");
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend cuda: no GPU found");
     if (dev < 0 || dev >= count)
         return inf_err_set(err, INF_E_INVALID, "CUDA device %d out of range (%d devices)", dev,
                            count);
