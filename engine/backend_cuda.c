@@ -89,7 +89,7 @@ struct cu_ctx {
     uint8_t *scratch;
     size_t scratch_bytes;
     void *blas_ws;
-    uint8_t *small;     /* error flag at 0, inv_freq at 256 */
+    uint8_t *small; /* error flag at 0, inv_freq at 256 */
     int32_t *d_bad;
     float *d_inv_freq;
     /* INT4 GEMM workspace, grown at load */
@@ -124,32 +124,40 @@ static inf_status_t cu_fail(struct cu_ctx *c, const char *what, const char *msg,
     return inf_err_set(err, INF_E_DEVICE, "CUDA %s: %s", what, msg);
 }
 
-#define CU(c, call, what)                                                                      \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return cu_fail(c, what, cudaGetErrorString(e_), err);                              \
+#define CU(c, call, what)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cu_fail(c, what, cudaGetErrorString(e_), err);                                  \
     } while (0)
 
 static const char *blas_msg(cublasStatus_t s)
 {
     switch (s) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "cuBLAS invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "cuBLAS architecture mismatch";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "cuBLAS execution failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLAS operation not supported";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "cuBLAS internal error";
-    default: return "cuBLAS error";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "cuBLAS not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "cuBLAS allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "cuBLAS invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+        return "cuBLAS architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "cuBLAS execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "cuBLAS operation not supported";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+        return "cuBLAS internal error";
+    default:
+        return "cuBLAS error";
     }
 }
 
-#define BLAS(c, call, what)                                                                    \
-    do {                                                                                       \
-        cublasStatus_t s_ = (call);                                                            \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                       \
-            return cu_fail(c, what, blas_msg(s_), err);                                        \
+#define BLAS(c, call, what)                                                                        \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return cu_fail(c, what, blas_msg(s_), err);                                            \
     } while (0)
 
 /* A launcher's status: INF_E_DEVICE marks the backend failed, others
@@ -164,13 +172,13 @@ static inf_status_t kst(struct cu_ctx *c, inf_status_t st, const struct inf_err 
     return inf_err_set(err, st, "%s", le->msg);
 }
 
-#define KRN(c, call)                                                                           \
-    do {                                                                                       \
-        struct inf_err le_ = {0};                                                              \
-        struct inf_err *lep_ = &le_;                                                           \
-        inf_status_t st_ = (call);                                                             \
-        if (st_ != INF_OK)                                                                     \
-            return kst(c, st_, lep_, err);                                                     \
+#define KRN(c, call)                                                                               \
+    do {                                                                                           \
+        struct inf_err le_ = {0};                                                                  \
+        struct inf_err *lep_ = &le_;                                                               \
+        inf_status_t st_ = (call);                                                                 \
+        if (st_ != INF_OK)                                                                         \
+            return kst(c, st_, lep_, err);                                                         \
     } while (0)
 
 /* Start of every op: refuse after a failure, and make the backend's device
@@ -178,8 +186,7 @@ static inf_status_t kst(struct cu_ctx *c, inf_status_t st, const struct inf_err 
 static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
 {
     if (c->failed)
-        return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)",
-                           c->fail_msg);
+        return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
     int cur = -1;
     CU(c, cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != c->device)
@@ -187,11 +194,11 @@ static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
     return INF_OK;
 }
 
-#define ENTER(c)                                                                               \
-    do {                                                                                       \
-        inf_status_t en_ = enter(c, err);                                                      \
-        if (en_ != INF_OK)                                                                     \
-            return en_;                                                                        \
+#define ENTER(c)                                                                                   \
+    do {                                                                                           \
+        inf_status_t en_ = enter(c, err);                                                          \
+        if (en_ != INF_OK)                                                                         \
+            return en_;                                                                            \
     } while (0)
 
 /* ---- buffers -------------------------------------------------------------- */
@@ -242,8 +249,7 @@ static inf_status_t cu_buf_alloc(struct eng_backend *be, size_t bytes, struct en
         free(b);
         if (e == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError(); /* not sticky: clear it */
-            return inf_err_set(err, INF_E_NOMEM, "out of GPU memory allocating %zu bytes",
-                               bytes);
+            return inf_err_set(err, INF_E_NOMEM, "out of GPU memory allocating %zu bytes", bytes);
         }
         return cu_fail(c, "cudaMalloc", cudaGetErrorString(e), err);
     }
@@ -279,8 +285,7 @@ static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, s
 {
     if (bytes > STAGING_BYTES) {
         /* Large uploads happen while loading: a plain synchronous copy. */
-        CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
-           "upload");
+        CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
         return cu_sync(c, err);
     }
     if (c->staging_used + bytes > STAGING_BYTES) {
@@ -308,8 +313,8 @@ static inf_status_t cu_buf_upload(struct eng_backend *be, struct eng_buf *dst, s
     return stage_upload(c, (uint8_t *)dst->ptr + off, src, bytes, err);
 }
 
-static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf *src,
-                                    size_t off, void *dst, size_t bytes, struct inf_err *err)
+static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                    void *dst, size_t bytes, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
     ENTER(c);
@@ -325,8 +330,9 @@ static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf
     uint8_t *land = bytes <= STAGING_BYTES - flag_at - 256 ? c->staging + flag_at + 256 : NULL;
     CU(c, cudaMemcpyAsync(flag, c->d_bad, sizeof *flag, cudaMemcpyDeviceToHost, c->stream),
        "download");
-    CU(c, cudaMemcpyAsync(land ? (void *)land : dst, (const uint8_t *)src->ptr + off, bytes,
-                          cudaMemcpyDeviceToHost, c->stream),
+    CU(c,
+       cudaMemcpyAsync(land ? (void *)land : dst, (const uint8_t *)src->ptr + off, bytes,
+                       cudaMemcpyDeviceToHost, c->stream),
        "download");
     inf_status_t st = cu_sync(c, err);
     if (st != INF_OK)
@@ -378,8 +384,7 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
         goto fail;
     void *host = malloc(q->lay.bytes);
     if (!host) {
-        st = inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d weight", w->n,
-                         w->k);
+        st = inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d weight", w->n, w->k);
         goto fail;
     }
     st = krn_int4_gemm_repack(w, &q->lay, host, q->lay.bytes, err);
@@ -388,8 +393,7 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
         if (e == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
             q->dev = NULL;
-            st = inf_err_set(err, INF_E_NOMEM, "out of GPU memory for a %dx%d weight", w->n,
-                             w->k);
+            st = inf_err_set(err, INF_E_NOMEM, "out of GPU memory for a %dx%d weight", w->n, w->k);
         } else if (e != cudaSuccess) {
             q->dev = NULL;
             st = cu_fail(c, "cudaMalloc", cudaGetErrorString(e), err);
@@ -488,21 +492,29 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
         const uint16_t *a = (const uint16_t *)dptr(x, 2) + (int64_t)r0 * x.ld;
         uint16_t *cout = (uint16_t *)dptr(y, 2) + (int64_t)r0 * y.ld;
         if (!x_direct) {
-            CU(c, cudaMemcpy2DAsync(xs, (size_t)k * 2, a, (size_t)x.ld * 2, (size_t)k * 2,
-                                    (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
+            CU(c,
+               cudaMemcpy2DAsync(xs, (size_t)k * 2, a, (size_t)x.ld * 2, (size_t)k * 2,
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
                "copy");
             a = xs;
         }
-        struct krn_int4_gemm_args ga = {.lay = &q->lay, .b = q->dev, .a = a, .bias = b16,
-                                        .c = y_direct ? cout : ys, .m = rows,
+        struct krn_int4_gemm_args ga = {.lay = &q->lay,
+                                        .b = q->dev,
+                                        .a = a,
+                                        .bias = b16,
+                                        .c = y_direct ? cout : ys,
+                                        .m = rows,
                                         .workspace = c->gemm_ws,
                                         .workspace_bytes = c->gemm_ws_bytes,
-                                        .stream = c->stream, .flags = 0, .config = -1};
+                                        .stream = c->stream,
+                                        .flags = 0,
+                                        .config = -1};
         KRN(c, krn_int4_gemm(&ga, lep_));
         weight_seen(bias);
         if (!y_direct)
-            CU(c, cudaMemcpy2DAsync(cout, (size_t)y.ld * 2, ys, (size_t)n * 2, (size_t)n * 2,
-                                    (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
+            CU(c,
+               cudaMemcpy2DAsync(cout, (size_t)y.ld * 2, ys, (size_t)n * 2, (size_t)n * 2,
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
                "copy");
     }
     written(y.buf);
@@ -561,17 +573,17 @@ static inf_status_t cu_linear_fp(struct eng_backend *be, const struct eng_buf *w
         void *yo = y_f32 ? (void *)((float *)dptr(y, 4) + (int64_t)r0 * y.ld) : (void *)ys;
         int ldy = y_f32 ? ld_int(y.ld, n) : n;
         BLAS(c,
-             cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, w->ptr,
-                          CUDA_R_32F, k, xs, CUDA_R_32F, k, &zero, yo, CUDA_R_32F, ldy,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, w->ptr, CUDA_R_32F,
+                          k, xs, CUDA_R_32F, k, &zero, yo, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
              "cublasGemmEx");
         if (y_f32) {
             if (bias)
                 KRN(c, krn_cuda_bias_add(yo, true, ldy, bias->ptr, n, rows, c->stream, lep_));
         } else {
             uint16_t *yd = (uint16_t *)dptr(y, 2) + (int64_t)r0 * y.ld;
-            KRN(c, krn_cuda_f32_to_f16(ys, n, bias ? bias->ptr : NULL, yd, ld_int(y.ld, n), n,
-                                       rows, c->stream, lep_));
+            KRN(c, krn_cuda_f32_to_f16(ys, n, bias ? bias->ptr : NULL, yd, ld_int(y.ld, n), n, rows,
+                                       c->stream, lep_));
         }
     }
     written(y.buf);
@@ -602,9 +614,8 @@ static inf_status_t cu_embedding(struct eng_backend *be, const struct eng_buf *t
 }
 
 static inf_status_t cu_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                   const struct eng_mat *delta, const struct eng_buf *w,
-                                   float eps, struct eng_mat out, int32_t dim, int32_t m,
-                                   struct inf_err *err)
+                                   const struct eng_mat *delta, const struct eng_buf *w, float eps,
+                                   struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
     ENTER(c);
@@ -640,8 +651,8 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
         c->inv_head_dim = head_dim;
         c->inv_valid = true;
     }
-    KRN(c, krn_cuda_rope(dptr(x, 2), x.ld, n_heads, head_dim, pos->ptr, c->d_inv_freq, m,
-                         c->stream, lep_));
+    KRN(c, krn_cuda_rope(dptr(x, 2), x.ld, n_heads, head_dim, pos->ptr, c->d_inv_freq, m, c->stream,
+                         lep_));
     written(x.buf);
     return INF_OK;
 }
@@ -651,8 +662,8 @@ static inf_status_t cu_silu_mul(struct eng_backend *be, struct eng_mat gate, str
 {
     struct cu_ctx *c = ctx_of(be);
     ENTER(c);
-    KRN(c, krn_cuda_silu_mul(dptr(gate, 2), gate.ld, dptr(up, 2), up.ld, dptr(out, 2), out.ld,
-                             dim, m, c->stream, lep_));
+    KRN(c, krn_cuda_silu_mul(dptr(gate, 2), gate.ld, dptr(up, 2), up.ld, dptr(out, 2), out.ld, dim,
+                             m, c->stream, lep_));
     written(out.buf);
     return INF_OK;
 }
@@ -766,8 +777,8 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         const int32_t *blocks = bt + (int64_t)slot * p->max_blocks;
         for (int32_t t = t0; t < t0 + nt; t++) {
             kvdst[2 * n_kv] = t;
-            kvdst[2 * n_kv + 1] = blocks[pos[t] / ENG_KV_BLOCK] * ENG_KV_BLOCK +
-                                  pos[t] % ENG_KV_BLOCK;
+            kvdst[2 * n_kv + 1] =
+                blocks[pos[t] / ENG_KV_BLOCK] * ENG_KV_BLOCK + pos[t] % ENG_KV_BLOCK;
             n_kv++;
         }
     }
@@ -795,8 +806,8 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
                     len = ctx;
                 }
                 if (splits > 1)
-                    groups[n_groups++] = (struct krn_cuda_attn_group){.item = n_items,
-                                                                      .n_splits = (int32_t)splits};
+                    groups[n_groups++] =
+                        (struct krn_cuda_attn_group){.item = n_items, .n_splits = (int32_t)splits};
                 for (int32_t j = 0; j < splits; j++) {
                     struct krn_cuda_attn_item *it = &items[n_items++];
                     memset(it, 0, sizeof *it);
@@ -838,13 +849,25 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
                              p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, n_kv,
                              c->stream, lep_));
     struct krn_cuda_attn_params kp = {
-        .q = dptr(p->q, 2), .ldq = p->q.ld, .out = dptr(p->out, 2), .ldo = p->out.ld,
-        .k_pool = p->k_cache->ptr, .v_pool = p->v_cache->ptr, .block_table = p->block_table->ptr,
-        .max_blocks = p->max_blocks, .block = ENG_KV_BLOCK, .n_heads = p->n_heads,
-        .n_kv_heads = p->n_kv_heads, .head_dim = hd, .scale = p->scale,
-        .items = (const struct krn_cuda_attn_item *)(lc->dev + kv_bytes), .n_items = n_items,
+        .q = dptr(p->q, 2),
+        .ldq = p->q.ld,
+        .out = dptr(p->out, 2),
+        .ldo = p->out.ld,
+        .k_pool = p->k_cache->ptr,
+        .v_pool = p->v_cache->ptr,
+        .block_table = p->block_table->ptr,
+        .max_blocks = p->max_blocks,
+        .block = ENG_KV_BLOCK,
+        .n_heads = p->n_heads,
+        .n_kv_heads = p->n_kv_heads,
+        .head_dim = hd,
+        .scale = p->scale,
+        .items = (const struct krn_cuda_attn_item *)(lc->dev + kv_bytes),
+        .n_items = n_items,
         .groups = (const struct krn_cuda_attn_group *)(lc->dev + kv_bytes + items_used),
-        .n_groups = n_groups, .partials = (float *)c->scratch, .decode = decode};
+        .n_groups = n_groups,
+        .partials = (float *)c->scratch,
+        .decode = decode};
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
     written(p->out.buf);
     written(p->k_cache);
@@ -915,16 +938,16 @@ static const struct eng_backend_iface cuda_iface = {
 };
 
 #undef CU
-#define CU(c, call, what)                                                                      \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            st = e_ == cudaErrorMemoryAllocation                                               \
-                     ? inf_err_set(err, INF_E_NOMEM, "CUDA %s: out of memory", what)          \
-                     : inf_err_set(err, INF_E_DEVICE, "CUDA %s: %s", what,                    \
-                                   cudaGetErrorString(e_));                                    \
-            goto fail;                                                                         \
-        }                                                                                      \
+#define CU(c, call, what)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            st =                                                                                   \
+                e_ == cudaErrorMemoryAllocation                                                    \
+                    ? inf_err_set(err, INF_E_NOMEM, "CUDA %s: out of memory", what)                \
+                    : inf_err_set(err, INF_E_DEVICE, "CUDA %s: %s", what, cudaGetErrorString(e_)); \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
 inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
@@ -946,8 +969,7 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
         return inf_err_set(err, INF_E_INVALID, "CUDA device %d out of range (%d devices)", dev,
                            count);
     if (ws < ((size_t)4 << 20))
-        return inf_err_set(err, INF_E_INVALID, "CUDA workspace of %zu bytes: at least 4 MiB",
-                           ws);
+        return inf_err_set(err, INF_E_INVALID, "CUDA workspace of %zu bytes: at least 4 MiB", ws);
     struct cudaDeviceProp prop;
     e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess)
@@ -978,8 +1000,7 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     }
     CU(c, cudaMalloc(&c->blas_ws, BLAS_WORKSPACE), "cuBLAS workspace");
     if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
-        (bs = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE)) !=
-            CUBLAS_STATUS_SUCCESS) {
+        (bs = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE)) != CUBLAS_STATUS_SUCCESS) {
         st = inf_err_set(err, INF_E_DEVICE, "cuBLAS setup: %s", blas_msg(bs));
         goto fail;
     }
@@ -1005,8 +1026,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     /* Probe: a build without kernels for this device fails here, clearly. */
     {
         struct inf_err le = {0};
-        inf_status_t ps = krn_cuda_bias_add(c->small + 2048, true, 1, (const float *)c->small, 1,
-                                            1, c->stream, &le);
+        inf_status_t ps = krn_cuda_bias_add(c->small + 2048, true, 1, (const float *)c->small, 1, 1,
+                                            c->stream, &le);
         if (ps == INF_OK)
             ps = cudaStreamSynchronize(c->stream) == cudaSuccess ? INF_OK : INF_E_DEVICE;
         if (ps != INF_OK) {
@@ -1022,8 +1043,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     be->act_dtype = ENG_ACT_F16;
     be->kv_dtype = ENG_ACT_F16;
     be->ctx = c;
-    inf_log(INFO, "CUDA backend on device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB",
-            dev, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+    inf_log(INFO, "CUDA backend on device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB", dev,
+            prop.name, prop.major, prop.minor, prop.multiProcessorCount,
             (double)prop.totalGlobalMem / (double)(1u << 30));
     *out = be;
     return INF_OK;

@@ -14,9 +14,9 @@ extern "C" {
 
 /* out[r][i] = fp16(g / (1 + exp(-g)) * u), g = gate[r][i], u = up[r][i] in
  * fp32, i < dim, r < m. */
-inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t *up,
-                               int64_t ldu, uint16_t *out, int64_t ldo, int32_t dim, int32_t m,
-                               void *stream, struct inf_err *err);
+inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t *up, int64_t ldu,
+                               uint16_t *out, int64_t ldo, int32_t dim, int32_t m, void *stream,
+                               struct inf_err *err);
 
 /* Strided fp16 -> fp32: dst[r][c] = src[r][c], r < rows, c < cols. */
 inf_status_t krn_cuda_f16_to_f32(const uint16_t *src, int64_t lds, float *dst, int64_t ldd,

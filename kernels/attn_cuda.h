@@ -30,14 +30,14 @@ extern "C" {
 #endif
 
 struct krn_cuda_attn_item {
-    int32_t t_first;  /* batch row of the sequence's first token */
-    int32_t p_first;  /* its position */
-    int32_t slot;     /* block-table row */
-    int32_t kvh;      /* KV head */
-    int32_t row0;     /* first query row of this item (in the sequence's rows) */
-    int32_t nrows;    /* rows in this item, <= krn_cuda_attn_rows() */
-    int32_t k0, k1;   /* key positions [k0, k1) */
-    int32_t part;     /* partial slot, or -1: write out directly */
+    int32_t t_first; /* batch row of the sequence's first token */
+    int32_t p_first; /* its position */
+    int32_t slot;    /* block-table row */
+    int32_t kvh;     /* KV head */
+    int32_t row0;    /* first query row of this item (in the sequence's rows) */
+    int32_t nrows;   /* rows in this item, <= krn_cuda_attn_rows() */
+    int32_t k0, k1;  /* key positions [k0, k1) */
+    int32_t part;    /* partial slot, or -1: write out directly */
     int32_t pad[3];
 };
 
@@ -47,22 +47,22 @@ struct krn_cuda_attn_group {
 };
 
 struct krn_cuda_attn_params {
-    const uint16_t *q;    /* token t, head h at q + t * ldq + h * head_dim */
+    const uint16_t *q; /* token t, head h at q + t * ldq + h * head_dim */
     int64_t ldq;
-    uint16_t *out;        /* token t, head h at out + t * ldo + h * head_dim */
+    uint16_t *out; /* token t, head h at out + t * ldo + h * head_dim */
     int64_t ldo;
     const uint16_t *k_pool, *v_pool;
     const int32_t *block_table; /* [n_slots][max_blocks] */
     int32_t max_blocks;
-    int32_t block;        /* tokens per KV block */
+    int32_t block; /* tokens per KV block */
     int32_t n_heads, n_kv_heads, head_dim;
     float scale;
     const struct krn_cuda_attn_item *items;
     int32_t n_items;
     const struct krn_cuda_attn_group *groups;
     int32_t n_groups;
-    float *partials;      /* [slots][rows][head_dim + 2] */
-    bool decode;          /* selects the decode-shaped configuration */
+    float *partials; /* [slots][rows][head_dim + 2] */
+    bool decode;     /* selects the decode-shaped configuration */
 };
 
 /* Query rows per item and keys per tile of the configuration that serves

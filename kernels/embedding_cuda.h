@@ -23,8 +23,8 @@ extern "C" {
 /* out[r][0..dim) = fp16(table[ids[r]][0..dim)) for r < m; table [vocab][dim]
  * fp16 when table_f16, else fp32 (rounded to nearest). */
 inf_status_t krn_cuda_embed(const void *table, bool table_f16, int32_t vocab, int32_t dim,
-                            const int32_t *ids, uint16_t *out, int64_t ldo, int32_t m,
-                            int32_t *bad, void *stream, struct inf_err *err);
+                            const int32_t *ids, uint16_t *out, int64_t ldo, int32_t m, int32_t *bad,
+                            void *stream, struct inf_err *err);
 
 /* out[r] = x[idx[r]] (dim fp16 elements) for r < m; x has x_rows rows of
  * stride ldx. */

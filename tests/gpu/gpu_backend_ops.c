@@ -59,12 +59,12 @@ static float *frand(int64_t n, float lo, float hi)
     return p;
 }
 
-#define DIE_IF(st, what)                                                                       \
-    do {                                                                                       \
-        if ((st) != INF_OK) {                                                                  \
-            fprintf(stderr, "FATAL %s:%d %s: %s\n", __FILE__, __LINE__, what, err.msg);       \
-            exit(2);                                                                           \
-        }                                                                                      \
+#define DIE_IF(st, what)                                                                           \
+    do {                                                                                           \
+        if ((st) != INF_OK) {                                                                      \
+            fprintf(stderr, "FATAL %s:%d %s: %s\n", __FILE__, __LINE__, what, err.msg);            \
+            exit(2);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* A pair of buffers holding the same values: fp32 on the CPU, act dtype
@@ -109,8 +109,8 @@ static void ints_make(const int32_t *v, int64_t n, struct eng_buf **c, struct en
 
 /* Compare rows x cols of view (off, ld) of a pair; returns the relative
  * Frobenius error, counts non-finite GPU values as failures. */
-static double compare_view(const char *what, struct pair *p, int64_t off, int64_t ld,
-                           int64_t rows, int64_t cols, double tol)
+static double compare_view(const char *what, struct pair *p, int64_t off, int64_t ld, int64_t rows,
+                           int64_t cols, double tol)
 {
     struct inf_err err = {0};
     float *c = malloc((size_t)p->n * 4);
@@ -185,12 +185,12 @@ static void test_embedding(int32_t vocab, int32_t dim, int32_t m, bool f16)
     int64_t ld = dim + 5;
     struct pair out = pair_make(NULL, (int64_t)m * ld);
     enum eng_wdtype wdt = f16 ? ENG_W_F16 : ENG_W_F32;
-    DIE_IF(eng_op_embedding(g_cpu, tc, wdt, vocab, dim, ic, (struct eng_mat){out.c, 0, ld}, m,
-                            &err),
-           "cpu embedding");
-    DIE_IF(eng_op_embedding(g_gpu, tg, wdt, vocab, dim, ig, (struct eng_mat){out.g, 0, ld}, m,
-                            &err),
-           "gpu embedding");
+    DIE_IF(
+        eng_op_embedding(g_cpu, tc, wdt, vocab, dim, ic, (struct eng_mat){out.c, 0, ld}, m, &err),
+        "cpu embedding");
+    DIE_IF(
+        eng_op_embedding(g_gpu, tg, wdt, vocab, dim, ig, (struct eng_mat){out.g, 0, ld}, m, &err),
+        "gpu embedding");
     char what[128];
     snprintf(what, sizeof what, "embedding %s vocab %d dim %d m %d", f16 ? "f16" : "f32", vocab,
              dim, m);
@@ -198,8 +198,8 @@ static void test_embedding(int32_t vocab, int32_t dim, int32_t m, bool f16)
     /* An id outside the vocabulary is refused. */
     int32_t badid = vocab;
     DIE_IF(eng_buf_upload(g_gpu, ig, 0, &badid, 4, &err), "upload");
-    inf_status_t st = eng_op_embedding(g_gpu, tg, wdt, vocab, dim, ig,
-                                       (struct eng_mat){out.g, 0, ld}, m, &err);
+    inf_status_t st =
+        eng_op_embedding(g_gpu, tg, wdt, vocab, dim, ig, (struct eng_mat){out.g, 0, ld}, m, &err);
     expect_status("embedding: id = vocab refused", st, INF_E_INVALID, &err);
     pair_free(&out);
     eng_buf_free(g_cpu, tc);
@@ -255,8 +255,11 @@ static void test_rope(int32_t n_heads, int32_t hd, int32_t m, bool llama3, int32
     struct pair x = pair_make(xv, (int64_t)m * ld);
     struct eng_buf *pc, *pg;
     ints_make(pos, m, &pc, &pg);
-    struct eng_rope_params rp = {.theta = llama3 ? 500000.0f : 10000.0f, .llama3 = llama3,
-                                 .factor = 8.0f, .low_freq = 1.0f, .high_freq = 4.0f,
+    struct eng_rope_params rp = {.theta = llama3 ? 500000.0f : 10000.0f,
+                                 .llama3 = llama3,
+                                 .factor = 8.0f,
+                                 .low_freq = 1.0f,
+                                 .high_freq = 4.0f,
                                  .orig_max_pos = 8192};
     DIE_IF(eng_op_rope(g_cpu, (struct eng_mat){x.c, 0, ld}, n_heads, hd, pc, &rp, m, &err),
            "cpu rope");
@@ -513,9 +516,13 @@ static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int3
     ints_make(seqs, (int64_t)n_seqs * 3, &sc, &sg);
     ints_make(pos, n_tok, &pc, &pg);
     ints_make(bt, (int64_t)n_slots * max_blocks, &bc, &bg);
-    struct eng_attn_params a = {.n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd,
-                                .scale = 1.0f / sqrtf((float)hd), .n_seqs = n_seqs,
-                                .n_slots = n_slots, .max_blocks = max_blocks,
+    struct eng_attn_params a = {.n_heads = n_heads,
+                                .n_kv_heads = n_kv,
+                                .head_dim = hd,
+                                .scale = 1.0f / sqrtf((float)hd),
+                                .n_seqs = n_seqs,
+                                .n_slots = n_slots,
+                                .max_blocks = max_blocks,
                                 .n_blocks = n_blocks};
     struct eng_attn_params ac = a, ag = a;
     ac.q = (struct eng_mat){in.c, 0, ldq};
@@ -582,11 +589,23 @@ static void test_attention_errors(void)
     DIE_IF(eng_buf_alloc(g_gpu, 4 * 64 * 2, &act, &err), "act");
     DIE_IF(eng_buf_alloc(g_gpu, 4 * 16 * 64 * 2, &kc, &err), "k");
     DIE_IF(eng_buf_alloc(g_gpu, 4 * 16 * 64 * 2, &vc, &err), "v");
-    struct eng_attn_params a = {.n_heads = 1, .n_kv_heads = 1, .head_dim = 64, .scale = 0.125f,
-                                .q = {act, 0, 64}, .k = {act, 64, 64}, .v = {act, 128, 64},
-                                .out = {act, 192, 64}, .pos = pg, .seqs = sg, .n_seqs = 1,
-                                .block_table = bg, .n_slots = 1, .max_blocks = 2,
-                                .k_cache = kc, .v_cache = vc, .n_blocks = 4};
+    struct eng_attn_params a = {.n_heads = 1,
+                                .n_kv_heads = 1,
+                                .head_dim = 64,
+                                .scale = 0.125f,
+                                .q = {act, 0, 64},
+                                .k = {act, 64, 64},
+                                .v = {act, 128, 64},
+                                .out = {act, 192, 64},
+                                .pos = pg,
+                                .seqs = sg,
+                                .n_seqs = 1,
+                                .block_table = bg,
+                                .n_slots = 1,
+                                .max_blocks = 2,
+                                .k_cache = kc,
+                                .v_cache = vc,
+                                .n_blocks = 4};
     inf_status_t st = eng_op_attn_decode(g_gpu, &a, &err);
     expect_status("attention: block id past the pool refused", st, INF_E_INVALID, &err);
     /* head_dim 20 is not a multiple of 8: unsupported, said so. */

@@ -44,8 +44,7 @@ static void take(eng_engine_t *eng)
                 ended[id] = 1;
                 if (ev->kind == ENG_EV_ERROR) {
                     errors++;
-                    fprintf(stderr, "request %llu failed: %s\n", (unsigned long long)id,
-                            ev->msg);
+                    fprintf(stderr, "request %llu failed: %s\n", (unsigned long long)id, ev->msg);
                 }
             }
         }

@@ -72,8 +72,14 @@ static inf_status_t step(eng_model_t *m, int32_t n_seq, const int32_t *slots,
     for (int32_t s = 0; s < 8; s++)
         for (int32_t b = 0; b < MAXB; b++)
             bt[s * MAXB + b] = (s + 1) * MAXB - 1 - b;
-    struct eng_batch b = {.n_tokens = t, .tokens = tok, .pos = pos, .slot = slot,
-                          .want_logits = want, .n_logits = t, .block_table = bt, .n_slots = 4,
+    struct eng_batch b = {.n_tokens = t,
+                          .tokens = tok,
+                          .pos = pos,
+                          .slot = slot,
+                          .want_logits = want,
+                          .n_logits = t,
+                          .block_table = bt,
+                          .n_slots = 4,
                           .max_blocks = MAXB};
     return eng_model_forward(m, &b, logits, err);
 }
