@@ -398,7 +398,11 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
             q->dev = NULL;
             st = cu_fail(c, "cudaMalloc", cudaGetErrorString(e), err);
         } else {
-            e = cudaMemcpy(q->dev, host, q->lay.bytes, cudaMemcpyHostToDevice);
+            /* On the backend's (non-blocking) stream, waited for: the host
+             * copy is freed next and kernels on the stream read the weight. */
+            e = cudaMemcpyAsync(q->dev, host, q->lay.bytes, cudaMemcpyHostToDevice, c->stream);
+            if (e == cudaSuccess)
+                e = cudaStreamSynchronize(c->stream);
             if (e != cudaSuccess)
                 st = cu_fail(c, "weight upload", cudaGetErrorString(e), err);
         }
@@ -420,7 +424,7 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
             c->gemm_ws_bytes = 0;
             e = cudaMalloc(&c->gemm_ws, need);
             if (e == cudaSuccess)
-                e = cudaMemset(c->gemm_ws, 0, need);
+                e = cudaMemsetAsync(c->gemm_ws, 0, need, c->stream);
             if (e == cudaSuccess)
                 c->gemm_ws_bytes = need;
         }
@@ -1020,7 +1024,7 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     CU(c, cudaMalloc((void **)&c->small, 4096), "cudaMalloc");
     c->d_bad = (int32_t *)c->small;
     c->d_inv_freq = (float *)(c->small + 256);
-    CU(c, cudaMemset(c->small, 0, 4096), "cudaMemset");
+    CU(c, cudaMemsetAsync(c->small, 0, 4096, c->stream), "cudaMemset");
     CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
        "pinned staging");
     /* Probe: a build without kernels for this device fails here, clearly. */
