@@ -19,10 +19,12 @@
  *            3. online softmax, one warp per row: new max, rescale factor,
  *               probabilities written back over S;
  *            4. acc = acc * rescale + P . V, lanes on consecutive dims.
+ *          Prefill with head_dim <= 128 runs the tensor-core kernel below
+ *          instead (64 rows per block, mma.sync m16n8k16).
  * Numerics fp16 inputs, fp32 scores, softmax and accumulation (precise expf);
- *          one rounding to fp16 at the output. SIMT only in this version:
- *          tensor cores for the prefill tiles are the next step.
- * Arch     any (sm_75+; static shared memory under 48 KB per block).
+ *          the tensor-core kernel rounds the probabilities to fp16 for P.V;
+ *          one rounding to fp16 at the output.
+ * Arch     sm_80+ (mma.sync m16n8k16; static shared memory under 48 KB).
  */
 #include "kernels/attn_cuda.h"
 #include "kernels/cuda/launch.cuh"
@@ -212,6 +214,222 @@ __global__ void combine_kernel(const krn_cuda_attn_params p, int R)
     }
 }
 
+/* ---- tensor-core prefill ------------------------------------------------
+ * One block of 4 warps per item of up to 64 query rows (each warp owns 16
+ * rows), HDP <= 128. Per tile of 64 keys (K, V in shared memory, rows past
+ * the range and dims past head_dim zero-filled):
+ *   S = Q K^T   mma.sync m16n8k16, Q fragments held in registers for the
+ *               whole item, K read as B fragments with 32-bit shared loads
+ *               (row stride HDP + 8 halves: the 8 rows x 4 words of a
+ *               fragment land in 32 different banks);
+ *   online softmax on the S accumulators (each row lives in one quad of
+ *               lanes: max and sum are two xor-shuffles), P rounded to fp16
+ *               and reused in place as the A fragments of
+ *   O += P V    mma.sync, V's B fragments assembled from 16-bit shared loads
+ *               (the two keys of a register are consecutive rows).
+ * Accumulators: S 8x4 and O (HDP/8)x4 fp32 registers per thread. */
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); /* m16n8k16 needs sm_80; the build's architectures are 80 and 90 */
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi)
+{
+    __half2 h = __halves2half2(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+template <int HDP>
+__global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params p)
+{
+    constexpr int TILE = 64, KS = HDP + 8, KSTEPS = HDP / 16, NT_O = HDP / 8;
+    __shared__ __align__(16) __half k_s[TILE][KS];
+    __shared__ __align__(16) __half v_s[TILE][KS];
+
+    const krn_cuda_attn_item it = p.items[blockIdx.x];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
+    const int64_t kv_row = (int64_t)p.n_kv_heads * hd;
+    const int32_t *bt = p.block_table + (int64_t)it.slot * p.max_blocks;
+    const __half *qg = reinterpret_cast<const __half *>(p.q);
+    const __half zero = __float2half_rn(0.0f);
+
+    /* This thread's two rows (h = 0: row g, h = 1: row g + 8 of the warp). */
+    int lim[2];
+    int64_t qoff[2];
+    bool live[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = warp * 16 + g + 8 * h;
+        int rr = it.row0 + r;
+        live[h] = r < it.nrows;
+        lim[h] = it.p_first + rr / G + 1;
+        qoff[h] = (int64_t)(it.t_first + rr / G) * p.ldq + (int64_t)(it.kvh * G + rr % G) * hd;
+    }
+    uint32_t qa[KSTEPS][4];
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int h = i & 1, d = ks * 16 + 2 * t + (i >> 1) * 8;
+            __half lo = zero, hi = zero;
+            if (live[h] && d < hd) { /* hd % 8 == 0: d + 1 < hd too */
+                lo = qg[qoff[h] + d];
+                hi = qg[qoff[h] + d + 1];
+            }
+            qa[ks][i] = pack_halves(lo, hi);
+        }
+    }
+    float o[NT_O][4];
+#pragma unroll
+    for (int n = 0; n < NT_O; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+    const int cpr = HDP / 8; /* 16-byte chunks per shared row */
+    for (int kt = it.k0; kt < it.k1; kt += TILE) {
+        const int nk = min(TILE, it.k1 - kt);
+        __syncthreads(); /* the previous tile's readers are done */
+        for (int c = tid; c < TILE * cpr; c += 128) {
+            const int pr = c / cpr, cc = c % cpr;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (pr < nk && cc * 8 < hd) {
+                const int kp = kt + pr;
+                const int64_t blk = bt[kp / p.block];
+                const int64_t off =
+                    (blk * p.block + kp % p.block) * kv_row + (int64_t)it.kvh * hd + cc * 8;
+                kv = *reinterpret_cast<const uint4 *>(p.k_pool + off);
+                vv = *reinterpret_cast<const uint4 *>(p.v_pool + off);
+            }
+            *reinterpret_cast<uint4 *>(&k_s[pr][cc * 8]) = kv;
+            *reinterpret_cast<uint4 *>(&v_s[pr][cc * 8]) = vv;
+        }
+        __syncthreads();
+
+        float sc[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS; ks++) {
+                const __half *kr = &k_s[j * 8 + g][ks * 16 + 2 * t];
+                mma16816(sc[j], qa[ks], *reinterpret_cast<const uint32_t *>(kr),
+                         *reinterpret_cast<const uint32_t *>(kr + 8));
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, col = j * 8 + 2 * t + (e & 1), kp = kt + col;
+                const float v = (col < nk && kp < lim[h]) ? sc[j][e] * p.scale : -INFINITY;
+                sc[j][e] = v;
+                mx[h] = fmaxf(mx[h], v);
+            }
+        float corr[2], m_new[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            m_new[h] = fmaxf(m_run[h], mx[h]);
+            corr[h] = m_new[h] == -INFINITY ? 1.0f
+                      : m_run[h] == -INFINITY ? 0.0f
+                                              : expf(m_run[h] - m_new[h]);
+        }
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1;
+                const float v = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m_new[h]);
+                sc[j][e] = v;
+                sum[h] += v;
+            }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+            sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+            l_run[h] = l_run[h] * corr[h] + sum[h];
+            m_run[h] = m_new[h];
+        }
+#pragma unroll
+        for (int n = 0; n < NT_O; n++) {
+            o[n][0] *= corr[0];
+            o[n][1] *= corr[0];
+            o[n][2] *= corr[1];
+            o[n][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]),
+                              pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const int k0r = kk * 16 + 2 * t;
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                const int d = n * 8 + g;
+                uint32_t b0 = pack_halves(v_s[k0r][d], v_s[k0r + 1][d]);
+                uint32_t b1 = pack_halves(v_s[k0r + 8][d], v_s[k0r + 9][d]);
+                mma16816(o[n], pa, b0, b1);
+            }
+        }
+    }
+
+    __half *og = reinterpret_cast<__half *>(p.out);
+    constexpr int R = 64;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!live[h])
+            continue;
+        const int r = warp * 16 + g + 8 * h;
+        if (it.part < 0) {
+            const int rr = it.row0 + r;
+            const int64_t ooff =
+                (int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd;
+            const float inv = 1.0f / l_run[h];
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                const int d = n * 8 + 2 * t;
+                if (d < hd) {
+                    og[ooff + d] = __float2half_rn(o[n][2 * h] * inv);
+                    og[ooff + d + 1] = __float2half_rn(o[n][2 * h + 1] * inv);
+                }
+            }
+        } else {
+            float *slot = p.partials + ((int64_t)it.part * R + r) * (hd + 2);
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                const int d = n * 8 + 2 * t;
+                if (d < hd) {
+                    slot[d] = o[n][2 * h];
+                    slot[d + 1] = o[n][2 * h + 1];
+                }
+            }
+            if (t == 0) {
+                slot[hd] = m_run[h];
+                slot[hd + 1] = l_run[h];
+            }
+        }
+    }
+}
+
 template <bool VEC>
 __global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
                                 const __half *v, int64_t ldv,
@@ -235,17 +453,30 @@ __global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
     }
 }
 
+/* Configurations: decode, SIMT 128 threads; prefill with head_dim <= 128,
+ * tensor cores, 64 rows; prefill with head_dim 256, SIMT 256 threads. */
+template <int HDP> constexpr bool use_tc(bool decode)
+{
+    return !decode && HDP <= 128;
+}
+
+template <int HDP> constexpr int rows_of(bool decode)
+{
+    return use_tc<HDP>(decode) ? 64 : (decode ? 128 : 256) * kAcc / HDP;
+}
+
 template <int HDP>
 cudaError_t launch(const krn_cuda_attn_params &p, cudaStream_t s)
 {
     if (p.decode)
         attn_kernel<HDP, 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
+    else if (use_tc<HDP>(false))
+        attn_tc_kernel<HDP <= 128 ? HDP : 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
     else
         attn_kernel<HDP, 256><<<(unsigned)p.n_items, 256, 0, s>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && p.n_groups > 0)
-        combine_kernel<<<(unsigned)p.n_groups, 128, 0, s>>>(
-            p, (p.decode ? 128 : 256) * kAcc / HDP);
+        combine_kernel<<<(unsigned)p.n_groups, 128, 0, s>>>(p, rows_of<HDP>(p.decode));
     return e;
 }
 
@@ -260,8 +491,12 @@ int hdp_of(int32_t head_dim)
 
 extern "C" int32_t krn_cuda_attn_rows(int32_t head_dim, bool decode)
 {
-    int hdp = hdp_of(head_dim);
-    return hdp ? (decode ? 128 : 256) * kAcc / hdp : 0;
+    switch (hdp_of(head_dim)) {
+    case 64: return rows_of<64>(decode);
+    case 128: return rows_of<128>(decode);
+    case 256: return rows_of<256>(decode);
+    default: return 0;
+    }
 }
 
 extern "C" int32_t krn_cuda_attn_tile(int32_t head_dim)

@@ -576,6 +576,94 @@ static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int3
     free(qkv);
 }
 
+/* GPU only, information: time attention on serving shapes (n_seqs
+ * sequences of ctx positions, n_new tokens each in this step; Llama-3-8B
+ * heads). Prints the time per call, the K/V bytes read (at least once) and
+ * the attention FLOPs (2 matmuls, causal). */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void time_attention(int32_t n_seqs, int32_t ctx, int32_t n_new, bool decode)
+{
+    struct inf_err err = {0};
+    const int32_t nh = 32, nkv = 8, hd = 128;
+    int32_t per_seq = (ctx + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
+    int32_t n_blocks = n_seqs * per_seq, n_tok = n_seqs * n_new;
+    int64_t row = (int64_t)nkv * hd, pool = (int64_t)n_blocks * ENG_KV_BLOCK * row;
+    int64_t ldq = (int64_t)(nh + 2 * nkv) * hd;
+    struct eng_buf *kc, *vc, *in, *out, *sg, *pg, *bg, *probe;
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)pool * 2, &kc, &err), "k");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)pool * 2, &vc, &err), "v");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)n_tok * ldq * 2, &in, &err), "in");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)n_tok * nh * hd * 2, &out, &err), "out");
+    /* Fill the pools and inputs with small fp16 values (0x2000 ~ 0.0078). */
+    uint16_t *fill = malloc((size_t)(pool > n_tok * ldq ? pool : n_tok * ldq) * 2);
+    for (int64_t i = 0; i < (pool > n_tok * ldq ? pool : n_tok * ldq); i++)
+        fill[i] = (uint16_t)(0x2000 + (rnd() & 0x3ff));
+    DIE_IF(eng_buf_upload(g_gpu, kc, 0, fill, (size_t)pool * 2, &err), "fill");
+    DIE_IF(eng_buf_upload(g_gpu, vc, 0, fill, (size_t)pool * 2, &err), "fill");
+    DIE_IF(eng_buf_upload(g_gpu, in, 0, fill, (size_t)n_tok * ldq * 2, &err), "fill");
+    free(fill);
+    int32_t *seqs = malloc((size_t)n_seqs * 12), *pos = malloc((size_t)n_tok * 4);
+    int32_t *bt = malloc((size_t)n_blocks * 4);
+    for (int32_t s = 0; s < n_seqs; s++) {
+        seqs[3 * s] = s * n_new;
+        seqs[3 * s + 1] = n_new;
+        seqs[3 * s + 2] = s;
+        for (int32_t i = 0; i < n_new; i++)
+            pos[s * n_new + i] = ctx - n_new + i;
+    }
+    for (int32_t i = 0; i < n_blocks; i++)
+        bt[i] = i;
+    DIE_IF(eng_buf_from_host(g_gpu, seqs, (size_t)n_seqs * 12, &sg, &err), "seqs");
+    DIE_IF(eng_buf_from_host(g_gpu, pos, (size_t)n_tok * 4, &pg, &err), "pos");
+    DIE_IF(eng_buf_from_host(g_gpu, bt, (size_t)n_blocks * 4, &bg, &err), "bt");
+    DIE_IF(eng_buf_alloc(g_gpu, 4, &probe, &err), "probe");
+    struct eng_attn_params a = {.n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+                                .scale = 1.0f / sqrtf((float)hd), .q = {in, 0, ldq},
+                                .k = {in, (int64_t)nh * hd, ldq},
+                                .v = {in, (int64_t)(nh + nkv) * hd, ldq},
+                                .out = {out, 0, (int64_t)nh * hd}, .pos = pg, .seqs = sg,
+                                .n_seqs = n_seqs, .block_table = bg, .n_slots = n_seqs,
+                                .max_blocks = per_seq, .k_cache = kc, .v_cache = vc,
+                                .n_blocks = n_blocks};
+    inf_status_t (*op)(struct eng_backend *, const struct eng_attn_params *, struct inf_err *) =
+        decode ? eng_op_attn_decode : eng_op_attn_prefill;
+    int32_t word;
+    DIE_IF(op(g_gpu, &a, &err), "warm-up");
+    DIE_IF(eng_buf_download(g_gpu, probe, 0, &word, 4, &err), "sync");
+    const int iters = 20;
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++)
+        DIE_IF(op(g_gpu, &a, &err), "attention");
+    DIE_IF(eng_buf_download(g_gpu, probe, 0, &word, 4, &err), "sync");
+    double dt = (now_s() - t0) / iters;
+    double kv_bytes = 2.0 * n_seqs * (double)ctx * row * 2;
+    double keys = 0; /* (query, key) pairs per head */
+    for (int32_t i = 0; i < n_new; i++)
+        keys += ctx - n_new + i + 1;
+    double flops = 4.0 * n_seqs * keys * nh * hd;
+    printf("info attn %-7s seqs %3d ctx %5d new %4d (32/8 heads, hd 128): %8.3f ms  "
+           "%7.1f GB/s K/V  %6.1f TFLOP/s\n",
+           decode ? "decode" : "prefill", n_seqs, ctx, n_new, dt * 1e3, kv_bytes / dt / 1e9,
+           flops / dt / 1e12);
+    eng_buf_free(g_gpu, kc);
+    eng_buf_free(g_gpu, vc);
+    eng_buf_free(g_gpu, in);
+    eng_buf_free(g_gpu, out);
+    eng_buf_free(g_gpu, sg);
+    eng_buf_free(g_gpu, pg);
+    eng_buf_free(g_gpu, bg);
+    eng_buf_free(g_gpu, probe);
+    free(seqs);
+    free(pos);
+    free(bt);
+}
+
 static void test_attention_errors(void)
 {
     struct inf_err err = {0};
@@ -694,6 +782,13 @@ int main(void)
     const struct seq_spec pre_long[1] = {{1500, 300}};
     test_attention("1 chunk of 300 on 1500", 8, 2, 64, pre_long, 1, false);
     test_attention_errors();
+    if (!getenv("INT4SERVE_TEST_NO_TIMING")) {
+        time_attention(1, 32768, 1, true);
+        time_attention(64, 2048, 1, true);
+        time_attention(128, 1024, 1, true);
+        time_attention(1, 2048, 2048, false);
+        time_attention(4, 4096, 512, false);
+    }
 
     eng_backend_destroy(g_gpu);
     eng_backend_destroy(g_cpu);
