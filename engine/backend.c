@@ -269,3 +269,12 @@ inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t
     CHECK_MAT(x, m, dim, eng_act_size(be->act_dtype), "all_reduce x");
     return be->iface->all_reduce(be, x, dim, m, err);
 }
+
+inf_status_t eng_backend_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
+                                  struct inf_err *err)
+{
+    if (!be->iface->mem_info)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no device memory to report",
+                           be->iface->name);
+    return be->iface->mem_info(be, free_bytes, total_bytes, err);
+}

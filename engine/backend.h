@@ -180,6 +180,10 @@ struct eng_backend_iface {
      * NULL for a single device. */
     inf_status_t (*all_reduce)(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
                                struct inf_err *err);
+    /* Optional: free and total bytes of device memory now (a device
+     * backend's start-up memory plan). NULL on host backends. */
+    inf_status_t (*mem_info)(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
+                             struct inf_err *err);
 };
 
 /* A backend object. Made by a backend's create function (e.g.
@@ -238,6 +242,10 @@ inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x, const 
 /* INF_E_UNSUPPORTED when the backend has no all_reduce (single device). */
 inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
                                struct inf_err *err);
+
+/* INF_E_UNSUPPORTED when the backend has no device memory to report. */
+inf_status_t eng_backend_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
+                                  struct inf_err *err);
 
 /* ---- the CPU backend (engine/backend_cpu.c) ----------------------------
  * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a

@@ -891,6 +891,15 @@ static inf_status_t cu_attn_decode(struct eng_backend *be, const struct eng_attn
     return cu_attn(be, p, true, err);
 }
 
+static inf_status_t cu_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
+                                struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    CU(c, cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+    return INF_OK;
+}
+
 /* ---- table and lifetime -------------------------------------------------------- */
 static void ctx_free(struct cu_ctx *c)
 {
@@ -939,6 +948,7 @@ static const struct eng_backend_iface cuda_iface = {
     .silu_mul = cu_silu_mul,
     .rows_gather = cu_rows_gather,
     .all_reduce = NULL,
+    .mem_info = cu_mem_info,
 };
 
 #undef CU

@@ -302,14 +302,56 @@ static inf_status_t make_backend(const struct eng_config *cfg, struct eng_backen
     return eng_backend_cuda_create(&co, out, err);
 }
 
-/* The automatic KV size of a real model: room for max_batch full sequences
+/* The automatic KV size on a host backend: room for max_batch full sequences
  * within 256 MiB, and never less than one sequence. */
 #define KV_AUTO_BYTES (256ll << 20)
+/* Device memory left out of the KV pool besides what gpu_memory_utilization
+ * leaves: CUDA graph executables and the driver's own growth. */
+#define KV_DEVICE_HEADROOM ((size_t)256 << 20)
+
+/* The device memory plan, after the weights and workspaces are in place:
+ * the KV pool takes what gpu_memory_utilization leaves of the device's
+ * total (cudaMemGetInfo), less a headroom, capped at max_batch full
+ * sequences. Answers the capacity in tokens (a multiple of ENG_KV_BLOCK). */
+static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_backend *be,
+                                   const struct eng_model_config *mc, int64_t *tokens,
+                                   struct inf_err *err)
+{
+    size_t free_b = 0, total_b = 0;
+    inf_status_t st = eng_backend_mem_info(be, &free_b, &total_b, err);
+    if (st != INF_OK)
+        return st;
+    double util = cfg->gpu_memory_utilization > 0.0f ? cfg->gpu_memory_utilization : 0.90;
+    double used = (double)(total_b - free_b);
+    double budget = util * (double)total_b - used - (double)KV_DEVICE_HEADROOM;
+    if (budget > (double)free_b - (double)KV_DEVICE_HEADROOM)
+        budget = (double)free_b - (double)KV_DEVICE_HEADROOM;
+    int64_t per_tok = kv_bytes_per_token(mc, be);
+    int64_t t = budget > 0 ? (int64_t)(budget / (double)per_tok) : 0;
+    int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
+    if (t > want)
+        t = want;
+    t = t / ENG_KV_BLOCK * ENG_KV_BLOCK;
+    inf_log(INFO,
+            "GPU memory plan: %.2f GiB total, %.2f GiB used by weights and workspaces, "
+            "gpu_memory_utilization %.2f -> KV pool of %lld tokens (%.2f GiB, %lld bytes a token)",
+            (double)total_b / 1073741824.0, used / 1073741824.0, util, (long long)t,
+            (double)t * (double)per_tok / 1073741824.0, (long long)per_tok);
+    if (t < cfg->max_model_len)
+        return inf_err_set(err, INF_E_NOMEM,
+                           "gpu_memory_utilization %.2f leaves room for %lld KV tokens, less than "
+                           "one sequence of max_model_len %d",
+                           util, (long long)t, cfg->max_model_len);
+    *tokens = t;
+    return INF_OK;
+}
 
 /* A checkpoint folder on a real backend: config.json, tokenizer.json and the
- * weights. Sizes the KV pool (cfg.kv_cache_tokens 0: room for max_batch full
- * sequences within KV_AUTO_BYTES, at least one) and the model's step buffers
- * (max_batched_tokens). */
+ * weights. Sizes the KV pool (cfg.kv_cache_tokens 0: on a device backend
+ * from gpu_memory_utilization once the weights are loaded, on the CPU room
+ * for max_batch full sequences within KV_AUTO_BYTES, at least one) and the
+ * model's step buffers (max_batched_tokens, block tables of max_batch x
+ * max_model_len). */
 static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
 {
     struct eng_config *cfg = &eng->cfg;
@@ -329,7 +371,10 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
                 mc.max_pos, mc.max_pos);
     if (cfg->max_model_len == 0 || cfg->max_model_len > mc.max_pos)
         cfg->max_model_len = mc.max_pos;
-    if (cfg->kv_cache_tokens == 0) {
+    size_t free_b, total_b;
+    bool device_plan =
+        cfg->kv_cache_tokens == 0 && eng_backend_mem_info(be, &free_b, &total_b, NULL) == INF_OK;
+    if (cfg->kv_cache_tokens == 0 && !device_plan) {
         int64_t fit = KV_AUTO_BYTES / kv_bytes_per_token(&mc, be);
         int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
         int64_t t = want < fit ? want : fit;
@@ -354,10 +399,22 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
         .n_keep_fp16 = cfg->n_keep_fp16,
         .max_tokens = cfg->max_batched_tokens,
         .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
+        .max_batch = cfg->max_batch,
+        .max_model_len = cfg->max_model_len,
     };
     st = eng_lm_model_create(&lo, be, &eng->lm, err);
     if (st != INF_OK)
         goto fail_tok;
+    if (device_plan) {
+        /* The pool itself is allocated by the scheduler's kv_reserve. */
+        st = plan_device_kv(cfg, be, &mc, &cfg->kv_cache_tokens, err);
+        if (st != INF_OK) {
+            eng->lm.destroy(eng->lm.self); /* frees be too */
+            eng_tok_destroy(eng->tok);
+            eng->tok = NULL;
+            return st;
+        }
+    }
     /* A config without eos_token_id / bos_token_id: the tokenizer's. */
     int32_t tok_eos = eng_tok_eos_id(eng->tok);
     if (eng->lm.n_eos == 0 && tok_eos >= 0 && tok_eos < eng->lm.vocab)

@@ -77,6 +77,8 @@ void eng_model_opts_default(struct eng_model_opts *o)
     o->n_keep_fp16 = 0;
     o->max_tokens = 512;
     o->n_kv_blocks = 256;
+    o->max_slots = 0;
+    o->max_seq_blocks = 0;
 }
 
 /* ---- loading -------------------------------------------------------------- */
@@ -385,6 +387,9 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
     m->host_lrows = malloc((size_t)T * sizeof(int32_t));
     if (!m->host_seq_dec || !m->host_seq_pre || !m->host_lrows)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for batch tables");
+    if (m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0 &&
+        (s = alloc_act(m, &m->bt, (int64_t)m->opts.max_slots * m->opts.max_seq_blocks, 4, err)))
+        return s;
     int32_t nb = m->opts.n_kv_blocks;
     m->opts.n_kv_blocks = 0;
     return nb > 0 ? eng_model_kv_reserve(m, nb, err) : INF_OK;
@@ -434,8 +439,11 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         return inf_err_set(err, INF_E_INVALID,
                            "group_size must be 32, 64, 128, 256 or 0 (per-channel), got %d",
                            o.group_size);
-    if (o.max_tokens <= 0 || o.n_kv_blocks < 0 || o.n_keep_fp16 < 0)
-        return inf_err_set(err, INF_E_INVALID, "max_tokens must be > 0 and n_kv_blocks >= 0");
+    if (o.max_tokens <= 0 || o.n_kv_blocks < 0 || o.n_keep_fp16 < 0 || o.max_slots < 0 ||
+        o.max_seq_blocks < 0)
+        return inf_err_set(err, INF_E_INVALID,
+                           "max_tokens must be > 0; n_kv_blocks, max_slots and max_seq_blocks "
+                           ">= 0");
     eng_st_t *st = NULL;
     struct eng_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -647,6 +655,10 @@ inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float 
     int32_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, qkvw = qd + 2 * kvd;
     size_t bt_bytes = (size_t)b->n_slots * (size_t)b->max_blocks * sizeof(int32_t);
     if (!m->bt || m->bt->size < bt_bytes) {
+        if (m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0)
+            return inf_err_set(err, INF_E_TOOBIG,
+                               "a block table of %d x %d exceeds the planned %d x %d", b->n_slots,
+                               b->max_blocks, m->opts.max_slots, m->opts.max_seq_blocks);
         eng_buf_free(be, m->bt);
         m->bt = NULL;
         if ((s = eng_buf_alloc(be, bt_bytes, &m->bt, err)))

@@ -38,6 +38,11 @@ struct eng_model_opts {
     int32_t n_keep_fp16;
     int32_t max_tokens;  /* tokens one forward call may hold (default 512) */
     int32_t n_kv_blocks; /* blocks in the KV pool of each layer (default 256) */
+    /* The largest block table a step may bring, allocated on the device at
+     * load (max_slots sequences x max_seq_blocks blocks): a step then
+     * allocates nothing. 0 (default): the table buffer grows when a larger
+     * one arrives. */
+    int32_t max_slots, max_seq_blocks;
 };
 
 /* Defaults: INT4, group 128, asymmetric, fused, default patterns. */

@@ -55,10 +55,9 @@ static inf_status_t make_keep(struct model_lm *x, const char *const *names, int3
 static inf_status_t model_kv_reserve(void *self, int32_t n_blocks, struct inf_err *err)
 {
     struct model_lm *x = self;
-    if (n_blocks > eng_model_n_kv_blocks(x->m))
-        return inf_err_set(err, INF_E_INVALID, "kv: %d blocks asked, the model holds %d", n_blocks,
-                           eng_model_n_kv_blocks(x->m));
-    return INF_OK;
+    if (n_blocks == eng_model_n_kv_blocks(x->m))
+        return INF_OK;
+    return eng_model_kv_reserve(x->m, n_blocks, err);
 }
 
 static inf_status_t model_forward(void *self, const struct eng_batch *b, float *logits,
@@ -104,6 +103,10 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     }
     mo.max_tokens = o->max_tokens;
     mo.n_kv_blocks = o->kv_blocks;
+    if (o->max_batch > 0 && o->max_model_len > 0) {
+        mo.max_slots = o->max_batch;
+        mo.max_seq_blocks = (o->max_model_len + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
+    }
     st = eng_model_load(o->dir, x->be, &mo, &x->m, err);
     if (st != INF_OK)
         goto fail;

@@ -15,11 +15,14 @@ struct eng_lm_model_opts {
     const char *const *keep_fp16; /* substrings of tensor names, or fnmatch patterns */
     int32_t n_keep_fp16;
     int32_t max_tokens; /* tokens of one step (the scheduler's budget) */
-    int32_t kv_blocks;  /* KV pool of the model, in blocks */
+    int32_t kv_blocks;  /* KV pool of the model, in blocks; 0: none until kv_reserve */
+    int32_t max_batch;  /* sequences of one step (block tables planned at load; 0: grow) */
+    int32_t max_model_len; /* tokens of one sequence (idem) */
 };
 
 /* Load the model onto be and fill lm. On INF_OK lm owns be (lm->destroy
- * frees the model, then be); on error the caller keeps be.
+ * frees the model, then be); on error the caller keeps be. lm->kv_reserve
+ * (re)allocates the model's KV pools when asked for another size.
  * Errors: those of eng_model_load. */
 struct eng_backend;
 inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,
