@@ -278,3 +278,58 @@ inf_status_t eng_backend_mem_info(struct eng_backend *be, size_t *free_bytes, si
                            be->iface->name);
     return be->iface->mem_info(be, free_bytes, total_bytes, err);
 }
+
+bool eng_backend_can_sample(const struct eng_backend *be)
+{
+    return be->iface->sample && be->iface->sample_reserve;
+}
+
+inf_status_t eng_backend_sample_reserve(struct eng_backend *be, int32_t vocab,
+                                        struct inf_err *err)
+{
+    if (!eng_backend_can_sample(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not sample", be->iface->name);
+    if (vocab <= 0)
+        return inf_err_set(err, INF_E_INVALID, "sample: vocabulary of %d", vocab);
+    return be->iface->sample_reserve(be, vocab, err);
+}
+
+inf_status_t eng_op_sample(struct eng_backend *be, const struct eng_buf *logits,
+                           int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
+                           int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err)
+{
+    if (!eng_backend_can_sample(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not sample", be->iface->name);
+    if (n < 0 || out_first < 0 || vocab <= 0 || n_logit_rows < 0 || !logits || !out)
+        return inf_err_set(err, INF_E_INVALID, "sample: bad sizes");
+    if (n == 0)
+        return INF_OK;
+    if ((size_t)n_logit_rows * (size_t)vocab * 4 > logits->size)
+        return inf_err_set(err, INF_E_INVALID, "sample: %d rows of %d exceed the logits buffer",
+                           n_logit_rows, vocab);
+    if (((size_t)out_first + (size_t)n) * sizeof(struct eng_sample_out) > out->size)
+        return inf_err_set(err, INF_E_INVALID, "sample: %d results exceed the output buffer",
+                           out_first + n);
+    for (int32_t i = 0; i < n; i++) {
+        const struct eng_sample_row *r = &rows[i];
+        if (r->logit_row < 0 || r->logit_row >= n_logit_rows)
+            return inf_err_set(err, INF_E_INVALID, "sample: row %d reads logits row %d of %d", i,
+                               r->logit_row, n_logit_rows);
+        if (!(r->temperature >= 0.0f) || !(r->top_p > 0.0f && r->top_p <= 1.0f) ||
+            !(r->min_p >= 0.0f && r->min_p <= 1.0f) || !(r->repetition_penalty > 0.0f) ||
+            !(r->u >= 0.0 && r->u < 1.0) || r->n_logprobs < 0 ||
+            r->n_logprobs > ENG_SAMPLE_TOP || r->n_ban < 0 || r->n_bias < 0 || r->n_hist < 0 ||
+            (r->n_ban && !r->ban) || (r->n_bias && (!r->bias_ids || !r->bias_vals)) ||
+            (r->n_hist && !r->hist))
+            return inf_err_set(err, INF_E_INVALID, "sample: row %d has bad settings", i);
+        for (int32_t j = 0; j < r->n_bias; j++)
+            if (r->bias_ids[j] < 0 || r->bias_ids[j] >= vocab)
+                return inf_err_set(err, INF_E_INVALID, "sample: bias id %d outside [0, %d)",
+                                   r->bias_ids[j], vocab);
+        for (int32_t j = 0; j < r->n_hist; j++)
+            if (r->hist[j].token < 0 || r->hist[j].token >= vocab)
+                return inf_err_set(err, INF_E_INVALID, "sample: history id %d outside [0, %d)",
+                                   r->hist[j].token, vocab);
+    }
+    return be->iface->sample(be, logits, n_logit_rows, vocab, rows, n, out, out_first, err);
+}

@@ -118,6 +118,41 @@ struct eng_attn_params {
     int32_t n_blocks;                  /* blocks in each pool */
 };
 
+/* Sampling on the device (optional slots sample_reserve / sample). One
+ * sampled row reads one row of fp32 logits and applies the host sampler's
+ * rules (engine/sampler.h), given its settings, its token history and the
+ * uniform draw u its generator made (engine/sampler.c fills the row). */
+#define ENG_SAMPLE_TOP 20
+struct eng_sample_hist {
+    int32_t token;
+    int32_t count;     /* occurrences in the output */
+    int32_t in_prompt; /* 1 when in the prompt */
+};
+struct eng_sample_row {
+    int32_t logit_row; /* row of the logits buffer */
+    float temperature; /* 0: greedy */
+    int32_t top_k;     /* <= 0: off */
+    float top_p, min_p;
+    float repetition_penalty, presence_penalty, frequency_penalty;
+    double u; /* the draw, uniform in [0, 1) (temperature > 0) */
+    int32_t n_logprobs;
+    const int32_t *ban; /* ids set to -inf before anything (EOS before min_tokens) */
+    int32_t n_ban;
+    const int32_t *bias_ids; /* logit_bias, in order */
+    const float *bias_vals;
+    int32_t n_bias;
+    const struct eng_sample_hist *hist; /* tokens with a count or in the prompt (penalties) */
+    int32_t n_hist;
+};
+/* One row's result, as engine/sampler.h's struct eng_sample. */
+struct eng_sample_out {
+    int32_t token; /* -1: every token is excluded */
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[ENG_SAMPLE_TOP];
+    float top_logprobs[ENG_SAMPLE_TOP];
+};
+
 struct eng_backend;
 
 /* The table a backend fills. Slots marked optional may be NULL. Every op
@@ -184,6 +219,15 @@ struct eng_backend_iface {
      * backend's start-up memory plan). NULL on host backends. */
     inf_status_t (*mem_info)(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
                              struct inf_err *err);
+    /* Optional (with sample): take the sampling workspace for a vocabulary
+     * of vocab, once, at load. */
+    inf_status_t (*sample_reserve)(struct eng_backend *be, int32_t vocab, struct inf_err *err);
+    /* Optional: sample rows[i] (i < n) from logits (fp32 [n_logit_rows][vocab])
+     * into out, a buffer of struct eng_sample_out, at index out_first + i.
+     * Queued: download out to read the results. */
+    inf_status_t (*sample)(struct eng_backend *be, const struct eng_buf *logits,
+                           int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
+                           int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err);
 };
 
 /* A backend object. Made by a backend's create function (e.g.
@@ -246,6 +290,17 @@ inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t
 /* INF_E_UNSUPPORTED when the backend has no device memory to report. */
 inf_status_t eng_backend_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
                                   struct inf_err *err);
+
+/* True when the backend samples on the device (sample and sample_reserve). */
+bool eng_backend_can_sample(const struct eng_backend *be);
+/* INF_E_UNSUPPORTED without the slots; INF_E_INVALID for vocab <= 0. */
+inf_status_t eng_backend_sample_reserve(struct eng_backend *be, int32_t vocab,
+                                        struct inf_err *err);
+/* Checks every row (logit_row in range, settings in the host sampler's
+ * ranges, ids in the vocabulary) and that out holds out_first + n results. */
+inf_status_t eng_op_sample(struct eng_backend *be, const struct eng_buf *logits,
+                           int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
+                           int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err);
 
 /* ---- the CPU backend (engine/backend_cpu.c) ----------------------------
  * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a

@@ -40,10 +40,13 @@
 #include "kernels/norm_cuda.h"
 #include "kernels/rope.h"
 #include "kernels/rope_cuda.h"
+#include "kernels/sample_cuda.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <limits.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,15 @@
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
 #define SPLIT_MIN_KEYS 256            /* no attention split shorter than this */
+#define SAMPLE_ROWS 32                /* rows of one sampling launch */
+
+/* The device writes struct krn_cuda_sample_out; the engine reads it as
+ * struct eng_sample_out: one layout. */
+_Static_assert(sizeof(struct eng_sample_out) == sizeof(struct krn_cuda_sample_out) &&
+                   ENG_SAMPLE_TOP == KRN_SAMPLE_TOP &&
+                   offsetof(struct eng_sample_out, top_logprobs) ==
+                       offsetof(struct krn_cuda_sample_out, top_logprobs),
+               "sample result layouts differ");
 
 struct cu_buf {
     struct eng_buf pub;
@@ -105,6 +117,15 @@ struct cu_ctx {
     /* host scratch for work lists (grows) */
     uint8_t *h_list;
     size_t h_list_cap;
+    /* sampling: device workspace (taken at load), host staging of a launch's
+     * rows and lists (grows) */
+    void *sample_ws;
+    size_t sample_ws_bytes;
+    int32_t sample_vocab;
+    struct krn_cuda_sample_row h_rows[SAMPLE_ROWS];
+    int32_t *h_ints;
+    float *h_vals;
+    size_t h_lists_cap;
 };
 
 static struct cu_ctx *ctx_of(struct eng_backend *be)
@@ -891,6 +912,138 @@ static inf_status_t cu_attn_decode(struct eng_backend *be, const struct eng_attn
     return cu_attn(be, p, true, err);
 }
 
+/* ---- sampling ------------------------------------------------------------------ */
+static inf_status_t cu_sample_reserve(struct eng_backend *be, int32_t vocab, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    size_t need = krn_cuda_sample_workspace(SAMPLE_ROWS, vocab);
+    if (need == 0)
+        return cu_fail(c, "sampling workspace size", "query failed", err);
+    if (need <= c->sample_ws_bytes) {
+        c->sample_vocab = vocab;
+        return INF_OK;
+    }
+    CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
+    (void)cudaFree(c->sample_ws);
+    c->sample_ws = NULL;
+    c->sample_ws_bytes = 0;
+    cudaError_t e = cudaMalloc(&c->sample_ws, need);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        c->sample_ws = NULL;
+        return inf_err_set(err, INF_E_NOMEM, "out of GPU memory for the sampling workspace");
+    }
+    CU(c, e, "cudaMalloc");
+    c->sample_ws_bytes = need;
+    c->sample_vocab = vocab;
+    return INF_OK;
+}
+
+/* Host list staging of at least n entries. */
+static bool lists_reserve(struct cu_ctx *c, size_t n)
+{
+    if (n <= c->h_lists_cap)
+        return true;
+    size_t cap = c->h_lists_cap ? c->h_lists_cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    int32_t *pi = realloc(c->h_ints, cap * sizeof *pi);
+    if (!pi)
+        return false;
+    c->h_ints = pi;
+    float *pv = realloc(c->h_vals, cap * sizeof *pv);
+    if (!pv)
+        return false;
+    c->h_vals = pv;
+    c->h_lists_cap = cap;
+    return true;
+}
+
+static inf_status_t cu_sample(struct eng_backend *be, const struct eng_buf *logits,
+                              int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
+                              int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    (void)n_logit_rows;
+    if (!c->sample_ws || vocab > c->sample_vocab)
+        return inf_err_set(err, INF_E_INVALID,
+                           "sample: the workspace is reserved for a vocabulary of %d, not %d",
+                           c->sample_vocab, vocab);
+    for (int32_t r0 = 0; r0 < n; r0 += SAMPLE_ROWS) {
+        int32_t nr = n - r0 < SAMPLE_ROWS ? n - r0 : SAMPLE_ROWS;
+        size_t n_list = 0;
+        for (int32_t i = 0; i < nr; i++) {
+            const struct eng_sample_row *r = &rows[r0 + i];
+            n_list += (size_t)r->n_ban + (size_t)r->n_bias + 3 * (size_t)r->n_hist;
+        }
+        if (!lists_reserve(c, n_list + 1))
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for sampling lists");
+        bool any_sort = false;
+        int32_t at = 0;
+        for (int32_t i = 0; i < nr; i++) {
+            const struct eng_sample_row *r = &rows[r0 + i];
+            struct krn_cuda_sample_row *k = &c->h_rows[i];
+            memset(k, 0, sizeof *k);
+            k->u = r->u;
+            k->logit_row = r->logit_row;
+            k->temperature = r->temperature;
+            k->top_k = r->top_k;
+            k->top_p = r->top_p;
+            /* the host's own logf, so the cut is the same float */
+            k->log_min_p = r->min_p > 0.0f ? logf(r->min_p) : -INFINITY;
+            k->rep = r->repetition_penalty;
+            k->pres = r->presence_penalty;
+            k->freq = r->frequency_penalty;
+            k->n_logprobs = r->n_logprobs;
+            k->sort = r->temperature != 0.0f && (r->top_k > 0 || r->top_p < 1.0f);
+            any_sort |= k->sort != 0;
+            k->ban_off = at;
+            k->n_ban = r->n_ban;
+            memcpy(c->h_ints + at, r->ban, (size_t)r->n_ban * sizeof(int32_t));
+            at += r->n_ban;
+            k->bias_off = at;
+            k->n_bias = r->n_bias;
+            memcpy(c->h_ints + at, r->bias_ids, (size_t)r->n_bias * sizeof(int32_t));
+            memcpy(c->h_vals + at, r->bias_vals, (size_t)r->n_bias * sizeof(float));
+            at += r->n_bias;
+            k->hist_off = at;
+            k->n_hist = r->n_hist;
+            for (int32_t j = 0; j < r->n_hist; j++) {
+                c->h_ints[at + 3 * j] = r->hist[j].token;
+                c->h_ints[at + 3 * j + 1] = r->hist[j].count;
+                c->h_ints[at + 3 * j + 2] = r->hist[j].in_prompt;
+            }
+            at += 3 * r->n_hist;
+        }
+        /* rows and lists travel through the scratch region, queued before
+         * the launch that reads them */
+        struct bump sc = scratch_of(c);
+        size_t rows_b = (size_t)nr * sizeof(struct krn_cuda_sample_row);
+        size_t list_b = (size_t)(at + 1) * 4;
+        void *d_rows = bump_take(&sc, rows_b);
+        int32_t *d_ints = bump_take(&sc, list_b);
+        float *d_vals = bump_take(&sc, list_b);
+        if (!d_rows || !d_ints || !d_vals)
+            return inf_err_set(err, INF_E_NOMEM, "sampling lists of %zu bytes exceed the workspace",
+                               rows_b + 2 * list_b);
+        inf_status_t st = stage_upload(c, d_rows, c->h_rows, rows_b, err);
+        if (st == INF_OK && at > 0)
+            st = stage_upload(c, d_ints, c->h_ints, (size_t)at * 4, err);
+        if (st == INF_OK && at > 0)
+            st = stage_upload(c, d_vals, c->h_vals, (size_t)at * 4, err);
+        if (st != INF_OK)
+            return st;
+        KRN(c, krn_cuda_sample(logits->ptr, vocab, d_rows, nr, any_sort, d_ints, d_vals,
+                               c->sample_ws, c->sample_ws_bytes,
+                               (struct krn_cuda_sample_out *)out->ptr + out_first + r0, c->stream,
+                               lep_));
+    }
+    written(out);
+    return INF_OK;
+}
+
 static inf_status_t cu_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
                                 struct inf_err *err)
 {
@@ -912,6 +1065,7 @@ static void ctx_free(struct cu_ctx *c)
         (void)cudaFree(c->blas_ws);
         (void)cudaFree(c->small);
         (void)cudaFree(c->gemm_ws);
+        (void)cudaFree(c->sample_ws);
         if (c->staging)
             (void)cudaFreeHost(c->staging);
         if (c->stream)
@@ -920,6 +1074,8 @@ static void ctx_free(struct cu_ctx *c)
     for (int i = 0; i < 2; i++)
         free(c->lists[i].host);
     free(c->h_list);
+    free(c->h_ints);
+    free(c->h_vals);
     free(c);
 }
 
@@ -949,6 +1105,8 @@ static const struct eng_backend_iface cuda_iface = {
     .rows_gather = cu_rows_gather,
     .all_reduce = NULL,
     .mem_info = cu_mem_info,
+    .sample_reserve = cu_sample_reserve,
+    .sample = cu_sample,
 };
 
 #undef CU

@@ -62,6 +62,11 @@ struct eng_model {
     struct eng_buf *x, *xn, *d, *qkv, *att, *gu, *h, *lx, *lo;
     struct eng_buf *tok, *pos, *seq_dec, *seq_pre, *lrows, *bt;
     int32_t *host_seq_dec, *host_seq_pre, *host_lrows;
+    /* sampling on the device: results [cap_samples] and a host copy of one
+     * chunk's rows */
+    struct eng_buf *samples;
+    struct eng_sample_row *host_rows;
+    int32_t cap_samples;
 };
 
 static const char *const default_keep[] = {"model.embed_tokens.*", "lm_head.*"};
@@ -387,6 +392,15 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
     m->host_lrows = malloc((size_t)T * sizeof(int32_t));
     if (!m->host_seq_dec || !m->host_seq_pre || !m->host_lrows)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for batch tables");
+    if (eng_backend_can_sample(m->be)) {
+        m->cap_samples = m->opts.max_slots > 0 ? m->opts.max_slots : m->opts.max_tokens;
+        if ((s = eng_backend_sample_reserve(m->be, c->vocab, err)) ||
+            (s = alloc_act(m, &m->samples, m->cap_samples, sizeof(struct eng_sample_out), err)))
+            return s;
+        m->host_rows = malloc((size_t)m->cap_samples * sizeof *m->host_rows);
+        if (!m->host_rows)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for sampling rows");
+    }
     if (m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0 &&
         (s = alloc_act(m, &m->bt, (int64_t)m->opts.max_slots * m->opts.max_seq_blocks, 4, err)))
         return s;
@@ -547,12 +561,14 @@ void eng_model_destroy(eng_model_t *m)
     eng_buf_free(be, m->embed);
     eng_buf_free(be, m->final_norm);
     struct eng_buf *bufs[] = {m->x,  m->xn,  m->d,   m->qkv,     m->att,     m->gu,    m->h, m->lx,
-                              m->lo, m->tok, m->pos, m->seq_dec, m->seq_pre, m->lrows, m->bt};
+                              m->lo, m->tok, m->pos, m->seq_dec, m->seq_pre, m->lrows, m->bt,
+                              m->samples};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         eng_buf_free(be, bufs[i]);
     free(m->host_seq_dec);
     free(m->host_seq_pre);
     free(m->host_lrows);
+    free(m->host_rows);
     free(m->layers);
     free(m->info);
     free(m);
@@ -640,8 +656,10 @@ static inf_status_t plan(struct eng_model *m, const struct eng_batch *b, int32_t
     return INF_OK;
 }
 
-inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float *logits,
-                               struct inf_err *err)
+/* Everything up to the final norm: xn holds the normalized rows; *n_lr of
+ * them want logits (their indices in host_lrows). */
+static inf_status_t forward_hidden(eng_model_t *m, const struct eng_batch *b, int32_t *n_lr_out,
+                                   struct inf_err *err)
 {
     const struct eng_model_config *c = &m->cfg;
     struct eng_backend *be = m->be;
@@ -730,16 +748,85 @@ inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float 
     }
     if ((s = eng_op_rmsnorm_add(be, x, &d, m->final_norm, c->rms_eps, xn, H, T, err)))
         return s;
+    *n_lr_out = n_lr;
+    return INF_OK;
+}
+
+/* The logits of rows [r0, r0 + nr) of those wanting them, into lo. */
+static inf_status_t logits_chunk(eng_model_t *m, int32_t r0, int32_t nr, struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    struct eng_backend *be = m->be;
+    int32_t H = c->hidden;
+    inf_status_t s;
+    /* This chunk's row indices go to the front of the index buffer. */
+    if ((s = eng_buf_upload(be, m->lrows, 0, m->host_lrows + r0, (size_t)nr * 4, err)) ||
+        (s = eng_op_rows_gather(be, mat(m->xn, 0, H), m->lrows, mat(m->lx, 0, H), H, nr, err)))
+        return s;
+    return linear(m, &m->lm_head, mat(m->lx, 0, H), mat(m->lo, 0, c->vocab), true, nr, err);
+}
+
+inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float *logits,
+                               struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    int32_t n_lr = 0;
+    inf_status_t s = forward_hidden(m, b, &n_lr, err);
+    if (s != INF_OK)
+        return s;
     for (int32_t r0 = 0; r0 < n_lr; r0 += LOGIT_ROWS) {
         int32_t nr = n_lr - r0 < LOGIT_ROWS ? n_lr - r0 : LOGIT_ROWS;
-        /* This chunk's row indices go to the front of the index buffer. */
-        if ((s = eng_buf_upload(be, m->lrows, 0, m->host_lrows + r0, (size_t)nr * 4, err)) ||
-            (s = eng_op_rows_gather(be, xn, m->lrows, mat(m->lx, 0, H), H, nr, err)) ||
-            (s = linear(m, &m->lm_head, mat(m->lx, 0, H), mat(m->lo, 0, c->vocab), true, nr,
-                        err)) ||
-            (s = eng_buf_download(be, m->lo, 0, logits + (int64_t)r0 * c->vocab,
+        if ((s = logits_chunk(m, r0, nr, err)) ||
+            (s = eng_buf_download(m->be, m->lo, 0, logits + (int64_t)r0 * c->vocab,
                                   (size_t)nr * (size_t)c->vocab * 4, err)))
             return s;
     }
     return INF_OK;
+}
+
+bool eng_model_can_sample(const eng_model_t *m)
+{
+    return m->samples != NULL;
+}
+
+inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
+                                      const struct eng_sample_row *rows, int32_t n_rows,
+                                      struct eng_sample_out *out, struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    if (!m->samples)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not sample",
+                           eng_backend_name(m->be));
+    if (n_rows < 0 || n_rows > m->cap_samples)
+        return inf_err_set(err, INF_E_TOOBIG, "%d sampled rows in a step, at most %d", n_rows,
+                           m->cap_samples);
+    for (int32_t i = 0; i < n_rows; i++)
+        if (rows[i].logit_row < 0 || rows[i].logit_row >= b->n_logits ||
+            (i > 0 && rows[i].logit_row < rows[i - 1].logit_row))
+            return inf_err_set(err, INF_E_INVALID,
+                               "sampled row %d: logits row %d (rows must be in order, < %d)", i,
+                               rows[i].logit_row, b->n_logits);
+    int32_t n_lr = 0;
+    inf_status_t s = forward_hidden(m, b, &n_lr, err);
+    if (s != INF_OK)
+        return s;
+    int32_t i0 = 0;
+    for (int32_t r0 = 0; r0 < n_lr && i0 < n_rows; r0 += LOGIT_ROWS) {
+        int32_t nr = n_lr - r0 < LOGIT_ROWS ? n_lr - r0 : LOGIT_ROWS;
+        int32_t i1 = i0;
+        while (i1 < n_rows && rows[i1].logit_row < r0 + nr) {
+            m->host_rows[i1 - i0] = rows[i1];
+            m->host_rows[i1 - i0].logit_row -= r0;
+            i1++;
+        }
+        if (i1 == i0)
+            continue;
+        if ((s = logits_chunk(m, r0, nr, err)) ||
+            (s = eng_op_sample(m->be, m->lo, nr, c->vocab, m->host_rows, i1 - i0, m->samples, i0,
+                               err)))
+            return s;
+        i0 = i1;
+    }
+    /* the step's one synchronization */
+    return eng_buf_download(m->be, m->samples, 0, out, (size_t)n_rows * sizeof *out, err);
 }

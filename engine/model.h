@@ -94,6 +94,20 @@ const struct eng_layer_info *eng_model_layer_info(const eng_model_t *m, int32_t 
 inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float *logits,
                                struct inf_err *err);
 
+/* True when the backend samples on the device (eng_model_forward_sample). */
+bool eng_model_can_sample(const eng_model_t *m);
+
+/* eng_model_forward, sampling on the device: rows[i] (i < n_rows, in order
+ * of logit_row) is sampled from the logits of the logit_row-th token of b
+ * wanting them; out[i] receives its token and logprobs. Only the results
+ * come back to the host (one synchronization). Errors: those of
+ * eng_model_forward, INF_E_UNSUPPORTED (the backend does not sample),
+ * INF_E_TOOBIG (more rows than max_slots, else max_tokens), INF_E_INVALID
+ * (rows out of order or range, settings out of range). */
+inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
+                                      const struct eng_sample_row *rows, int32_t n_rows,
+                                      struct eng_sample_out *out, struct inf_err *err);
+
 /* The scheduler's view (engine/model_lm.c): fill lm (struct eng_lm of
  * engine/scheduler_impl.h) with a CPU backend and the model of
  * cfg->model_dir loaded per cfg (quantize, group_size (-1 per-channel),

@@ -1,6 +1,7 @@
 /* engine/sampler.c — logits processing and sampling (engine/sampler.h). */
 #define INF_LOG_MODULE "eng"
 #include "engine/sampler.h"
+#include "engine/backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +16,10 @@ struct eng_sampler {
     int32_t *count;     /* [vocab] occurrences in the output */
     float *w;           /* [vocab] processed logits */
     int32_t *idx;       /* [vocab] candidate ids */
+    int32_t *bias_ids;  /* logit_bias split in two arrays (the device path) */
+    float *bias_vals;
+    int32_t *seen;      /* [vocab] ids in the prompt or the output, first seen first */
+    int32_t n_seen;
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -100,13 +105,22 @@ inf_status_t eng_sampler_create(const struct eng_sampler_params *p, int32_t voca
         if (!s->bias)
             goto fail;
         memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+        s->bias_ids = malloc((size_t)p->n_logit_bias * sizeof *s->bias_ids);
+        s->bias_vals = malloc((size_t)p->n_logit_bias * sizeof *s->bias_vals);
+        if (!s->bias_ids || !s->bias_vals)
+            goto fail;
+        for (int32_t i = 0; i < p->n_logit_bias; i++) {
+            s->bias_ids[i] = p->logit_bias[i].token;
+            s->bias_vals[i] = p->logit_bias[i].bias;
+        }
     }
     s->p.logit_bias = s->bias;
     s->in_prompt = calloc((size_t)vocab, 1);
     s->count = calloc((size_t)vocab, sizeof(int32_t));
     s->w = malloc((size_t)vocab * sizeof(float));
     s->idx = malloc((size_t)vocab * sizeof(int32_t));
-    if (!s->in_prompt || !s->count || !s->w || !s->idx)
+    s->seen = malloc((size_t)vocab * sizeof(int32_t));
+    if (!s->in_prompt || !s->count || !s->w || !s->idx || !s->seen)
         goto fail;
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
@@ -123,25 +137,71 @@ void eng_sampler_destroy(eng_sampler_t *s)
     if (!s)
         return;
     free(s->bias);
+    free(s->bias_ids);
+    free(s->bias_vals);
     free(s->in_prompt);
     free(s->count);
     free(s->w);
     free(s->idx);
+    free(s->seen);
     free(s);
 }
 
 void eng_sampler_add_prompt(eng_sampler_t *s, const int32_t *ids, int32_t n)
 {
     for (int32_t i = 0; i < n; i++)
-        if (ids[i] >= 0 && ids[i] < s->vocab)
+        if (ids[i] >= 0 && ids[i] < s->vocab && !s->in_prompt[ids[i]]) {
+            if (s->count[ids[i]] == 0)
+                s->seen[s->n_seen++] = ids[i];
             s->in_prompt[ids[i]] = 1;
+        }
 }
 
 void eng_sampler_accept(eng_sampler_t *s, int32_t token)
 {
-    if (token >= 0 && token < s->vocab)
+    if (token >= 0 && token < s->vocab) {
+        if (s->count[token] == 0 && !s->in_prompt[token])
+            s->seen[s->n_seen++] = token;
         s->count[token]++;
+    }
 }
+
+static bool penalized(const struct eng_sampler_params *p)
+{
+    return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+           p->frequency_penalty != 0.0f;
+}
+
+int32_t eng_sampler_hist_len(const eng_sampler_t *s)
+{
+    return penalized(&s->p) ? s->n_seen : 0;
+}
+
+void eng_sampler_fill_row(eng_sampler_t *s, struct eng_sample_row *row,
+                          struct eng_sample_hist *hist)
+{
+    const struct eng_sampler_params *p = &s->p;
+    row->temperature = p->temperature;
+    row->top_k = p->top_k;
+    row->top_p = p->top_p;
+    row->min_p = p->min_p;
+    row->repetition_penalty = p->repetition_penalty;
+    row->presence_penalty = p->presence_penalty;
+    row->frequency_penalty = p->frequency_penalty;
+    /* The draw eng_sampler_sample would make, from the same generator. */
+    row->u = p->temperature != 0.0f ? rng_uniform(s->rng) : 0.0;
+    row->n_logprobs = p->n_logprobs;
+    row->n_bias = p->n_logit_bias;
+    row->bias_ids = s->bias_ids;
+    row->bias_vals = s->bias_vals;
+    row->n_hist = eng_sampler_hist_len(s);
+    row->hist = row->n_hist ? hist : NULL;
+    for (int32_t i = 0; i < row->n_hist; i++) {
+        int32_t t = s->seen[i];
+        hist[i] = (struct eng_sample_hist){t, s->count[t], s->in_prompt[t]};
+    }
+}
+
 
 /* Top-n of v by value (desc), lowest id on ties; n small, so an insertion
  * list is enough. */
@@ -191,9 +251,7 @@ inf_status_t eng_sampler_sample(eng_sampler_t *s, const float *logits, struct en
     memcpy(w, logits, (size_t)V * sizeof(float));
     for (int32_t i = 0; i < p->n_logit_bias; i++)
         w[p->logit_bias[i].token] += p->logit_bias[i].bias;
-    bool pen = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
-               p->frequency_penalty != 0.0f;
-    if (pen) {
+    if (penalized(p)) {
         for (int32_t t = 0; t < V; t++) {
             if (p->repetition_penalty != 1.0f && (s->in_prompt[t] || s->count[t] > 0))
                 w[t] = w[t] > 0.0f ? w[t] / p->repetition_penalty : w[t] * p->repetition_penalty;

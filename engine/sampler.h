@@ -73,6 +73,20 @@ void eng_sampler_add_prompt(eng_sampler_t *s, const int32_t *ids, int32_t n);
 /* Record a generated token (for all penalties). */
 void eng_sampler_accept(eng_sampler_t *s, int32_t token);
 
+/* ---- the device path (backends with a sample slot, engine/backend.h) ----
+ * Penalty history entries eng_sampler_fill_row will write (0 without
+ * penalties). */
+int32_t eng_sampler_hist_len(const eng_sampler_t *s);
+/* Fill row with the settings, the history (into hist, eng_sampler_hist_len
+ * entries) and the uniform draw that eng_sampler_sample would use next: the
+ * generator advances exactly as it would (one draw when temperature > 0), so
+ * a row sampled on the device continues the same stream. The bias arrays
+ * point into the sampler; logit_row and ban are left to the caller. */
+struct eng_sample_row;
+struct eng_sample_hist;
+void eng_sampler_fill_row(eng_sampler_t *s, struct eng_sample_row *row,
+                          struct eng_sample_hist *hist);
+
 /* Choose a token from logits[vocab] (left unchanged). Does not accept it:
  * call eng_sampler_accept. Errors: INF_E_INVALID when every token is
  * excluded (e.g. all logits -inf). */

@@ -52,6 +52,7 @@
 #define INF_LOG_MODULE "eng"
 #include "engine/scheduler_impl.h"
 #include "engine/sampler.h"
+#include "engine/backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -159,6 +160,12 @@ struct eng_sched {
     int32_t *b_table; /* [max_batch * max_blocks] */
     float *logits;    /* [max_batch * vocab] */
     float *scratch;   /* [vocab] */
+    /* sampling on the device (lm->forward_sample) */
+    struct eng_sample_row *rows;  /* [max_batch] */
+    struct eng_sample_out *picks; /* [max_batch] */
+    int32_t *st_row;              /* [max_batch] first row of st_seq[k] */
+    struct eng_sample_hist *hist; /* penalty histories of a step (grows) */
+    size_t hist_cap;
 
     uint64_t dequeued;
     struct eng_stats stats;
@@ -559,8 +566,29 @@ static inf_status_t on_token(eng_sched_t *s, struct seq *q, int32_t tok,
     return INF_OK;
 }
 
-/* Sample the next token of q from row (which may be edited: EOS is masked
- * while min_tokens is not reached) and take it. */
+/* Take pick as the next token of q. A pick of -1 (every token excluded)
+ * answers INF_E_INVALID. */
+static inf_status_t accept_pick(eng_sched_t *s, struct seq *q, const struct eng_sample_out *pick)
+{
+    struct sreq *r = q->r;
+    struct choice *c = &r->ch[q->choice];
+    if (pick->token < 0)
+        return INF_E_INVALID;
+    eng_sampler_accept(c->smp, pick->token);
+    struct eng_token_info info = {.id = pick->token};
+    if (r->req->sampling.logprobs >= 0) {
+        info.logprob = pick->logprob;
+        for (int32_t i = 0; i < pick->n_top && i < 5; i++) {
+            info.top_ids[i] = pick->top_ids[i];
+            info.top_logprobs[i] = pick->top_logprobs[i];
+            info.n_top = i + 1;
+        }
+    }
+    return on_token(s, q, pick->token, &info);
+}
+
+/* Sample the next token of q on the host from row (which may be edited: EOS
+ * is masked while min_tokens is not reached) and take it. */
 static inf_status_t sample_and_accept(eng_sched_t *s, struct seq *q, float *row)
 {
     struct sreq *r = q->r;
@@ -572,23 +600,20 @@ static inf_status_t sample_and_accept(eng_sched_t *s, struct seq *q, float *row)
     inf_status_t st = eng_sampler_sample(c->smp, row, &pick, NULL);
     if (st != INF_OK)
         return st;
-    eng_sampler_accept(c->smp, pick.token);
-    struct eng_token_info info = {.id = pick.token};
-    if (r->req->sampling.logprobs >= 0) {
-        info.logprob = pick.logprob;
-        for (int32_t i = 0; i < pick.n_top && i < 5; i++) {
-            info.top_ids[i] = pick.top_ids[i];
-            info.top_logprobs[i] = pick.top_logprobs[i];
-            info.n_top = i + 1;
-        }
+    struct eng_sample_out o = {.token = pick.token, .logprob = pick.logprob, .n_top = pick.n_top};
+    for (int32_t i = 0; i < pick.n_top && i < ENG_SAMPLE_TOP; i++) {
+        o.top_ids[i] = pick.top_ids[i];
+        o.top_logprobs[i] = pick.top_logprobs[i];
     }
-    return on_token(s, q, pick.token, &info);
+    return accept_pick(s, q, &o);
 }
 
 /* The prefill of choice 0 of an n > 1 request has ended: start choices
  * 1..n-1 sharing the full prompt blocks, and sample every first token from
- * row. Returns an error only for out of memory (the caller ends r). */
-static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float *row)
+ * row on the host, or take picks[j] for choice j (sampled on the device).
+ * Returns an error only for out of memory (the caller ends r). */
+static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float *row,
+                                 const struct eng_sample_out *picks)
 {
     struct sreq *r = parent->r;
     int32_t n = r->req->n, vocab = s->lm->vocab;
@@ -623,11 +648,17 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
         struct seq *q = r->ch[j].seq;
         if (!q)
             continue;
-        memcpy(s->scratch, row, sizeof *row * (size_t)vocab);
-        st = sample_and_accept(s, q, s->scratch);
+        if (picks) {
+            st = accept_pick(s, q, &picks[j]);
+        } else {
+            memcpy(s->scratch, row, sizeof *row * (size_t)vocab);
+            st = sample_and_accept(s, q, s->scratch);
+        }
         if (st != INF_OK)
             return st;
     }
+    if (picks)
+        return accept_pick(s, parent, &picks[0]);
     memcpy(s->scratch, row, sizeof *row * (size_t)vocab);
     return sample_and_accept(s, parent, s->scratch);
 }
@@ -725,6 +756,58 @@ static int32_t plan_step(eng_sched_t *s)
     return n_step;
 }
 
+/* The step's sampled rows, in batch order: one per sequence ending its
+ * chunk, n for a request forking its choices (choice j's row at
+ * st_row[k] + j); then the forward that samples them on the device. */
+static inf_status_t forward_sample(eng_sched_t *s, const struct eng_batch *batch, int32_t n_step,
+                                   struct inf_err *err)
+{
+    size_t n_hist = 0;
+    for (int32_t k = 0; k < n_step; k++) {
+        struct seq *q = s->st_seq[k];
+        if (q->n_computed + s->st_chunk[k] != q->len)
+            continue;
+        struct sreq *r = q->r;
+        int32_t n = !r->forked && r->req->n > 1 ? r->req->n : 1;
+        for (int32_t j = 0; j < n; j++)
+            n_hist += (size_t)eng_sampler_hist_len(r->ch[n > 1 ? j : q->choice].smp);
+    }
+    if (n_hist > s->hist_cap) {
+        size_t cap = s->hist_cap ? s->hist_cap : 1024;
+        while (cap < n_hist)
+            cap *= 2;
+        struct eng_sample_hist *h = realloc(s->hist, cap * sizeof *h);
+        if (!h)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for sampling histories");
+        s->hist = h;
+        s->hist_cap = cap;
+    }
+    int32_t n_rows = 0, lrow = 0;
+    size_t at = 0;
+    for (int32_t k = 0; k < n_step; k++) {
+        struct seq *q = s->st_seq[k];
+        if (q->n_computed + s->st_chunk[k] != q->len)
+            continue;
+        struct sreq *r = q->r;
+        int32_t n = !r->forked && r->req->n > 1 ? r->req->n : 1;
+        s->st_row[k] = n_rows;
+        for (int32_t j = 0; j < n; j++) {
+            struct choice *c = &r->ch[n > 1 ? j : q->choice];
+            struct eng_sample_row *row = &s->rows[n_rows++];
+            memset(row, 0, sizeof *row);
+            eng_sampler_fill_row(c->smp, row, s->hist + at);
+            at += (size_t)row->n_hist;
+            row->logit_row = lrow;
+            if (c->n_gen < r->req->min_tokens) {
+                row->ban = s->lm->eos_ids;
+                row->n_ban = s->lm->n_eos;
+            }
+        }
+        lrow++;
+    }
+    return s->lm->forward_sample(s->lm->self, batch, s->rows, n_rows, s->picks, err);
+}
+
 inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
 {
     if (eng_sched_idle(s))
@@ -766,7 +849,9 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         .n_slots = n_step,
         .max_blocks = cols,
     };
-    inf_status_t st = s->lm->forward(s->lm->self, &batch, s->logits, err);
+    const bool dev = s->lm->forward_sample != NULL;
+    inf_status_t st = dev ? forward_sample(s, &batch, n_step, err)
+                          : s->lm->forward(s->lm->self, &batch, s->logits, err);
     if (st != INF_OK)
         return st;
 
@@ -784,16 +869,17 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         q->n_computed += s->st_chunk[k];
         if (q->n_computed != q->len)
             continue;
-        float *lg = s->logits + (size_t)row * (size_t)s->lm->vocab;
+        float *lg = dev ? NULL : s->logits + (size_t)row * (size_t)s->lm->vocab;
         row++;
         struct sreq *r = q->r;
         if (r->failed != INF_OK)
             continue;
+        const struct eng_sample_out *picks = dev ? &s->picks[s->st_row[k]] : NULL;
         if (!r->forked && r->req->n > 1)
-            st = fork_choices(s, q, lg);
+            st = fork_choices(s, q, lg, picks);
         else {
             r->forked = true;
-            st = sample_and_accept(s, q, lg);
+            st = dev ? accept_pick(s, q, picks) : sample_and_accept(s, q, lg);
         }
         if (st != INF_OK) {
             inf_log(WARN, "req=%llu ended: %s", (unsigned long long)r->req->id, inf_status_str(st));
@@ -1065,6 +1151,13 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->b_table = malloc(sizeof *s->b_table * mb * (size_t)max_blocks);
     s->logits = malloc(sizeof *s->logits * mb * vocab);
     s->scratch = malloc(sizeof *s->scratch * vocab);
+    s->rows = malloc(sizeof *s->rows * mb);
+    s->picks = malloc(sizeof *s->picks * mb);
+    s->st_row = malloc(sizeof *s->st_row * mb);
+    if (!s->rows || !s->picks || !s->st_row) {
+        eng_sched_destroy(s);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for the scheduler");
+    }
     if (!s->free_blocks || !s->ref || !s->running || !s->st_seq || !s->st_chunk || !s->b_tok ||
         !s->b_pos || !s->b_slot || !s->b_want || !s->b_table || !s->logits || !s->scratch) {
         eng_sched_destroy(s);
@@ -1101,5 +1194,9 @@ void eng_sched_destroy(eng_sched_t *s)
     free(s->b_table);
     free(s->logits);
     free(s->scratch);
+    free(s->rows);
+    free(s->picks);
+    free(s->st_row);
+    free(s->hist);
     free(s);
 }

@@ -29,6 +29,8 @@ void eng_strbuf_fini(struct eng_strbuf *sb);
  * tokens (kv_reserve is called once, before the first step); the scheduler
  * owns the block tables and never lets two sequences write one block. */
 #define ENG_LM_MAX_EOS 8
+struct eng_sample_row; /* engine/backend.h */
+struct eng_sample_out;
 struct eng_lm {
     void *self;
     const char *name; /* "mock", "cpu", ... */
@@ -42,6 +44,13 @@ struct eng_lm {
     /* One step. Errors: INF_E_DEVICE (sticky), INF_E_INTERNAL. */
     inf_status_t (*forward)(void *self, const struct eng_batch *b, float *logits,
                             struct inf_err *err);
+    /* Optional: one step that samples on the device: rows[i] (in order of
+     * logit_row, the index among the step's tokens wanting logits) gives
+     * out[i]; only the results come back. NULL: the scheduler samples
+     * forward's logits on the host. Errors: those of forward. */
+    inf_status_t (*forward_sample)(void *self, const struct eng_batch *b,
+                                   const struct eng_sample_row *rows, int32_t n_rows,
+                                   struct eng_sample_out *out, struct inf_err *err);
     void (*destroy)(void *self);
 };
 

@@ -67,6 +67,14 @@ static inf_status_t model_forward(void *self, const struct eng_batch *b, float *
     return eng_model_forward(x->m, b, logits, err);
 }
 
+static inf_status_t model_forward_sample(void *self, const struct eng_batch *b,
+                                         const struct eng_sample_row *rows, int32_t n_rows,
+                                         struct eng_sample_out *out, struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_forward_sample(x->m, b, rows, n_rows, out, err);
+}
+
 static void model_destroy(void *self)
 {
     struct model_lm *x = self;
@@ -123,6 +131,8 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
             lm->eos_ids[lm->n_eos++] = c->eos_ids[i];
     lm->kv_reserve = model_kv_reserve;
     lm->forward = model_forward;
+    /* Backends that sample on the device return only token ids and logprobs. */
+    lm->forward_sample = eng_model_can_sample(x->m) ? model_forward_sample : NULL;
     lm->destroy = model_destroy;
     return INF_OK;
 

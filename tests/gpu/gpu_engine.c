@@ -2,8 +2,11 @@
  * backend = cuda. Six random prompts of 3 to 90 tokens are generated greedily
  * (16 tokens, EOS ignored) one at a time, then all at once with
  * max_batch 8 and a step budget of 64 tokens (so long prompts are prefilled
- * in chunks next to running decodes). Pass: every request gives the same
- * tokens alone and batched; engine info names the cuda backend. The same
+ * in chunks next to running decodes); then again with seeded sampling
+ * (temperature 0.8, top_p 0.9; sampled on the GPU). Pass: every request
+ * gives the same tokens alone and batched in both modes; engine info names
+ * the cuda backend; an engine of max_batch 128 x max_model_len 512 gets its
+ * whole KV pool from the GPU memory plan. The same
  * requests on the CPU backend are run too and their agreement with the GPU
  * is printed (information: near-ties may differ between fp32 and fp16
  * activations). Checkpoint: argv[1], else made by int4serve-mkmodel
@@ -13,6 +16,7 @@
 #include "engine/eng.h"
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +58,7 @@ static void take(eng_engine_t *eng)
 }
 
 static int32_t prompts[N_REQ][96];
+static bool g_sampled; /* seeded sampling (temperature 0.8, top_p 0.9) instead of greedy */
 static const int32_t prompt_len[N_REQ] = {5, 90, 3, 33, 64, 17};
 
 static void submit(eng_engine_t *eng, int r)
@@ -64,7 +69,10 @@ static void submit(eng_engine_t *eng, int r)
     q->prompt = malloc(sizeof(int32_t) * (size_t)prompt_len[r]);
     memcpy(q->prompt, prompts[r], sizeof(int32_t) * (size_t)prompt_len[r]);
     q->max_tokens = GEN;
-    q->sampling.temperature = 0.0f;
+    q->sampling.temperature = g_sampled ? 0.8f : 0.0f;
+    q->sampling.top_p = g_sampled ? 0.9f : 1.0f;
+    q->sampling.has_seed = g_sampled;
+    q->sampling.seed = 1000 + (uint64_t)r;
     q->sampling.ignore_eos = true;
     struct inf_err err = {0};
     if (eng_request_submit(eng, q, &err) != INF_OK) {
@@ -164,24 +172,60 @@ int main(int argc, char **argv)
         fails++;
         printf("FAIL engine backend is %s, not cuda\n", info.backend_name);
     }
-    for (int r = 0; r < N_REQ; r++) {
+    static int32_t greedy[N_REQ + 1][GEN];
+    for (int mode = 0; mode < 2; mode++) {
+        g_sampled = mode == 1;
+        for (int r = 0; r < N_REQ; r++) {
+            reset();
+            submit(eng, r);
+            wait_all(eng, 1);
+            memcpy(alone[r + 1], toks[r + 1], sizeof alone[r + 1]);
+        }
         reset();
-        submit(eng, r);
-        wait_all(eng, 1);
-        memcpy(alone[r + 1], toks[r + 1], sizeof alone[r + 1]);
+        for (int r = 0; r < N_REQ; r++)
+            submit(eng, r);
+        wait_all(eng, N_REQ);
+        for (int r = 1; r <= N_REQ; r++) {
+            checks++;
+            bool ok = n_toks[r] == GEN && memcmp(toks[r], alone[r], sizeof alone[r]) == 0;
+            fails += !ok;
+            printf("%-4s request %d (prompt %2d, %s): batched == alone (%d tokens)\n",
+                   ok ? "ok" : "FAIL", r, prompt_len[r - 1], g_sampled ? "seeded" : "greedy",
+                   n_toks[r]);
+        }
+        if (!g_sampled)
+            memcpy(greedy, alone, sizeof greedy);
     }
-    reset();
-    for (int r = 0; r < N_REQ; r++)
-        submit(eng, r);
-    wait_all(eng, N_REQ);
-    for (int r = 1; r <= N_REQ; r++) {
-        checks++;
-        bool ok = n_toks[r] == GEN && memcmp(toks[r], alone[r], sizeof alone[r]) == 0;
-        fails += !ok;
-        printf("%-4s request %d (prompt %2d): batched == alone (%d tokens)\n", ok ? "ok" : "FAIL",
-               r, prompt_len[r - 1], n_toks[r]);
-    }
+    memcpy(alone, greedy, sizeof alone);
+    g_sampled = false;
     eng_engine_destroy(eng);
+    /* The KV pool is planned from the GPU's memory: 128 sequences of 512
+     * tokens of the tiny model (450 MiB) are granted in full, past the host
+     * default's 256 MiB. */
+    {
+        struct eng_config cfg = {0};
+        cfg.backend = ENG_BACKEND_CUDA;
+        cfg.model_dir = dir;
+        cfg.max_batch = 128;
+        cfg.max_model_len = 512;
+        cfg.quantize = true;
+        cfg.fuse_qkv = true;
+        struct inf_err err = {0};
+        eng_engine_t *big = NULL;
+        checks++;
+        if (eng_engine_create(&cfg, on_notify, NULL, &big, &err) != INF_OK) {
+            fails++;
+            printf("FAIL engine with a planned KV pool: %s\n", err.msg);
+        } else {
+            struct eng_info bi;
+            eng_engine_info(big, &bi);
+            bool ok = bi.kv_capacity_tokens == 128 * 512;
+            fails += !ok;
+            printf("%-4s KV pool planned from GPU memory: %lld tokens (want %d)\n",
+                   ok ? "ok" : "FAIL", (long long)bi.kv_capacity_tokens, 128 * 512);
+            eng_engine_destroy(big);
+        }
+    }
     checks++;
     if (errors) {
         fails++;
