@@ -333,3 +333,45 @@ inf_status_t eng_op_sample(struct eng_backend *be, const struct eng_buf *logits,
     }
     return be->iface->sample(be, logits, n_logit_rows, vocab, rows, n, out, out_first, err);
 }
+
+bool eng_backend_has_graphs(const struct eng_backend *be)
+{
+    const struct eng_backend_iface *i = be->iface;
+    return i->graph_prepare && i->graph_record && i->graph_launch && i->graph_finish;
+}
+
+inf_status_t eng_graph_prepare(struct eng_backend *be, const struct eng_attn_params *p,
+                               int32_t bucket, bool *have, struct inf_err *err)
+{
+    *have = false;
+    if (!eng_backend_has_graphs(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs",
+                           be->iface->name);
+    if (bucket <= 0 || p->n_seqs < 0 || p->n_seqs > bucket)
+        return inf_err_set(err, INF_E_INVALID, "graph: %d sequences in a bucket of %d", p->n_seqs,
+                           bucket);
+    return be->iface->graph_prepare(be, p, bucket, have, err);
+}
+
+inf_status_t eng_graph_record(struct eng_backend *be, int32_t bucket, bool begin,
+                              struct inf_err *err)
+{
+    if (!eng_backend_has_graphs(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs",
+                           be->iface->name);
+    return be->iface->graph_record(be, bucket, begin, err);
+}
+
+inf_status_t eng_graph_launch(struct eng_backend *be, int32_t bucket, struct inf_err *err)
+{
+    if (!eng_backend_has_graphs(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs",
+                           be->iface->name);
+    return be->iface->graph_launch(be, bucket, err);
+}
+
+void eng_graph_finish(struct eng_backend *be)
+{
+    if (eng_backend_has_graphs(be))
+        be->iface->graph_finish(be);
+}

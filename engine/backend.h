@@ -228,6 +228,28 @@ struct eng_backend_iface {
     inf_status_t (*sample)(struct eng_backend *be, const struct eng_buf *logits,
                            int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
                            int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err);
+    /* Optional (all four or none): decode steps as recorded, replayed
+     * graphs. A decode step padded to `bucket` rows goes:
+     *   graph_prepare(p, bucket, &have): validates p (the step's decode
+     *     sequences; tables uploaded, the block table with its planned
+     *     stride) and uploads its attention work list in a fixed shape for
+     *     bucket; until graph_finish, attn_decode uses that list and nothing
+     *     is uploaded;
+     *   have: graph_launch(bucket) replays the step's recorded work;
+     *   else the ops, run as they come, or recorded: graph_record(bucket,
+     *     true) before them, graph_record(bucket, false) after, which ends
+     *     the recording, keeps it for the bucket and launches it (it answers
+     *     INF_E_UNSUPPORTED, and keeps nothing, when the work could not be
+     *     recorded: the caller runs the ops again);
+     *   graph_finish().
+     * The recorded work must read and write the same buffers at every
+     * replay: only their contents change. */
+    inf_status_t (*graph_prepare)(struct eng_backend *be, const struct eng_attn_params *p,
+                                  int32_t bucket, bool *have, struct inf_err *err);
+    inf_status_t (*graph_record)(struct eng_backend *be, int32_t bucket, bool begin,
+                                 struct inf_err *err);
+    inf_status_t (*graph_launch)(struct eng_backend *be, int32_t bucket, struct inf_err *err);
+    void (*graph_finish)(struct eng_backend *be);
 };
 
 /* A backend object. Made by a backend's create function (e.g.
@@ -301,6 +323,16 @@ inf_status_t eng_backend_sample_reserve(struct eng_backend *be, int32_t vocab,
 inf_status_t eng_op_sample(struct eng_backend *be, const struct eng_buf *logits,
                            int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
                            int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err);
+
+/* True when the backend records decode graphs (the graph_* slots). */
+bool eng_backend_has_graphs(const struct eng_backend *be);
+/* The graph_* slots (see the table); INF_E_UNSUPPORTED without them. */
+inf_status_t eng_graph_prepare(struct eng_backend *be, const struct eng_attn_params *p,
+                               int32_t bucket, bool *have, struct inf_err *err);
+inf_status_t eng_graph_record(struct eng_backend *be, int32_t bucket, bool begin,
+                              struct inf_err *err);
+inf_status_t eng_graph_launch(struct eng_backend *be, int32_t bucket, struct inf_err *err);
+void eng_graph_finish(struct eng_backend *be);
 
 /* ---- the CPU backend (engine/backend_cpu.c) ----------------------------
  * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a

@@ -58,6 +58,7 @@
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
 #define SPLIT_MIN_KEYS 256            /* no attention split shorter than this */
 #define SAMPLE_ROWS 32                /* rows of one sampling launch */
+#define GRAPH_MAX 16                  /* recorded decode buckets */
 
 /* The device writes struct krn_cuda_sample_out; the engine reads it as
  * struct eng_sample_out: one layout. */
@@ -84,6 +85,12 @@ struct list_cache {
     uint8_t *dev;
     uint8_t *host;
     size_t bytes;
+};
+
+/* Where the parts of an uploaded work list lie. */
+struct attn_layout {
+    int32_t n_kv, n_items, n_groups;
+    size_t kv_bytes, items_bytes, bytes;
 };
 
 struct cu_ctx {
@@ -126,6 +133,14 @@ struct cu_ctx {
     int32_t *h_ints;
     float *h_vals;
     size_t h_lists_cap;
+    /* decode graphs: the fixed-shape list of the step being prepared, the
+     * recording in progress, the recorded buckets */
+    bool fx_active;
+    struct attn_layout fx;
+    bool capturing;
+    int32_t n_graphs;
+    int32_t graph_key[GRAPH_MAX];
+    cudaGraphExec_t graph_exec[GRAPH_MAX];
 };
 
 static struct cu_ctx *ctx_of(struct eng_backend *be)
@@ -294,6 +309,8 @@ static void cu_buf_free(struct eng_backend *be, struct eng_buf *buf)
 /* Wait for the stream; recycles the staging ring. */
 static inf_status_t cu_sync(struct cu_ctx *c, struct inf_err *err)
 {
+    if (c->capturing)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "a synchronization while recording a graph");
     CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
     c->staging_used = 0;
     return INF_OK;
@@ -304,6 +321,10 @@ static inf_status_t cu_sync(struct cu_ctx *c, struct inf_err *err)
 static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, size_t bytes,
                                  struct inf_err *err)
 {
+    /* A recorded copy would read the staging bytes of the recording at
+     * every replay. */
+    if (c->capturing)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "an upload while recording a graph");
     if (bytes > STAGING_BYTES) {
         /* Large uploads happen while loading: a plain synchronous copy. */
         CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
@@ -737,11 +758,17 @@ static size_t align16(size_t x)
     return (x + 15) / 16 * 16;
 }
 
-static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params *p, bool decode,
-                            struct inf_err *err)
+/* Validate p as the CPU backend does, build its work list and upload it
+ * (skipped when the same bytes are there already: every layer of a step has
+ * the same list). fixed > 0: the fixed shape of a decode bucket of `fixed`
+ * sequences: every K/V entry, item and group of the bucket is present
+ * (padding does nothing), each row set owning the same number of split
+ * slots, so one recorded grid serves every step of the bucket. *lay
+ * receives the layout; lay->n_kv == 0 when there is nothing to do. */
+static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p, bool decode,
+                              int32_t fixed, struct attn_layout *lay, struct inf_err *err)
 {
-    struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    memset(lay, 0, sizeof *lay);
     const int32_t *seqs = shadow_of(p->seqs), *pos = shadow_of(p->pos),
                   *bt = shadow_of(p->block_table);
     if (!seqs || !pos || !bt)
@@ -760,7 +787,8 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
     int64_t n_chunks = 0;
     for (int32_t s = 0; s < p->n_seqs; s++) {
         int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
-        if (t0 < 0 || nt <= 0 || t0 + (int64_t)nt > rows || slot < 0 || slot >= p->n_slots)
+        if (t0 < 0 || nt <= 0 || t0 + (int64_t)nt > rows || slot < 0 || slot >= p->n_slots ||
+            (fixed && nt != 1))
             return inf_err_set(err, INF_E_INVALID, "attention: bad sequence %d", s);
         for (int32_t t = t0; t < t0 + nt; t++)
             if (pos[t] < 0 || pos[t] >= p->max_blocks * ENG_KV_BLOCK ||
@@ -777,13 +805,20 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         n_tok += nt;
         n_chunks += (int64_t)p->n_kv_heads * (((int64_t)nt * G + R - 1) / R);
     }
+    if (fixed) {
+        /* the bucket's shape, whatever the sequences */
+        n_tok = fixed;
+        n_chunks = (int64_t)fixed * p->n_kv_heads * ((G + R - 1) / R);
+    }
     if (n_tok == 0)
         return INF_OK;
     /* Split long key ranges when the row sets alone leave SMs idle. */
     const int64_t want = 2 * (int64_t)c->sms;
-    const int64_t max_splits = n_chunks >= want ? 1 : (want + n_chunks - 1) / n_chunks;
     const size_t slot_bytes = (size_t)R * (size_t)(hd + 2) * sizeof(float);
     const int64_t part_cap = (int64_t)(c->scratch_bytes / slot_bytes);
+    int64_t max_splits = n_chunks >= want ? 1 : (want + n_chunks - 1) / n_chunks;
+    if (fixed && max_splits * n_chunks > part_cap)
+        max_splits = part_cap / n_chunks > 1 ? part_cap / n_chunks : 1;
 
     /* Host list: [kv destinations (int32 pairs)] [items] [groups]. Sized for
      * the worst case, then filled. */
@@ -807,6 +842,10 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
             n_kv++;
         }
     }
+    for (; n_kv < n_tok; n_kv++) { /* fixed shape: padding entries */
+        kvdst[2 * n_kv] = 0;
+        kvdst[2 * n_kv + 1] = -1;
+    }
     /* Groups are written after the items; keep them in a second pass. */
     struct krn_cuda_attn_group *groups =
         (struct krn_cuda_attn_group *)(c->h_list + kv_bytes + items_bytes);
@@ -826,13 +865,17 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
                     len = (len + tile - 1) / tile * tile;
                     splits = (ctx + len - 1) / len;
                 }
-                if (splits > 1 && n_parts + splits > part_cap) {
+                if (!fixed && splits > 1 && n_parts + splits > part_cap) {
                     splits = 1; /* the partials would not fit: one pass */
                     len = ctx;
                 }
-                if (splits > 1)
+                int32_t first = n_items;
+                if (fixed)
+                    groups[n_groups++] = (struct krn_cuda_attn_group){
+                        .item = first, .n_splits = splits > 1 ? (int32_t)splits : 0};
+                else if (splits > 1)
                     groups[n_groups++] =
-                        (struct krn_cuda_attn_group){.item = n_items, .n_splits = (int32_t)splits};
+                        (struct krn_cuda_attn_group){.item = first, .n_splits = (int32_t)splits};
                 for (int32_t j = 0; j < splits; j++) {
                     struct krn_cuda_attn_item *it = &items[n_items++];
                     memset(it, 0, sizeof *it);
@@ -844,10 +887,24 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
                     it->nrows = nr;
                     it->k0 = j * len;
                     it->k1 = (j + 1) * len < ctx ? (j + 1) * len : ctx;
-                    it->part = splits > 1 ? (int32_t)n_parts++ : -1;
+                    /* fixed: each row set owns the partial slots of its items */
+                    it->part = splits > 1 ? (fixed ? first + j : (int32_t)n_parts++) : -1;
                 }
+                if (fixed) /* the rest of the row set's split slots: padding */
+                    for (; n_items < first + max_splits; n_items++)
+                        memset(&items[n_items], 0, sizeof items[n_items]);
             }
         }
+    }
+    if (fixed) {
+        for (; n_groups < n_chunks; n_groups++) {
+            groups[n_groups] = (struct krn_cuda_attn_group){.item = n_items, .n_splits = 0};
+            for (int64_t j = 0; j < max_splits; j++, n_items++)
+                memset(&items[n_items], 0, sizeof items[n_items]);
+        }
+        for (int32_t g = 0; g < n_groups; g++)
+            if (groups[g].item >= n_items)
+                groups[g].item = 0;
     }
     /* Pack the groups right after the items actually made. */
     size_t items_used = align16((size_t)n_items * sizeof(struct krn_cuda_attn_item));
@@ -861,7 +918,6 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         return inf_err_set(err, INF_E_NOMEM,
                            "attention work list of %zu bytes exceeds the workspace's %zu",
                            list_bytes, c->list_bytes);
-    /* Every layer of a step has the same list: upload it once. */
     if (lc->bytes != list_bytes || memcmp(lc->host, c->h_list, list_bytes) != 0) {
         inf_status_t st = stage_upload(c, lc->dev, c->h_list, list_bytes, err);
         if (st != INF_OK)
@@ -869,9 +925,35 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         memcpy(lc->host, c->h_list, list_bytes);
         lc->bytes = list_bytes;
     }
+    *lay = (struct attn_layout){.n_kv = n_kv,
+                                .n_items = n_items,
+                                .n_groups = n_groups,
+                                .kv_bytes = kv_bytes,
+                                .items_bytes = items_used,
+                                .bytes = list_bytes};
+    return INF_OK;
+}
+
+static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params *p, bool decode,
+                            struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    struct attn_layout lay;
+    if (decode && c->fx_active) {
+        lay = c->fx; /* prepared for the step by graph_prepare */
+    } else {
+        inf_status_t st = attn_list(c, p, decode, 0, &lay, err);
+        if (st != INF_OK)
+            return st;
+    }
+    if (lay.n_kv == 0)
+        return INF_OK;
+    const struct list_cache *lc = &c->lists[decode ? 0 : 1];
+    const int32_t hd = p->head_dim;
     const int64_t kv_row = (int64_t)p->n_kv_heads * hd;
     KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
-                             p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, n_kv,
+                             p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, lay.n_kv,
                              c->stream, lep_));
     struct krn_cuda_attn_params kp = {
         .q = dptr(p->q, 2),
@@ -887,10 +969,10 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         .n_kv_heads = p->n_kv_heads,
         .head_dim = hd,
         .scale = p->scale,
-        .items = (const struct krn_cuda_attn_item *)(lc->dev + kv_bytes),
-        .n_items = n_items,
-        .groups = (const struct krn_cuda_attn_group *)(lc->dev + kv_bytes + items_used),
-        .n_groups = n_groups,
+        .items = (const struct krn_cuda_attn_item *)(lc->dev + lay.kv_bytes),
+        .n_items = lay.n_items,
+        .groups = (const struct krn_cuda_attn_group *)(lc->dev + lay.kv_bytes + lay.items_bytes),
+        .n_groups = lay.n_groups,
         .partials = (float *)c->scratch,
         .decode = decode};
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
@@ -1044,6 +1126,94 @@ static inf_status_t cu_sample(struct eng_backend *be, const struct eng_buf *logi
     return INF_OK;
 }
 
+/* ---- decode graphs ------------------------------------------------------------- */
+static int graph_find(const struct cu_ctx *c, int32_t bucket)
+{
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graph_key[i] == bucket)
+            return i;
+    return -1;
+}
+
+static inf_status_t cu_graph_prepare(struct eng_backend *be, const struct eng_attn_params *p,
+                                     int32_t bucket, bool *have, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    c->fx_active = false;
+    inf_status_t st = attn_list(c, p, true, bucket, &c->fx, err);
+    if (st != INF_OK)
+        return st;
+    c->fx_active = true;
+    *have = graph_find(c, bucket) >= 0;
+    return INF_OK;
+}
+
+static inf_status_t cu_graph_launch(struct eng_backend *be, int32_t bucket, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    int i = graph_find(c, bucket);
+    if (i < 0)
+        return inf_err_set(err, INF_E_INVALID, "no graph recorded for %d rows", bucket);
+    CU(c, cudaGraphLaunch(c->graph_exec[i], c->stream), "cudaGraphLaunch");
+    return INF_OK;
+}
+
+static inf_status_t cu_graph_record(struct eng_backend *be, int32_t bucket, bool begin,
+                                    struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    if (begin) {
+        if (c->capturing || graph_find(c, bucket) >= 0 || c->n_graphs == GRAPH_MAX)
+            return inf_err_set(err, INF_E_INVALID, "cannot record a graph for %d rows", bucket);
+        /* Relaxed: the INT4 GEMM queries attributes and occupancy while
+         * launching, which the stricter modes refuse during a capture. */
+        CU(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed),
+           "cudaStreamBeginCapture");
+        c->capturing = true;
+        return INF_OK;
+    }
+    if (!c->capturing)
+        return inf_err_set(err, INF_E_INVALID, "no graph is being recorded");
+    c->capturing = false;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    cudaGraphExec_t x = NULL;
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&x, g, 0);
+    if (g)
+        (void)cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        /* Capture errors are not sticky: the context is still usable and
+         * the caller runs the ops again. */
+        const char *msg = cudaGetErrorString(e);
+        (void)cudaGetLastError();
+        cudaError_t sticky = cudaStreamQuery(c->stream);
+        if (sticky != cudaSuccess && sticky != cudaErrorNotReady)
+            return cu_fail(c, "graph recording", cudaGetErrorString(sticky), err);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "graph recording failed: %s", msg);
+    }
+    c->graph_key[c->n_graphs] = bucket;
+    c->graph_exec[c->n_graphs++] = x;
+    CU(c, cudaGraphLaunch(x, c->stream), "cudaGraphLaunch");
+    return INF_OK;
+}
+
+static void cu_graph_finish(struct eng_backend *be)
+{
+    struct cu_ctx *c = ctx_of(be);
+    c->fx_active = false;
+    if (c->capturing) { /* a recording abandoned by an error */
+        cudaGraph_t g = NULL;
+        c->capturing = false;
+        if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g)
+            (void)cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+    }
+}
+
 static inf_status_t cu_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
                                 struct inf_err *err)
 {
@@ -1066,6 +1236,8 @@ static void ctx_free(struct cu_ctx *c)
         (void)cudaFree(c->small);
         (void)cudaFree(c->gemm_ws);
         (void)cudaFree(c->sample_ws);
+        for (int i = 0; i < c->n_graphs; i++)
+            (void)cudaGraphExecDestroy(c->graph_exec[i]);
         if (c->staging)
             (void)cudaFreeHost(c->staging);
         if (c->stream)
@@ -1107,6 +1279,10 @@ static const struct eng_backend_iface cuda_iface = {
     .mem_info = cu_mem_info,
     .sample_reserve = cu_sample_reserve,
     .sample = cu_sample,
+    .graph_prepare = cu_graph_prepare,
+    .graph_record = cu_graph_record,
+    .graph_launch = cu_graph_launch,
+    .graph_finish = cu_graph_finish,
 };
 
 #undef CU

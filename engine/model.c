@@ -19,10 +19,12 @@
 #include "engine/safetensors.h"
 
 #include <fnmatch.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LOGIT_ROWS 32 /* rows of logits computed per lm_head call */
 
@@ -67,6 +69,11 @@ struct eng_model {
     struct eng_buf *samples;
     struct eng_sample_row *host_rows;
     int32_t cap_samples;
+    /* decode graphs: rows of the largest bucket (0: none), padded tables,
+     * buckets whose recording failed */
+    int32_t graph_rows;
+    int32_t *pad_tok, *pad_pos, *pad_bt;
+    bool graph_failed[16];
 };
 
 static const char *const default_keep[] = {"model.embed_tokens.*", "lm_head.*"};
@@ -84,6 +91,7 @@ void eng_model_opts_default(struct eng_model_opts *o)
     o->n_kv_blocks = 256;
     o->max_slots = 0;
     o->max_seq_blocks = 0;
+    o->decode_graphs = ENG_GRAPHS_ON;
 }
 
 /* ---- loading -------------------------------------------------------------- */
@@ -127,6 +135,84 @@ static struct eng_layer_info *add_info(struct eng_model *m)
     return r;
 }
 
+/* dtype of fp weights: fp16 under INT4 (the layers kept) and on backends
+ * with fp16 activations (a GPU serving quantization none); fp32 otherwise. */
+static enum eng_wdtype fp_wdt(const struct eng_model *m)
+{
+    return m->opts.quant == ENG_QUANT_INT4 || m->be->act_dtype == ENG_ACT_F16 ? ENG_W_F16
+                                                                             : ENG_W_F32;
+}
+
+/* Quantization of a slice of rows, run on a thread of quantize(). */
+struct qslice {
+    const float *w;
+    int32_t n, k, group;
+    bool symmetric;
+    struct krn_q4_weight out;
+    inf_status_t st;
+    struct inf_err err;
+};
+
+static void *qslice_run(void *arg)
+{
+    struct qslice *j = arg;
+    j->st = eng_q4_quantize(j->w, j->n, j->k, j->group, j->symmetric, &j->out, &j->err);
+    return NULL;
+}
+
+#define QUANT_THREADS 16
+
+/* eng_q4_quantize over slices of rows on up to QUANT_THREADS threads (rows
+ * are quantized independently, so the result is the same bytes): loading a
+ * 7B model is bound by this. */
+static inf_status_t quantize(const float *w, int32_t n, int32_t k, int32_t group, bool symmetric,
+                             struct krn_q4_weight *out, struct inf_err *err)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int32_t nt = cores > QUANT_THREADS ? QUANT_THREADS : cores < 1 ? 1 : (int32_t)cores;
+    if (nt > n / 256)
+        nt = n / 256;
+    if (nt <= 1)
+        return eng_q4_quantize(w, n, k, group, symmetric, out, err);
+    struct qslice jobs[QUANT_THREADS];
+    pthread_t th[QUANT_THREADS];
+    bool started[QUANT_THREADS] = {false};
+    int32_t per = (n + nt - 1) / nt;
+    for (int32_t i = 0; i < nt; i++) {
+        int32_t r0 = i * per, rows = n - r0 < per ? n - r0 : per;
+        jobs[i] = (struct qslice){.w = w + (int64_t)r0 * k, .n = rows, .k = k, .group = group,
+                                  .symmetric = symmetric};
+        if (rows > 0)
+            started[i] = pthread_create(&th[i], NULL, qslice_run, &jobs[i]) == 0;
+        if (rows > 0 && !started[i])
+            qslice_run(&jobs[i]); /* no thread: do it here */
+    }
+    inf_status_t st = INF_OK;
+    for (int32_t i = 0; i < nt; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        if (jobs[i].n > 0 && jobs[i].st != INF_OK && st == INF_OK)
+            st = inf_err_set(err, jobs[i].st, "%s", jobs[i].err.msg);
+    }
+    if (st == INF_OK)
+        st = eng_q4_alloc(n, k, jobs[0].out.kp, jobs[0].out.group, symmetric, out, err);
+    if (st == INF_OK) {
+        int32_t g = krn_q4_groups(out);
+        for (int32_t i = 0; i < nt; i++) {
+            const struct krn_q4_weight *q = &jobs[i].out;
+            if (jobs[i].n <= 0)
+                continue;
+            int64_t r0 = (int64_t)i * per;
+            memcpy(out->q + r0 * (out->kp / 2), q->q, (size_t)q->n * (size_t)(out->kp / 2));
+            memcpy(out->scale + r0 * g, q->scale, (size_t)q->n * (size_t)g * 2);
+            memcpy(out->zero + r0 * g, q->zero, (size_t)q->n * (size_t)g * 2);
+        }
+    }
+    for (int32_t i = 0; i < nt; i++)
+        eng_q4_free(&jobs[i].out);
+    return st;
+}
+
 /* Upload (or quantize and repack) the f32 weight w[n][k] as linear `name`. */
 static inf_status_t make_linear(struct eng_model *m, const char *name, const float *w, int32_t n,
                                 int32_t k, const float *bias, bool keep, struct lin *l,
@@ -144,7 +230,7 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const flo
     inf->k = k;
     if (m->opts.quant == ENG_QUANT_INT4 && !keep) {
         struct krn_q4_weight q;
-        s = eng_q4_quantize(w, n, k, m->opts.group_size, m->opts.symmetric, &q, err);
+        s = quantize(w, n, k, m->opts.group_size, m->opts.symmetric, &q, err);
         if (s != INF_OK)
             return s;
         s = eng_weight_q4_create(m->be, &q, &l->q4, err);
@@ -156,7 +242,7 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const flo
             return s;
     } else {
         size_t cnt = (size_t)n * (size_t)k;
-        l->wdt = m->opts.quant == ENG_QUANT_INT4 ? ENG_W_F16 : ENG_W_F32;
+        l->wdt = fp_wdt(m);
         inf->fp_dtype = l->wdt;
         inf->kp = k;
         if (l->wdt == ENG_W_F32) {
@@ -279,7 +365,7 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
     inf_status_t s = read_tensor(st, "model.embed_tokens.weight", V, H, w, err);
     if (s != INF_OK)
         goto done;
-    m->embed_dt = m->opts.quant == ENG_QUANT_INT4 ? ENG_W_F16 : ENG_W_F32;
+    m->embed_dt = fp_wdt(m);
     if (m->embed_dt == ENG_W_F32) {
         s = eng_buf_from_host(m->be, w, cnt * 4, &m->embed, err);
     } else {
@@ -367,11 +453,31 @@ static inf_status_t alloc_act(struct eng_model *m, struct eng_buf **b, int64_t e
     return eng_buf_alloc(m->be, (size_t)elems * esz, b, err);
 }
 
+/* Decode graphs need a backend that records them, planned block tables,
+ * and not being turned off; their largest bucket is max_slots rows, at most
+ * 128 (and max_tokens). */
+static void plan_graphs(struct eng_model *m)
+{
+    int32_t r = m->opts.max_slots < m->opts.max_tokens ? m->opts.max_slots : m->opts.max_tokens;
+    bool on = m->opts.decode_graphs != ENG_GRAPHS_OFF && eng_backend_has_graphs(m->be) &&
+              m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0;
+    m->graph_rows = on ? (r < 128 ? r : 128) : 0;
+}
+
+/* Rows of the logits buffer: a chunk, or a whole decode bucket. */
+static int32_t lo_rows(const struct eng_model *m)
+{
+    return m->graph_rows > LOGIT_ROWS ? m->graph_rows : LOGIT_ROWS;
+}
+
 static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
 {
     const struct eng_model_config *c = &m->cfg;
     int64_t T = m->opts.max_tokens;
     size_t es = eng_act_size(m->be->act_dtype);
+    plan_graphs(m);
+    if (m->graph_rows > T)
+        T = m->graph_rows; /* a padded bucket needs its rows */
     int64_t qkvw = (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     inf_status_t s;
     if ((s = alloc_act(m, &m->x, T * c->hidden, es, err)) ||
@@ -382,7 +488,7 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
         (s = alloc_act(m, &m->gu, T * 2 * c->intermediate, es, err)) ||
         (s = alloc_act(m, &m->h, T * c->intermediate, es, err)) ||
         (s = alloc_act(m, &m->lx, (int64_t)LOGIT_ROWS * c->hidden, es, err)) ||
-        (s = alloc_act(m, &m->lo, (int64_t)LOGIT_ROWS * c->vocab, 4, err)) ||
+        (s = alloc_act(m, &m->lo, (int64_t)lo_rows(m) * c->vocab, 4, err)) ||
         (s = alloc_act(m, &m->tok, T, 4, err)) || (s = alloc_act(m, &m->pos, T, 4, err)) ||
         (s = alloc_act(m, &m->seq_dec, T * 3, 4, err)) ||
         (s = alloc_act(m, &m->seq_pre, T * 3, 4, err)) || (s = alloc_act(m, &m->lrows, T, 4, err)))
@@ -392,6 +498,14 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
     m->host_lrows = malloc((size_t)T * sizeof(int32_t));
     if (!m->host_seq_dec || !m->host_seq_pre || !m->host_lrows)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for batch tables");
+    if (m->graph_rows > 0) {
+        m->pad_tok = malloc((size_t)m->graph_rows * sizeof(int32_t));
+        m->pad_pos = malloc((size_t)m->graph_rows * sizeof(int32_t));
+        m->pad_bt = malloc((size_t)m->opts.max_slots * (size_t)m->opts.max_seq_blocks *
+                           sizeof(int32_t));
+        if (!m->pad_tok || !m->pad_pos || !m->pad_bt)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for decode tables");
+    }
     if (eng_backend_can_sample(m->be)) {
         m->cap_samples = m->opts.max_slots > 0 ? m->opts.max_slots : m->opts.max_tokens;
         if ((s = eng_backend_sample_reserve(m->be, c->vocab, err)) ||
@@ -569,6 +683,9 @@ void eng_model_destroy(eng_model_t *m)
     free(m->host_seq_pre);
     free(m->host_lrows);
     free(m->host_rows);
+    free(m->pad_tok);
+    free(m->pad_pos);
+    free(m->pad_bt);
     free(m->layers);
     free(m->info);
     free(m);
@@ -656,81 +773,71 @@ static inf_status_t plan(struct eng_model *m, const struct eng_batch *b, int32_t
     return INF_OK;
 }
 
-/* Everything up to the final norm: xn holds the normalized rows; *n_lr of
- * them want logits (their indices in host_lrows). */
-static inf_status_t forward_hidden(eng_model_t *m, const struct eng_batch *b, int32_t *n_lr_out,
-                                   struct inf_err *err)
+/* The attention parameters of a step (pools and sequences set per call). */
+static struct eng_attn_params attn_params(eng_model_t *m, int32_t n_slots, int32_t max_blocks)
+{
+    const struct eng_model_config *c = &m->cfg;
+    int32_t hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, qkvw = qd + 2 * kvd;
+    return (struct eng_attn_params){.n_heads = c->n_heads,
+                                    .n_kv_heads = c->n_kv_heads,
+                                    .head_dim = hd,
+                                    .scale = 1.0f / sqrtf((float)hd),
+                                    .q = mat(m->qkv, 0, qkvw),
+                                    .k = mat(m->qkv, qd, qkvw),
+                                    .v = mat(m->qkv, qd + kvd, qkvw),
+                                    .out = mat(m->att, 0, qd),
+                                    .pos = m->pos,
+                                    .block_table = m->bt,
+                                    .n_slots = n_slots,
+                                    .max_blocks = max_blocks,
+                                    .k_cache = m->layers[0].k_cache,
+                                    .v_cache = m->layers[0].v_cache,
+                                    .n_blocks = m->opts.n_kv_blocks};
+}
+
+/* The device work of a step over T rows whose tables are uploaded:
+ * embedding, the layers (decode runs, then prefill runs; none of either
+ * skips its op), the final norm into xn. */
+static inf_status_t body(eng_model_t *m, struct eng_attn_params *ap, int32_t T, int32_t n_dec,
+                         int32_t n_pre, struct inf_err *err)
 {
     const struct eng_model_config *c = &m->cfg;
     struct eng_backend *be = m->be;
-    int32_t n_dec = 0, n_pre = 0, n_lr = 0;
-    if (m->opts.n_kv_blocks == 0)
-        return inf_err_set(err, INF_E_INVALID, "the KV cache is not reserved");
-    inf_status_t s = plan(m, b, &n_dec, &n_pre, &n_lr, err);
-    if (s != INF_OK)
-        return s;
-    int32_t T = b->n_tokens, H = c->hidden, I = c->intermediate, hd = c->head_dim;
-    int32_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, qkvw = qd + 2 * kvd;
-    size_t bt_bytes = (size_t)b->n_slots * (size_t)b->max_blocks * sizeof(int32_t);
-    if (!m->bt || m->bt->size < bt_bytes) {
-        if (m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0)
-            return inf_err_set(err, INF_E_TOOBIG,
-                               "a block table of %d x %d exceeds the planned %d x %d", b->n_slots,
-                               b->max_blocks, m->opts.max_slots, m->opts.max_seq_blocks);
-        eng_buf_free(be, m->bt);
-        m->bt = NULL;
-        if ((s = eng_buf_alloc(be, bt_bytes, &m->bt, err)))
-            return s;
-    }
-    if ((s = eng_buf_upload(be, m->tok, 0, b->tokens, (size_t)T * 4, err)) ||
-        (s = eng_buf_upload(be, m->pos, 0, b->pos, (size_t)T * 4, err)) ||
-        (s = eng_buf_upload(be, m->seq_dec, 0, m->host_seq_dec, (size_t)n_dec * 12, err)) ||
-        (s = eng_buf_upload(be, m->seq_pre, 0, m->host_seq_pre, (size_t)n_pre * 12, err)) ||
-        (s = eng_buf_upload(be, m->bt, 0, b->block_table, bt_bytes, err)))
-        return s;
-
+    int32_t H = c->hidden, I = c->intermediate, hd = c->head_dim;
+    inf_status_t s;
     struct eng_mat x = mat(m->x, 0, H), xn = mat(m->xn, 0, H), d = mat(m->d, 0, H);
     if ((s = eng_op_embedding(be, m->embed, m->embed_dt, c->vocab, H, m->tok, x, T, err)))
         return s;
-    struct eng_attn_params ap = {.n_heads = c->n_heads,
-                                 .n_kv_heads = c->n_kv_heads,
-                                 .head_dim = hd,
-                                 .scale = 1.0f / sqrtf((float)hd),
-                                 .q = mat(m->qkv, 0, qkvw),
-                                 .k = mat(m->qkv, qd, qkvw),
-                                 .v = mat(m->qkv, qd + kvd, qkvw),
-                                 .out = mat(m->att, 0, qd),
-                                 .pos = m->pos,
-                                 .block_table = m->bt,
-                                 .n_slots = b->n_slots,
-                                 .max_blocks = b->max_blocks,
-                                 .n_blocks = m->opts.n_kv_blocks};
     for (int32_t l = 0; l < c->n_layers; l++) {
         struct layer *L = &m->layers[l];
         if ((s = eng_op_rmsnorm_add(be, x, l ? &d : NULL, L->attn_norm, c->rms_eps, xn, H, T, err)))
             return s;
         if (m->fused) {
-            s = linear(m, &L->qkv[0], xn, ap.q, false, T, err);
-        } else if (!(s = linear(m, &L->qkv[0], xn, ap.q, false, T, err)) &&
-                   !(s = linear(m, &L->qkv[1], xn, ap.k, false, T, err))) {
-            s = linear(m, &L->qkv[2], xn, ap.v, false, T, err);
+            s = linear(m, &L->qkv[0], xn, ap->q, false, T, err);
+        } else if (!(s = linear(m, &L->qkv[0], xn, ap->q, false, T, err)) &&
+                   !(s = linear(m, &L->qkv[1], xn, ap->k, false, T, err))) {
+            s = linear(m, &L->qkv[2], xn, ap->v, false, T, err);
         }
         if (s)
             return s;
         /* q and k heads are adjacent in a qkv row: one rotation covers both. */
-        if ((s = eng_op_rope(be, ap.q, c->n_heads + c->n_kv_heads, hd, m->pos, &m->rope, T, err)))
+        if ((s = eng_op_rope(be, ap->q, c->n_heads + c->n_kv_heads, hd, m->pos, &m->rope, T, err)))
             return s;
-        ap.k_cache = L->k_cache;
-        ap.v_cache = L->v_cache;
-        ap.seqs = m->seq_dec;
-        ap.n_seqs = n_dec;
-        if ((s = eng_op_attn_decode(be, &ap, err)))
-            return s;
-        ap.seqs = m->seq_pre;
-        ap.n_seqs = n_pre;
-        if ((s = eng_op_attn_prefill(be, &ap, err)))
-            return s;
-        if ((s = linear(m, &L->o, ap.out, d, false, T, err)) ||
+        ap->k_cache = L->k_cache;
+        ap->v_cache = L->v_cache;
+        if (n_dec > 0) {
+            ap->seqs = m->seq_dec;
+            ap->n_seqs = n_dec;
+            if ((s = eng_op_attn_decode(be, ap, err)))
+                return s;
+        }
+        if (n_pre > 0) {
+            ap->seqs = m->seq_pre;
+            ap->n_seqs = n_pre;
+            if ((s = eng_op_attn_prefill(be, ap, err)))
+                return s;
+        }
+        if ((s = linear(m, &L->o, ap->out, d, false, T, err)) ||
             (s = eng_op_rmsnorm_add(be, x, &d, L->mlp_norm, c->rms_eps, xn, H, T, err)))
             return s;
         struct eng_mat g = mat(m->gu, 0, 2 * I), u = mat(m->gu, I, 2 * I);
@@ -746,10 +853,136 @@ static inf_status_t forward_hidden(eng_model_t *m, const struct eng_batch *b, in
             (s = linear(m, &L->down, hm, d, false, T, err)))
             return s;
     }
-    if ((s = eng_op_rmsnorm_add(be, x, &d, m->final_norm, c->rms_eps, xn, H, T, err)))
+    return eng_op_rmsnorm_add(be, x, &d, m->final_norm, c->rms_eps, xn, H, T, err);
+}
+
+/* Decode batches padded to these row counts replay one graph each. */
+static const int32_t k_buckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128};
+#define N_BUCKETS ((int32_t)(sizeof k_buckets / sizeof k_buckets[0]))
+
+/* The bucket of a decode batch of T tokens, or -1. */
+static int32_t bucket_of(const eng_model_t *m, int32_t T)
+{
+    for (int32_t i = 0; i < N_BUCKETS; i++)
+        if (T <= k_buckets[i])
+            return k_buckets[i] <= m->graph_rows ? i : -1;
+    return -1;
+}
+
+/* A decode-only step, every token wanting logits, padded to bucket rows
+ * (token 0 at position 0; those rows are computed and never read): the
+ * tables in their planned shapes, the attention list in the backend's fixed
+ * shape, then the recorded graph of the bucket replayed (recorded on its
+ * first use), or the ops run as they come (graphs off, or a recording that
+ * failed). Leaves the logits of every row in lo. */
+static inf_status_t decode_graph(eng_model_t *m, const struct eng_batch *b, int32_t bi,
+                                 int32_t n_dec, struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    struct eng_backend *be = m->be;
+    const int32_t T = b->n_tokens, B = k_buckets[bi], S = m->opts.max_seq_blocks;
+    for (int32_t t = 0; t < B; t++) {
+        m->pad_tok[t] = t < T ? b->tokens[t] : 0;
+        m->pad_pos[t] = t < T ? b->pos[t] : 0;
+    }
+    for (int32_t k = 0; k < b->n_slots; k++)
+        for (int32_t j = 0; j < S; j++)
+            m->pad_bt[(int64_t)k * S + j] =
+                j < b->max_blocks ? b->block_table[(int64_t)k * b->max_blocks + j] : -1;
+    inf_status_t s;
+    if ((s = eng_buf_upload(be, m->tok, 0, m->pad_tok, (size_t)B * 4, err)) ||
+        (s = eng_buf_upload(be, m->pos, 0, m->pad_pos, (size_t)B * 4, err)) ||
+        (s = eng_buf_upload(be, m->seq_dec, 0, m->host_seq_dec, (size_t)n_dec * 12, err)) ||
+        (s = eng_buf_upload(be, m->bt, 0, m->pad_bt, (size_t)b->n_slots * (size_t)S * 4, err)))
+        return s;
+    struct eng_attn_params ap = attn_params(m, b->n_slots, S);
+    ap.seqs = m->seq_dec;
+    ap.n_seqs = n_dec;
+    bool have = false;
+    if ((s = eng_graph_prepare(be, &ap, B, &have, err)))
+        return s;
+    if (have && m->opts.decode_graphs == ENG_GRAPHS_ON) {
+        s = eng_graph_launch(be, B, err);
+        eng_graph_finish(be);
+        return s;
+    }
+    bool record = m->opts.decode_graphs == ENG_GRAPHS_ON && !m->graph_failed[bi];
+    const struct eng_mat lx = mat(m->xn, 0, c->hidden), lo = mat(m->lo, 0, c->vocab);
+    struct inf_err e2 = {0};
+    for (;;) {
+        if (record && (s = eng_graph_record(be, B, true, &e2)))
+            break;
+        s = body(m, &ap, B, n_dec, 0, &e2);
+        if (s == INF_OK)
+            s = linear(m, &m->lm_head, lx, lo, true, B, &e2);
+        if (!record)
+            break;
+        if (s == INF_OK) {
+            s = eng_graph_record(be, B, false, &e2); /* ends it; launches it if kept */
+            if (s != INF_E_UNSUPPORTED)
+                break;
+        } else {
+            eng_graph_finish(be); /* abandons the recording */
+            if (s != INF_E_UNSUPPORTED)
+                break;
+            struct inf_err e3 = {0};
+            if ((s = eng_graph_prepare(be, &ap, B, &have, &e3))) {
+                e2 = e3;
+                break;
+            }
+        }
+        /* Something on the path cannot be recorded: this bucket runs its
+         * ops as they come from now on. */
+        inf_log(WARN, "decode graph of %d rows not recorded (%s); running it eagerly", B, e2.msg);
+        m->graph_failed[bi] = true;
+        record = false;
+    }
+    if (s != INF_OK)
+        inf_err_set(err, s, "%s", e2.msg);
+    eng_graph_finish(be);
+    return s;
+}
+
+/* Everything up to the final norm: xn holds the normalized rows; *n_lr of
+ * them want logits (their indices in host_lrows). A decode step that went
+ * through decode_graph has its logits in lo already (*in_lo). */
+static inf_status_t forward_hidden(eng_model_t *m, const struct eng_batch *b, int32_t *n_lr_out,
+                                   bool *in_lo, struct inf_err *err)
+{
+    struct eng_backend *be = m->be;
+    int32_t n_dec = 0, n_pre = 0, n_lr = 0;
+    *in_lo = false;
+    if (m->opts.n_kv_blocks == 0)
+        return inf_err_set(err, INF_E_INVALID, "the KV cache is not reserved");
+    inf_status_t s = plan(m, b, &n_dec, &n_pre, &n_lr, err);
+    if (s != INF_OK)
         return s;
     *n_lr_out = n_lr;
-    return INF_OK;
+    int32_t T = b->n_tokens;
+    size_t bt_bytes = (size_t)b->n_slots * (size_t)b->max_blocks * sizeof(int32_t);
+    if (!m->bt || m->bt->size < bt_bytes) {
+        if (m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0)
+            return inf_err_set(err, INF_E_TOOBIG,
+                               "a block table of %d x %d exceeds the planned %d x %d", b->n_slots,
+                               b->max_blocks, m->opts.max_slots, m->opts.max_seq_blocks);
+        eng_buf_free(be, m->bt);
+        m->bt = NULL;
+        if ((s = eng_buf_alloc(be, bt_bytes, &m->bt, err)))
+            return s;
+    }
+    int32_t bi = n_pre == 0 && n_lr == T && m->graph_rows > 0 ? bucket_of(m, T) : -1;
+    if (bi >= 0 && b->n_slots <= m->opts.max_slots && b->max_blocks <= m->opts.max_seq_blocks) {
+        *in_lo = true;
+        return decode_graph(m, b, bi, n_dec, err);
+    }
+    if ((s = eng_buf_upload(be, m->tok, 0, b->tokens, (size_t)T * 4, err)) ||
+        (s = eng_buf_upload(be, m->pos, 0, b->pos, (size_t)T * 4, err)) ||
+        (s = eng_buf_upload(be, m->seq_dec, 0, m->host_seq_dec, (size_t)n_dec * 12, err)) ||
+        (s = eng_buf_upload(be, m->seq_pre, 0, m->host_seq_pre, (size_t)n_pre * 12, err)) ||
+        (s = eng_buf_upload(be, m->bt, 0, b->block_table, bt_bytes, err)))
+        return s;
+    struct eng_attn_params ap = attn_params(m, b->n_slots, b->max_blocks);
+    return body(m, &ap, T, n_dec, n_pre, err);
 }
 
 /* The logits of rows [r0, r0 + nr) of those wanting them, into lo. */
@@ -771,9 +1004,12 @@ inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float 
 {
     const struct eng_model_config *c = &m->cfg;
     int32_t n_lr = 0;
-    inf_status_t s = forward_hidden(m, b, &n_lr, err);
+    bool in_lo = false;
+    inf_status_t s = forward_hidden(m, b, &n_lr, &in_lo, err);
     if (s != INF_OK)
         return s;
+    if (in_lo)
+        return eng_buf_download(m->be, m->lo, 0, logits, (size_t)n_lr * (size_t)c->vocab * 4, err);
     for (int32_t r0 = 0; r0 < n_lr; r0 += LOGIT_ROWS) {
         int32_t nr = n_lr - r0 < LOGIT_ROWS ? n_lr - r0 : LOGIT_ROWS;
         if ((s = logits_chunk(m, r0, nr, err)) ||
@@ -807,9 +1043,15 @@ inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
                                "sampled row %d: logits row %d (rows must be in order, < %d)", i,
                                rows[i].logit_row, b->n_logits);
     int32_t n_lr = 0;
-    inf_status_t s = forward_hidden(m, b, &n_lr, err);
+    bool in_lo = false;
+    inf_status_t s = forward_hidden(m, b, &n_lr, &in_lo, err);
     if (s != INF_OK)
         return s;
+    if (in_lo) {
+        if ((s = eng_op_sample(m->be, m->lo, n_lr, c->vocab, rows, n_rows, m->samples, 0, err)))
+            return s;
+        return eng_buf_download(m->be, m->samples, 0, out, (size_t)n_rows * sizeof *out, err);
+    }
     int32_t i0 = 0;
     for (int32_t r0 = 0; r0 < n_lr && i0 < n_rows; r0 += LOGIT_ROWS) {
         int32_t nr = n_lr - r0 < LOGIT_ROWS ? n_lr - r0 : LOGIT_ROWS;

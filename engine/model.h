@@ -20,8 +20,17 @@ extern "C" {
 #endif
 
 enum eng_quant {
-    ENG_QUANT_NONE, /* every weight fp32: the reference */
+    ENG_QUANT_NONE, /* every weight fp: fp32 on backends with fp32 activations (the
+                       reference), fp16 on those with fp16 activations (a GPU) */
     ENG_QUANT_INT4, /* every linear layer INT4 except those matching keep_fp16 */
+};
+
+/* Decode steps on a backend that records graphs (engine/backend.h). */
+enum eng_graphs {
+    ENG_GRAPHS_OFF,   /* every step runs its ops as they come, unpadded */
+    ENG_GRAPHS_ON,    /* decode-only steps padded to a bucket (1, 2, 4, 8, 16, 24, 32,
+                         48, 64, 96, 128 rows) replay that bucket's graph (default) */
+    ENG_GRAPHS_EAGER, /* the same padded steps, ops run as they come (tests) */
 };
 
 struct eng_model_opts {
@@ -43,6 +52,7 @@ struct eng_model_opts {
      * allocates nothing. 0 (default): the table buffer grows when a larger
      * one arrives. */
     int32_t max_slots, max_seq_blocks;
+    enum eng_graphs decode_graphs; /* needs max_slots and max_seq_blocks */
 };
 
 /* Defaults: INT4, group 128, asymmetric, fused, default patterns. */

@@ -111,6 +111,10 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     }
     mo.max_tokens = o->max_tokens;
     mo.n_kv_blocks = o->kv_blocks;
+    /* INT4SERVE_CUDA_GRAPHS=0 turns decode graphs off (diagnosis). */
+    const char *graphs = getenv("INT4SERVE_CUDA_GRAPHS");
+    if (graphs && strcmp(graphs, "0") == 0)
+        mo.decode_graphs = ENG_GRAPHS_OFF;
     if (o->max_batch > 0 && o->max_model_len > 0) {
         mo.max_slots = o->max_batch;
         mo.max_seq_blocks = (o->max_model_len + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;

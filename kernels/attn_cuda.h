@@ -17,6 +17,9 @@
  * and writes out directly (part < 0), or is one split of several and writes
  * its unnormalized partial (acc, max, sum) to partial slot `part`; a group
  * then names the consecutive items of one row set and is combined into out.
+ * A fixed-shape list (a CUDA graph replays one grid size) is padded with
+ * items of nrows 0, groups of n_splits 0 and K/V entries of pool row -1,
+ * which do nothing.
  * Device pointers; launched on stream; kernels never allocate or
  * synchronize. Errors: INF_E_UNSUPPORTED (head_dim not a multiple of 8 or
  * above 256), INF_E_INVALID (counts), INF_E_DEVICE. */

@@ -53,6 +53,8 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
     __shared__ float m_s[R], l_s[R], c_s[R];
 
     const krn_cuda_attn_item it = p.items[blockIdx.x];
+    if (it.nrows <= 0)
+        return; /* a padding item of a fixed-shape list: the whole block leaves */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int hd = p.head_dim;
     const int G = p.n_heads / p.n_kv_heads;
@@ -185,6 +187,8 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
 __global__ void combine_kernel(const krn_cuda_attn_params p, int R)
 {
     const krn_cuda_attn_group g = p.groups[blockIdx.x];
+    if (g.n_splits <= 0)
+        return; /* a padding group */
     const krn_cuda_attn_item it = p.items[g.item];
     const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
     __half *og = reinterpret_cast<__half *>(p.out);
@@ -260,6 +264,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
     __shared__ __align__(16) __half v_s[TILE][KS];
 
     const krn_cuda_attn_item it = p.items[blockIdx.x];
+    if (it.nrows <= 0)
+        return; /* a padding item */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
@@ -438,6 +444,8 @@ __global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
                                 const int32_t *dst) /* [n][2]: batch token, pool row */
 {
     const int64_t t = dst[2 * blockIdx.x], row = dst[2 * blockIdx.x + 1];
+    if (row < 0)
+        return; /* a padding entry */
     const __half *ks = k + t * ldk, *vs = v + t * ldv;
     __half *kd = k_pool + row * row_elems, *vd = v_pool + row * row_elems;
     if (VEC) {

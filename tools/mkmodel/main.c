@@ -15,7 +15,9 @@
  *   q/k/v biases     N(0, 0.02^2)                    (qwen2)
  *   norm weights     1 + N(0, 0.02^2)
  *   lm_head          N(0, 1/hidden)
- * Each tensor has its own random stream seeded from (--seed, tensor index). */
+ * Each chunk of 65536 values of a tensor has its own random stream seeded
+ * from (--seed, tensor index, chunk index), so chunks are generated on up to
+ * 16 threads and the bytes do not depend on the thread count. */
 #include "common/inf.h"
 #include "engine/model_config.h"
 #include "engine/safetensors_write.h"
@@ -28,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define N_MERGES 400
 #define CHUNK (1 << 16) /* elements generated and written at a time */
@@ -151,20 +155,69 @@ static int32_t build_specs(const struct eng_model_config *c, struct spec *sp)
     return n;
 }
 
+/* Generation runs on up to GEN_THREADS threads: chunk c of tensor i has its
+ * own stream seeded from (seed, i, c), so the bytes do not depend on the
+ * thread count, and a batch of chunks is generated in parallel, then
+ * written in order. */
+#define GEN_THREADS 16
+#define BATCH_CHUNKS (4 * GEN_THREADS)
+
+struct gen_job {
+    const struct spec *sp;
+    int32_t tensor;
+    uint64_t seed;
+    enum eng_dtype dt;
+    int64_t numel;
+    int64_t c0, c1; /* chunks [c0, c1) of the tensor */
+    unsigned char *out; /* bytes of chunk c0 */
+};
+
+static void gen_chunks(const struct gen_job *j)
+{
+    size_t es = eng_dtype_size(j->dt);
+    for (int64_t c = j->c0; c < j->c1; c++) {
+        int64_t first = c * CHUNK;
+        int64_t k = j->numel - first < CHUNK ? j->numel - first : CHUNK;
+        /* chunk 0 keeps the tensor's own stream (tensors of one chunk are
+         * what they always were) */
+        struct rng r = {.s = j->seed * 0x9e3779b97f4a7c15ull ^
+                             ((uint64_t)j->tensor + 1) * 0xd1b54a32d192ed03ull ^
+                             (uint64_t)c * 0xa0761d6478bd642full};
+        unsigned char *buf = j->out + (size_t)(c - j->c0) * CHUNK * es;
+        for (int64_t e = 0; e < k; e++) {
+            float v = (float)(j->sp->mean + j->sp->std * rng_normal(&r));
+            if (j->dt == ENG_DT_F32) {
+                memcpy(buf + 4 * e, &v, 4);
+            } else {
+                uint16_t b = j->dt == ENG_DT_F16 ? inf_f32_to_f16(v) : inf_f32_to_bf16(v);
+                memcpy(buf + 2 * e, &b, 2);
+            }
+        }
+    }
+}
+
+static void *gen_run(void *arg)
+{
+    gen_chunks(arg);
+    return NULL;
+}
+
 static inf_status_t write_weights(const char *dir, const struct eng_model_config *c,
                                   enum eng_dtype dt, uint64_t seed, int32_t shards,
                                   uint64_t *total_bytes, struct inf_err *err)
 {
     size_t max_specs = 3 + 12 * (size_t)c->n_layers;
     struct spec *sp = calloc(max_specs, sizeof *sp);
-    float *vals = malloc(CHUNK * sizeof *vals);
-    unsigned char *buf = malloc(CHUNK * 4);
+    size_t es = eng_dtype_size(dt);
+    unsigned char *buf = malloc((size_t)BATCH_CHUNKS * CHUNK * es);
     eng_st_writer_t *w = NULL;
     inf_status_t st = INF_OK;
-    if (!sp || !vals || !buf) {
+    if (!sp || !buf) {
         st = inf_err_set(err, INF_E_NOMEM, "out of memory");
         goto out;
     }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = cores > GEN_THREADS ? GEN_THREADS : cores < 1 ? 1 : (int)cores;
     int32_t n = build_specs(c, sp);
     if ((st = eng_st_writer_create(dir, shards, &w, err)) != INF_OK)
         goto out;
@@ -172,27 +225,33 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
         if ((st = eng_st_writer_add(w, sp[i].name, dt, sp[i].ndim, sp[i].shape, err)) != INF_OK)
             goto out;
     *total_bytes = 0;
-    size_t es = eng_dtype_size(dt);
     for (int32_t i = 0; i < n; i++) {
         int64_t numel = sp[i].shape[0] * (sp[i].ndim == 2 ? sp[i].shape[1] : 1);
-        struct rng r = {.s = seed * 0x9e3779b97f4a7c15ull ^
-                             ((uint64_t)i + 1) * 0xd1b54a32d192ed03ull};
-        for (int64_t done = 0; done < numel;) {
-            int64_t k = numel - done < CHUNK ? numel - done : CHUNK;
-            for (int64_t j = 0; j < k; j++)
-                vals[j] = (float)(sp[i].mean + sp[i].std * rng_normal(&r));
-            for (int64_t j = 0; j < k; j++) {
-                if (dt == ENG_DT_F32) {
-                    memcpy(buf + 4 * j, &vals[j], 4);
-                } else {
-                    uint16_t b =
-                        dt == ENG_DT_F16 ? inf_f32_to_f16(vals[j]) : inf_f32_to_bf16(vals[j]);
-                    memcpy(buf + 2 * j, &b, 2);
-                }
+        int64_t n_chunks = (numel + CHUNK - 1) / CHUNK;
+        for (int64_t b0 = 0; b0 < n_chunks; b0 += BATCH_CHUNKS) {
+            int64_t b1 = b0 + BATCH_CHUNKS < n_chunks ? b0 + BATCH_CHUNKS : n_chunks;
+            int64_t per = (b1 - b0 + nthreads - 1) / nthreads;
+            struct gen_job jobs[GEN_THREADS];
+            pthread_t th[GEN_THREADS];
+            bool started[GEN_THREADS] = {false};
+            int nj = 0;
+            for (int64_t c0 = b0; c0 < b1; c0 += per, nj++) {
+                jobs[nj] = (struct gen_job){.sp = &sp[i], .tensor = i, .seed = seed, .dt = dt,
+                                            .numel = numel, .c0 = c0,
+                                            .c1 = c0 + per < b1 ? c0 + per : b1,
+                                            .out = buf + (size_t)(c0 - b0) * CHUNK * es};
+                started[nj] = nj > 0 && pthread_create(&th[nj], NULL, gen_run, &jobs[nj]) == 0;
             }
+            gen_chunks(&jobs[0]); /* the calling thread takes the first share */
+            for (int j = 1; j < nj; j++) {
+                if (started[j])
+                    pthread_join(th[j], NULL);
+                else
+                    gen_chunks(&jobs[j]);
+            }
+            int64_t k = (b1 * CHUNK < numel ? b1 * CHUNK : numel) - b0 * CHUNK;
             if ((st = eng_st_writer_write(w, buf, (size_t)k * es, err)) != INF_OK)
                 goto out;
-            done += k;
             *total_bytes += (uint64_t)k * es;
         }
     }
@@ -200,7 +259,6 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
 out:
     eng_st_writer_destroy(w);
     free(sp);
-    free(vals);
     free(buf);
     return st;
 }
