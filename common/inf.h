@@ -225,6 +225,17 @@ const struct inf_toml_node *inf_toml_find(const struct inf_toml_node *root,
 /* "table", "string", "integer", "float", "boolean", "array". */
 const char *inf_toml_type_name(enum inf_toml_type t);
 
+/* ---- UTF-8 ----------------------------------------------------------------- */
+/* The character at s[0..n), n >= 1, checked against RFC 3629 (no overlong
+ * forms, no surrogates, nothing past U+10FFFF). Returns its length with
+ * *valid true; for an ill-formed sequence, *valid false and the length of
+ * its maximal valid-so-far prefix, at least 1 (what one U+FFFD replaces, as
+ * Python's and Rust's lossy decoders count). Thread: any. */
+size_t inf_utf8_next(const void *s, size_t n, bool *valid);
+/* Write the UTF-8 form of cp (a Unicode scalar value, <= U+10FFFF) to out;
+ * returns its length, 1 to 4. Thread: any. */
+size_t inf_utf8_encode(uint32_t cp, char out[4]);
+
 /* ---- time ------------------------------------------------------------------ */
 /* Monotonic time in nanoseconds. Thread: any. */
 uint64_t inf_now_ns(void);
