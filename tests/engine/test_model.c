@@ -8,6 +8,7 @@
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/eng.h"
+#include "engine/greedy.h"
 #include "engine/safetensors.h"
 #include "engine/scheduler_impl.h"
 #include "test_model_util.h"
@@ -450,52 +451,18 @@ END_TEST
 static void generate(eng_model_t *m, int n_seq, int32_t (*prompts)[24], const int *plen, int n_new,
                      int32_t (*out)[40])
 {
-    const struct eng_model_config *c = eng_model_config(m);
-    eng_kv_cache_t *kv;
-    struct inf_err err = {0};
-    ck_assert_int_eq(eng_kv_cache_create(eng_model_n_kv_blocks(m), n_seq, 8, &kv, &err), INF_OK);
-    int32_t tok[256], pos[256], slot[256];
-    uint8_t want[256];
-    int len[8] = {0};
-    float *logits = malloc(sizeof(float) * 8 * (size_t)c->vocab);
-    for (int step = 0; step < n_new; step++) {
-        int n = 0;
-        for (int s = 0; s < n_seq; s++) {
-            int from = step == 0 ? 0 : plen[s] + step - 1;
-            int to = plen[s] + step;
-            ck_assert_int_eq(eng_kv_seq_reserve(kv, s, to, &err), INF_OK);
-            for (int p = from; p < to; p++) {
-                tok[n] = p < plen[s] ? prompts[s][p] : out[s][p - plen[s]];
-                pos[n] = p;
-                slot[n] = s;
-                want[n] = p == to - 1;
-                n++;
-            }
-            len[s] = to;
-        }
-        struct eng_batch b = {.n_tokens = n,
-                              .tokens = tok,
-                              .pos = pos,
-                              .slot = slot,
-                              .want_logits = want,
-                              .n_logits = n_seq,
-                              .block_table = eng_kv_cache_block_table(kv),
-                              .n_slots = n_seq,
-                              .max_blocks = 8};
-        inf_status_t st = eng_model_forward(m, &b, logits, &err);
-        ck_assert_msg(st == INF_OK, "forward: %s", err.msg);
-        for (int s = 0; s < n_seq; s++) {
-            const float *l = logits + (int64_t)s * c->vocab;
-            int best = 0;
-            for (int i = 1; i < c->vocab; i++)
-                if (l[i] > l[best])
-                    best = i;
-            out[s][step] = best;
-        }
+    const int32_t *pp[8];
+    int32_t pl[8], got[8 * 40];
+    for (int s = 0; s < n_seq; s++) {
+        pp[s] = prompts[s];
+        pl[s] = plen[s];
     }
-    (void)len;
-    free(logits);
-    eng_kv_cache_destroy(kv);
+    struct eng_greedy g = {.n_seq = n_seq, .prompts = pp, .n_prompt = pl, .n_new = n_new};
+    struct inf_err err = {0};
+    inf_status_t st = eng_greedy_run(m, &g, got, &err);
+    ck_assert_msg(st == INF_OK, "greedy: %s", err.msg);
+    for (int s = 0; s < n_seq; s++)
+        memcpy(out[s], got + s * n_new, sizeof(int32_t) * (size_t)n_new);
 }
 
 /* Greedy tokens from the naive forward (full recompute each step). */
