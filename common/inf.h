@@ -236,6 +236,14 @@ size_t inf_utf8_next(const void *s, size_t n, bool *valid);
  * returns its length, 1 to 4. Thread: any. */
 size_t inf_utf8_encode(uint32_t cp, char out[4]);
 
+/* ---- integer lists ----------------------------------------------------------- */
+/* Parse s, decimal integers separated by commas ("0,1, 2": spaces around an
+ * item are allowed; "" is the empty list), storing the first cap of them in
+ * out (out may be NULL when cap is 0: counting only). Returns the number of
+ * items in s, which may be more than cap, or -1 when s is not such a list
+ * (an empty item, a non-integer, a value outside int64_t). Thread: any. */
+long inf_int_list_parse(const char *s, int64_t *out, size_t cap);
+
 /* ---- time ------------------------------------------------------------------ */
 /* Monotonic time in nanoseconds. Thread: any. */
 uint64_t inf_now_ns(void);

@@ -115,12 +115,15 @@ int main(int argc, char **argv)
             threads = atoi(optarg);
             break;
         case 'b': {
-            n_batches = 0;
-            for (char *s = optarg; *s && n_batches < MAX_BATCHES;) {
-                batches[n_batches++] = (int)strtol(s, &s, 10);
-                if (*s == ',')
-                    s++;
+            int64_t v[MAX_BATCHES];
+            long nb = inf_int_list_parse(optarg, v, MAX_BATCHES);
+            if (nb < 1 || nb > MAX_BATCHES) {
+                fprintf(stderr, "bench: --batches takes 1 to %d sizes such as 1,16\n", MAX_BATCHES);
+                return 2;
             }
+            n_batches = (int)nb;
+            for (int i = 0; i < n_batches; i++)
+                batches[i] = v[i] < 1 || v[i] > 256 ? 0 : (int)v[i]; /* 0: refused below */
             break;
         }
         default:

@@ -38,31 +38,27 @@ static void usage(FILE *f)
                ".npy file (dtype <f4, 2-D) when FILE ends in .npy.\n");
 }
 
+/* A non-empty comma-separated list of ids in [0, INT32_MAX]; *out is malloc'd. */
 static int parse_ids(const char *s, int32_t **out, int *n)
 {
-    int cap = 16;
-    *out = malloc(sizeof(int32_t) * (size_t)cap);
-    *n = 0;
-    while (*out && *s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > INT32_MAX)
-            return -1;
-        if (*n == cap) {
-            cap *= 2;
-            int32_t *p = realloc(*out, sizeof(int32_t) * (size_t)cap);
-            if (!p)
-                return -1;
-            *out = p;
-        }
-        (*out)[(*n)++] = (int32_t)v;
-        s = end;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return -1;
+    *out = NULL;
+    long count = inf_int_list_parse(s, NULL, 0);
+    if (count <= 0 || count > INT32_MAX)
+        return -1;
+    int64_t *v = malloc(sizeof *v * (size_t)count);
+    *out = malloc(sizeof **out * (size_t)count);
+    int rc = v && *out ? 0 : -1;
+    if (rc == 0)
+        inf_int_list_parse(s, v, (size_t)count);
+    for (long i = 0; rc == 0 && i < count; i++) {
+        if (v[i] < 0 || v[i] > INT32_MAX)
+            rc = -1;
+        else
+            (*out)[i] = (int32_t)v[i];
     }
-    return *out && *n > 0 ? 0 : -1;
+    free(v);
+    *n = (int)count;
+    return rc;
 }
 
 static int write_logits(const char *path, const float *lg, int rows, int vocab)
