@@ -24,20 +24,10 @@ static bool jw_reserve(struct jw *w, size_t n)
         return false;
     if (n <= w->cap - w->len)
         return true;
-    if (n > SIZE_MAX / 4 - w->len) {
+    if (n > SIZE_MAX / 4 - w->len || !inf_grow(&w->buf, &w->cap, w->len + n, 256)) {
         w->oom = true;
         return false;
     }
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap - w->len < n)
-        cap *= 2;
-    char *p = realloc(w->buf, cap);
-    if (!p) {
-        w->oom = true;
-        return false;
-    }
-    w->buf = p;
-    w->cap = cap;
     return true;
 }
 

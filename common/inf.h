@@ -236,6 +236,13 @@ size_t inf_utf8_next(const void *s, size_t n, bool *valid);
  * returns its length, 1 to 4. Thread: any. */
 size_t inf_utf8_encode(uint32_t cp, char out[4]);
 
+/* ---- growing byte buffers ------------------------------------------------- */
+/* Make the heap block *p of *cap bytes hold at least need bytes: the
+ * capacity doubles, from min when it is 0, until it does, and *p is
+ * realloc'd. On false (need past SIZE_MAX / 2, or out of memory) *p and *cap
+ * are unchanged and *p still belongs to the caller. Thread: any. */
+bool inf_grow(char **p, size_t *cap, size_t need, size_t min);
+
 /* ---- integer lists ----------------------------------------------------------- */
 /* Parse s, decimal integers separated by commas ("0,1, 2": spaces around an
  * item are allowed; "" is the empty list), storing the first cap of them in

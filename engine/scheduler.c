@@ -62,16 +62,8 @@
 /* ---- byte strings -------------------------------------------------------------- */
 inf_status_t eng_strbuf_append(struct eng_strbuf *sb, const char *s, size_t n)
 {
-    if (sb->len + n + 1 > sb->cap) {
-        size_t cap = sb->cap ? sb->cap : 32;
-        while (cap < sb->len + n + 1)
-            cap *= 2;
-        char *p = realloc(sb->p, cap);
-        if (!p)
-            return INF_E_NOMEM;
-        sb->p = p;
-        sb->cap = cap;
-    }
+    if (!inf_grow(&sb->p, &sb->cap, sb->len + n + 1, 32))
+        return INF_E_NOMEM;
     if (n)
         memcpy(sb->p + sb->len, s, n);
     sb->len += n;

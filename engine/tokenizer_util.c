@@ -9,20 +9,7 @@
 /* ---- buffers ------------------------------------------------------------------ */
 bool tok_buf_reserve(struct tok_buf *b, size_t extra)
 {
-    if (b->n + extra <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + extra) {
-        if (cap > SIZE_MAX / 2)
-            return false;
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p)
-        return false;
-    b->p = p;
-    b->cap = cap;
-    return true;
+    return extra <= SIZE_MAX - b->n && inf_grow(&b->p, &b->cap, b->n + extra, 256);
 }
 
 bool tok_buf_put(struct tok_buf *b, const void *s, size_t n)
