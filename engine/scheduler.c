@@ -24,9 +24,9 @@
  *      for the running decodes);
  *   4. one model forward; sampling, detokenization, stop checks, events.
  *
- * Blocks. The pool is the scheduler's own: a stack of free block ids and a
- * reference count per block (engine/kv_cache.h keeps one private block list
- * per slot and cannot share a block between choices). Slot k of a step's
+ * Blocks. The pool is engine/kv_cache.h's, used through its block calls
+ * (reference-counted blocks); the scheduler keeps each sequence's block list
+ * itself, since a sequence holds blocks only while running. Slot k of a step's
  * batch is the k-th sequence scheduled in it; its block_table row is that
  * sequence's block list.
  *
@@ -51,6 +51,7 @@
  * others one DELTA at their end. DONE follows the last choice's final DELTA. */
 #define INF_LOG_MODULE "eng"
 #include "engine/scheduler_impl.h"
+#include "engine/kv_cache.h"
 #include "engine/sampler.h"
 
 #include <math.h>
@@ -61,16 +62,8 @@
 /* ---- byte strings -------------------------------------------------------------- */
 inf_status_t eng_strbuf_append(struct eng_strbuf *sb, const char *s, size_t n)
 {
-    if (sb->len + n + 1 > sb->cap) {
-        size_t cap = sb->cap ? sb->cap : 32;
-        while (cap < sb->len + n + 1)
-            cap *= 2;
-        char *p = realloc(sb->p, cap);
-        if (!p)
-            return INF_E_NOMEM;
-        sb->p = p;
-        sb->cap = cap;
-    }
+    if (!inf_grow(&sb->p, &sb->cap, sb->len + n + 1, 32))
+        return INF_E_NOMEM;
     if (n)
         memcpy(sb->p + sb->len, s, n);
     sb->len += n;
@@ -138,10 +131,7 @@ struct eng_sched {
     int32_t watermark;  /* free blocks admission leaves: 1% of the pool */
     uint64_t seed_counter;
 
-    /* block pool */
-    int32_t *free_blocks; /* stack */
-    int32_t n_free;
-    int32_t *ref; /* [kv_blocks] */
+    eng_kv_cache_t *kv; /* the block pool (no slots: lists are in struct seq) */
 
     struct seq **running; /* [max_batch], oldest first */
     int32_t n_running;
@@ -167,12 +157,8 @@ struct eng_sched {
 /* ---- blocks -------------------------------------------------------------------- */
 static void seq_release_blocks(eng_sched_t *s, struct seq *q)
 {
-    for (int32_t i = 0; i < q->n_blocks; i++) {
-        int32_t b = q->blocks[i];
-        INF_ASSERT(s->ref[b] > 0);
-        if (--s->ref[b] == 0)
-            s->free_blocks[s->n_free++] = b;
-    }
+    for (int32_t i = 0; i < q->n_blocks; i++)
+        eng_kv_block_unref(s->kv, q->blocks[i]);
     q->n_blocks = 0;
     q->n_computed = 0;
 }
@@ -180,7 +166,8 @@ static void seq_release_blocks(eng_sched_t *s, struct seq *q)
 /* Tokens q could add at its current blocks plus every free block. */
 static int32_t seq_fit(const eng_sched_t *s, const struct seq *q)
 {
-    return q->n_blocks * ENG_KV_BLOCK - q->n_computed + s->n_free * ENG_KV_BLOCK;
+    return q->n_blocks * ENG_KV_BLOCK - q->n_computed +
+           eng_kv_cache_free_blocks(s->kv) * ENG_KV_BLOCK;
 }
 
 /* Give q the blocks for positions [0, upto). Caller checked seq_fit. */
@@ -189,9 +176,8 @@ static void seq_grow(eng_sched_t *s, struct seq *q, int32_t upto)
     int32_t need = (upto + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
     INF_ASSERT(need <= s->max_blocks);
     while (q->n_blocks < need) {
-        INF_ASSERT(s->n_free > 0);
-        int32_t b = s->free_blocks[--s->n_free];
-        s->ref[b] = 1;
+        int32_t b = eng_kv_block_alloc(s->kv);
+        INF_ASSERT(b >= 0);
         q->blocks[q->n_blocks++] = b;
     }
 }
@@ -604,7 +590,7 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
         }
         for (int32_t b = 0; b < full; b++) {
             q->blocks[b] = parent->blocks[b];
-            s->ref[q->blocks[b]]++;
+            eng_kv_block_ref(s->kv, q->blocks[b]);
         }
         q->n_blocks = full;
         q->n_computed = full * ENG_KV_BLOCK;
@@ -1010,7 +996,7 @@ void eng_sched_stats(const eng_sched_t *s, struct eng_stats *st)
     st->running = s->n_running;
     st->waiting = s->n_waiting;
     st->kv_blocks_total = s->cfg.kv_blocks;
-    st->kv_blocks_used = s->cfg.kv_blocks - s->n_free;
+    st->kv_blocks_used = s->cfg.kv_blocks - eng_kv_cache_free_blocks(s->kv);
     st->failed = false;
 }
 
@@ -1051,10 +1037,8 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->user = user;
     s->max_blocks = max_blocks;
     s->watermark = cfg->kv_blocks / 100;
-    size_t mb = (size_t)cfg->max_batch, nb = (size_t)cfg->kv_blocks;
+    size_t mb = (size_t)cfg->max_batch;
     size_t nt = (size_t)cfg->max_batched_tokens, vocab = (size_t)lm->vocab;
-    s->free_blocks = malloc(sizeof *s->free_blocks * nb);
-    s->ref = calloc(nb, sizeof *s->ref);
     s->running = calloc(mb, sizeof *s->running);
     s->st_seq = calloc(mb, sizeof *s->st_seq);
     s->st_chunk = calloc(mb, sizeof *s->st_chunk);
@@ -1065,16 +1049,14 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->b_table = malloc(sizeof *s->b_table * mb * (size_t)max_blocks);
     s->logits = malloc(sizeof *s->logits * mb * vocab);
     s->scratch = malloc(sizeof *s->scratch * vocab);
-    if (!s->free_blocks || !s->ref || !s->running || !s->st_seq || !s->st_chunk || !s->b_tok ||
-        !s->b_pos || !s->b_slot || !s->b_want || !s->b_table || !s->logits || !s->scratch) {
+    if (!s->running || !s->st_seq || !s->st_chunk || !s->b_tok || !s->b_pos || !s->b_slot ||
+        !s->b_want || !s->b_table || !s->logits || !s->scratch) {
         eng_sched_destroy(s);
         return inf_err_set(err, INF_E_NOMEM, "out of memory for the scheduler");
     }
-    /* Lowest block ids are handed out first. */
-    for (int32_t b = 0; b < cfg->kv_blocks; b++)
-        s->free_blocks[b] = cfg->kv_blocks - 1 - b;
-    s->n_free = cfg->kv_blocks;
-    inf_status_t st = lm->kv_reserve(lm->self, cfg->kv_blocks, err);
+    inf_status_t st = eng_kv_cache_create(cfg->kv_blocks, 0, 0, &s->kv, err);
+    if (st == INF_OK)
+        st = lm->kv_reserve(lm->self, cfg->kv_blocks, err);
     if (st != INF_OK) {
         eng_sched_destroy(s);
         return st;
@@ -1089,8 +1071,7 @@ void eng_sched_destroy(eng_sched_t *s)
         return;
     while (s->reqs)
         req_free(s, s->reqs);
-    free(s->free_blocks);
-    free(s->ref);
+    eng_kv_cache_destroy(s->kv);
     free(s->running);
     free(s->st_seq);
     free(s->st_chunk);

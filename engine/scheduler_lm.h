@@ -15,11 +15,17 @@ struct eng_lm_model_opts {
     const char *const *keep_fp16; /* substrings of tensor names, or fnmatch patterns */
     int32_t n_keep_fp16;
     int32_t max_tokens; /* tokens of one step (the scheduler's budget) */
-    int32_t kv_blocks;  /* KV pool of the model, in blocks */
+    int32_t kv_blocks;  /* KV pool of the model, in blocks; 0: taken by kv_reserve */
 };
 
+/* The opts of cfg's model (dir, quantization, fp16 layers, max_tokens from
+ * max_batched_tokens); kv_blocks from kv_cache_tokens. */
+struct eng_config;
+void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_model_opts *o);
+
 /* Load the model onto be and fill lm. On INF_OK lm owns be (lm->destroy
- * frees the model, then be); on error the caller keeps be.
+ * frees the model, then be); on error the caller keeps be. lm->kv_reserve
+ * keeps pools of the size asked and (re)takes them at any other size.
  * Errors: those of eng_model_load. */
 struct eng_backend;
 inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,

@@ -29,16 +29,8 @@
 /* ---- byte buffers ------------------------------------------------------------ */
 bool srv_buf_put(struct srv_buf *b, const void *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
+    if (!inf_grow(&b->p, &b->cap, b->len + n + 1, 256))
+        return false;
     if (n)
         memcpy(b->p + b->len, s, n);
     b->len += n;
@@ -57,18 +49,8 @@ bool srv_buf_printf(struct srv_buf *b, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || !srv_buf_put(b, NULL, 0))
+    if (n < 0 || !inf_grow(&b->p, &b->cap, b->len + (size_t)n + 1, 256))
         return false;
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
     va_start(ap, fmt);
     vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
