@@ -1,11 +1,15 @@
 /* int4serve-generate — greedy generation from token ids, on the CPU backend.
  *
- *   int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N
+ *   int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N
  *       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]
  *       [--threads T] [--dump-logits FILE] [--batch B]
  *
- * Prints the generated ids (one line), then the prefill time and the decode
- * time per token. --batch B runs B copies of the prompt as B sequences of one
+ * --prompt TEXT encodes TEXT with the model folder's tokenizer.json (BOS
+ * and EOS as its post-processor says) instead of taking ids.
+ * Prints the generated ids (one line), then, when the model folder has a
+ * tokenizer, a line "text: " followed by their decoded text (special tokens
+ * skipped) as a JSON-style escaped string, then the prefill time and the
+ * decode time per token. --batch B runs B copies of the prompt as B sequences of one
  * batch (each decode step then carries B tokens); the ids printed are those
  * of sequence 0 and the tool fails if any copy differs.
  *
@@ -20,6 +24,7 @@
 #include "engine/backend.h"
 #include "engine/greedy.h"
 #include "engine/model.h"
+#include "engine/tokenizer.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -28,11 +33,13 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N\n"
+    fprintf(f, "usage: int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT)\n"
+               "       --max-tokens N\n"
                "       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]\n"
                "       [--threads T] [--dump-logits FILE] [--batch B]\n"
-               "Greedy generation on the CPU backend; prints the ids of sequence 0, then the\n"
-               "prefill time and the decode time per token. --group-size 0 is per-channel.\n"
+               "Greedy generation on the CPU backend; prints the ids of sequence 0, their\n"
+               "text (when the model has a tokenizer.json), then the prefill time and the\n"
+               "decode time per token. --group-size 0 is per-channel.\n"
                "--dump-logits: fp32 logits of sequence 0, [n_prompt + N - 1][vocab], row i\n"
                "after token i of prompt ++ generated; raw little-endian fp32, or a NumPy\n"
                ".npy file (dtype <f4, 2-D) when FILE ends in .npy.\n");
@@ -110,14 +117,49 @@ static void on_step(void *user, int32_t step, const float *logits, uint64_t ns)
                sizeof(float) * (size_t)(step == 0 ? r->np : 1) * (size_t)r->vocab);
 }
 
+/* Print "text: " and the decoded ids as one escaped line (quotes, backslash
+ * and control bytes escaped; UTF-8 passed through). Ids past the tokenizer's
+ * vocabulary (a model's vocabulary padding) give no text, as when serving. */
+static int print_text(const eng_tok_t *tok, const int32_t *ids, int n)
+{
+    char *text = NULL;
+    size_t len = 0, kept = 0;
+    int32_t *known = malloc(sizeof *known * (size_t)n);
+    if (!known)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < eng_tok_vocab_size(tok))
+            known[kept++] = ids[i];
+    inf_status_t st = eng_tok_decode(tok, known, kept, true, &text, &len, NULL);
+    free(known);
+    if (st != INF_OK)
+        return -1;
+    fputs("text: \"", stdout);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", stdout);
+        else if (ch < 0x20 || ch == 0x7f)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    fputs("\"\n", stdout);
+    free(text);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    const char *model = NULL, *ids_arg = NULL, *dump = NULL;
+    const char *model = NULL, *ids_arg = NULL, *text_arg = NULL, *dump = NULL;
     int max_tokens = -1, threads = 0, batch = 1;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"prompt-ids", required_argument, 0, 'p'},
+                                       {"prompt", required_argument, 0, 'P'},
                                        {"max-tokens", required_argument, 0, 'n'},
                                        {"quantization", required_argument, 0, 'q'},
                                        {"group-size", required_argument, 0, 'g'},
@@ -136,6 +178,9 @@ int main(int argc, char **argv)
             break;
         case 'p':
             ids_arg = optarg;
+            break;
+        case 'P':
+            text_arg = optarg;
             break;
         case 'n':
             max_tokens = atoi(optarg);
@@ -180,18 +225,45 @@ int main(int argc, char **argv)
     }
     int32_t *prompt = NULL;
     int np = 0;
-    if (!model || !ids_arg || max_tokens < 1 || batch < 1 || batch > 256 || threads < 0) {
+    if (!model || !ids_arg == !text_arg || max_tokens < 1 || batch < 1 || batch > 256 ||
+        threads < 0) {
         usage(stderr);
         return 2;
     }
-    if (parse_ids(ids_arg, &prompt, &np) != 0) {
+    struct inf_err err = {0};
+    /* The tokenizer is optional for --prompt-ids (ids only), required for
+     * --prompt. */
+    eng_tok_t *tok = NULL;
+    if (eng_tok_load(model, &tok, &err) != INF_OK) {
+        if (text_arg) {
+            fprintf(stderr, "int4serve-generate: %s\n", err.msg);
+            return 1;
+        }
+        tok = NULL;
+    }
+    if (text_arg) {
+        struct eng_tok_ids ids = {0};
+        if (eng_tok_encode(tok, text_arg, strlen(text_arg), NULL, &ids, &err) != INF_OK) {
+            fprintf(stderr, "int4serve-generate: --prompt: %s\n", err.msg);
+            eng_tok_destroy(tok);
+            return 2;
+        }
+        prompt = ids.ids; /* ownership moves to prompt (malloc'd) */
+        np = (int)ids.n;
+        if (np == 0) {
+            fprintf(stderr, "int4serve-generate: --prompt encodes to no tokens\n");
+            eng_tok_ids_fini(&ids);
+            eng_tok_destroy(tok);
+            return 2;
+        }
+    } else if (parse_ids(ids_arg, &prompt, &np) != 0) {
         fprintf(stderr, "int4serve-generate: --prompt-ids must be a comma-separated list of ids\n");
         free(prompt);
+        eng_tok_destroy(tok);
         return 2;
     }
     eng_greedy_size(&mo, batch, np, max_tokens);
 
-    struct inf_err err = {0};
     struct eng_backend *be = NULL;
     eng_model_t *m = NULL;
     int rc = 1;
@@ -249,6 +321,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < max_tokens; i++)
         printf("%s%d", i ? "," : "", gen[i]);
     printf("\n");
+    if (tok && print_text(tok, gen, max_tokens) != 0) {
+        fprintf(stderr, "int4serve-generate: cannot decode the generated ids\n");
+        goto out;
+    }
     printf("prefill: %d tokens x %d in %.3f ms\n", np, batch, (double)t_prefill / 1e6);
     if (max_tokens > 1)
         printf("decode: %.3f ms/token (batch %d, %.1f tokens/s)\n",
@@ -264,5 +340,6 @@ out:
     free(prompt);
     eng_model_destroy(m);
     eng_backend_destroy(be);
+    eng_tok_destroy(tok);
     return rc;
 }
