@@ -27,18 +27,24 @@ struct api_fault {
 
 /* The HTTP status that answers a status code: the one place this mapping
  * lives. 400 bad request, 401 auth, 404 not found, 405 method, 413 too big,
- * 503 busy or shutting down, 500 otherwise. Thread: any. */
+ * 429 busy (admission queue full; the server adds Retry-After), 503 shutting
+ * down, 500 otherwise. Thread: any. */
 int api_status_http(inf_status_t st);
 
-/* OpenAI's error "type" for a status: "invalid_request_error" for every 4xx
+/* OpenAI's error "type" for a status: "requests" for INF_E_BUSY (OpenAI's
+ * 429 for too many requests), "invalid_request_error" for every other 4xx
  * (OpenAI answers a bad API key with this type and code "invalid_api_key"),
  * "server_error" for 5xx. Thread: any. */
 const char *api_error_type(inf_status_t st);
 
+/* OpenAI's error "code" a status carries when the caller names none:
+ * "rate_limit_exceeded" for INF_E_BUSY, NULL (null) otherwise. Thread: any. */
+const char *api_error_code(inf_status_t st);
+
 /* Encode {"error":{"message":...,"type":...,"param":...,"code":...}} for st
  * into a NUL-terminated string in arena a; *out_len (may be NULL) gets its
- * length. message NULL uses inf_status_str(st); param or code NULL encode as
- * null. Invalid UTF-8 in message is replaced by U+FFFD.
+ * length. message NULL uses inf_status_str(st); param NULL encodes as null,
+ * code NULL as api_error_code(st). Invalid UTF-8 in message is replaced by U+FFFD.
  * Errors: INF_E_NOMEM (arena). */
 inf_status_t api_error_encode(inf_status_t st, const char *message, const char *param,
                               const char *code, struct inf_arena *a, char **out, size_t *out_len,

@@ -401,8 +401,7 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
 static void respond_status(struct srv_req *r, inf_status_t st, const struct api_fault *f,
                            const struct inf_err *err)
 {
-    unsigned http = st == INF_E_BUSY ? 429 : 0;
-    srv_req_respond_error(r, http, st, f ? f->param : NULL, f ? f->code : NULL, "%s",
+    srv_req_respond_error(r, 0, st, f ? f->param : NULL, f ? f->code : NULL, "%s",
                           err && err->msg[0] ? err->msg : inf_status_str(st));
 }
 

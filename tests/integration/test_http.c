@@ -397,9 +397,18 @@ START_TEST(test_queue_full)
             json_decref(j);
             ok++;
         } else {
-            check_error(&rs[i], 429, api_error_type(INF_E_BUSY), NULL);
+            /* OpenAI's 429 body for too many requests, and a Retry-After. */
+            check_error(&rs[i], 429, "requests", NULL);
+            json_t *j = it_json(&rs[i]);
+            json_t *e = json_object_get(j, "error");
+            ck_assert_str_eq(json_string_value(json_object_get(e, "code")), "rate_limit_exceeded");
+            ck_assert(json_is_null(json_object_get(e, "param")));
+            ck_assert_str_eq(json_string_value(json_object_get(e, "message")),
+                             "the server is busy (admission queue full): retry later");
+            json_decref(j);
             char buf[32];
             ck_assert_ptr_nonnull(it_header(&rs[i], "retry-after", buf, sizeof buf));
+            ck_assert_str_eq(buf, "1");
             busy++;
         }
         it_resp_free(&rs[i]);
