@@ -168,9 +168,14 @@ struct api_token_logprob {
 struct api_logprobs {
     const struct api_token_logprob *tokens;
     uint32_t n_tokens;
-    uint32_t text_offset0; /* characters (code points) of this choice's text that
-                            * precede the first token: 0 in a final response,
-                            * the text streamed so far in a chunk */
+    uint32_t text_offset0;        /* characters (code points) of this choice's text that
+                                   * precede the first token: 0 in a final response,
+                                   * the text streamed so far in a chunk */
+    const uint32_t *text_offsets; /* NULL: text_offset is text_offset0, then each
+                                   * token's characters added up; else
+                                   * [n_tokens] written as given (echoed prompt
+                                   * tokens, whose texts need not add up to the
+                                   * echoed text) */
 };
 
 struct api_choice {
