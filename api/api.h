@@ -95,7 +95,7 @@ struct api_completion_req {
     int32_t top_k;               /* >= 1 (clamped to vocab), or API_TOP_K_OFF (default; 0 too) */
     float min_p;                 /* [0, 1], default 0 */
     uint32_t n;                  /* [1, max_n], default 1 */
-    uint32_t best_of;            /* [n, max_n], default n */
+    uint32_t best_of;            /* always n: only best_of == n (or absent) is accepted */
     const struct api_text *stop; /* <= max_stop strings, none empty */
     uint32_t n_stop;
     bool has_seed;

@@ -136,7 +136,11 @@ static const struct bad bad_cases[] = {
     {"{\"prompt\":\"a\",\"best_of\":17}", 400, "best_of", NULL,
      "'best_of' must be in [1, 16], got 17"},
     {"{\"prompt\":\"a\",\"best_of\":3,\"stream\":true}", 400, "best_of", NULL,
-     "'best_of' must equal 'n' when 'stream' is true"},
+     "'best_of' greater than 'n' is not supported: it must equal 'n' (1) or be left out, got 3"},
+    {"{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of", NULL,
+     "'best_of' greater than 'n' is not supported: it must equal 'n' (1) or be left out, got 2"},
+    {"{\"prompt\":\"a\",\"n\":3,\"best_of\":16}", 400, "best_of", NULL,
+     "'best_of' greater than 'n' is not supported: it must equal 'n' (3) or be left out, got 16"},
     {"{\"prompt\":\"a\",\"logprobs\":6}", 400, "logprobs", NULL,
      "'logprobs' must be in [0, 5], got 6"},
     {"{\"prompt\":\"a\",\"logprobs\":-1}", 400, "logprobs", NULL,
@@ -452,6 +456,16 @@ START_TEST(edge_values)
     ck_assert_uint_eq(r.best_of, 16);
     ck_assert_int_eq(r.logprobs, 0);
     ck_assert_uint_eq(r.min_tokens, 16);
+    /* best_of equal to n is accepted, streamed or not (and null is n). */
+    ck_assert_int_eq(parse("{\"prompt\":\"a\",\"n\":3,\"best_of\":3}", &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.n, 3);
+    ck_assert_uint_eq(r.best_of, 3);
+    ck_assert_int_eq(
+        parse("{\"prompt\":\"a\",\"n\":3,\"best_of\":3,\"stream\":true}", &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.best_of, 3);
+    ck_assert(r.stream);
+    ck_assert_int_eq(parse("{\"prompt\":\"a\",\"n\":2,\"best_of\":null}", &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.best_of, 2);
     /* A stop string alone, an empty stop list, and four stops. */
     ck_assert_int_eq(parse("{\"prompt\":\"a\",\"stop\":\"###\"}", &r, NULL, &e), INF_OK);
     ck_assert_uint_eq(r.n_stop, 1);

@@ -213,6 +213,12 @@ START_TEST(test_n_and_seed)
     ck_assert_msg(strcmp(it_choice_text(a, 0), it_choice_text(a, 1)) != 0 ||
                       strcmp(it_choice_text(a, 1), it_choice_text(a, 2)) != 0,
                   "three sampled choices are identical");
+    /* best_of equal to n changes nothing. */
+    json_t *bo = post_json("{\"prompt\":[1,300,301],\"max_tokens\":16,\"n\":3,\"best_of\":3,"
+                           "\"temperature\":1.0,\"seed\":42,\"ignore_eos\":true}");
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_str_eq(it_choice_text(bo, i), it_choice_text(a, i));
+    json_decref(bo);
 
     /* The same seed streamed gives the same three texts. */
     struct it_resp r;

@@ -297,6 +297,7 @@ START_TEST(test_bad_inputs)
         {"{\"prompt\":[1,2,3],\"n\":0}", 400, "n"},
         {"{\"prompt\":[1,2,3],\"n\":1000000}", 400, "n"},
         {"{\"prompt\":[1,2,3],\"n\":3,\"best_of\":2}", 400, "best_of"},
+        {"{\"prompt\":[1,2,3],\"n\":2,\"best_of\":4}", 400, "best_of"},
         {"{\"prompt\":[1,2,3],\"logprobs\":6}", 400, "logprobs"},
         {"{\"prompt\":[1,2,3],\"logprobs\":-1}", 400, "logprobs"},
         {"{\"prompt\":[1,2,3],\"top_p\":1.5}", 400, "top_p"},
