@@ -592,6 +592,34 @@ START_TEST(test_echo_logprobs)
     it_strv_free(ev, n);
     it_resp_free(&r);
 
+    /* n 2 streamed: each choice's first event is the echo with the prompt's
+     * logprobs. */
+    snprintf(body, sizeof body, "%s,\"echo\":true,\"stream\":true,\"n\":2}", base);
+    ck_assert(it_post(&srv, "/v1/completions", body, &r));
+    ck_assert_int_eq(r.status, 200);
+    n = it_sse_split(r.body, r.len, &ev);
+    bool seen[2] = {false, false};
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *c = json_loads(ev[i], 0, NULL);
+        json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+        json_int_t idx = json_integer_value(json_object_get(ch, "index"));
+        ck_assert(idx == 0 || idx == 1);
+        if (!seen[idx]) {
+            seen[idx] = true;
+            ck_assert_str_eq(json_string_value(json_object_get(ch, "text")), ptext);
+            json_t *clp = json_object_get(ch, "logprobs");
+            ck_assert_uint_eq(json_array_size(json_object_get(clp, "tokens")), 4);
+            ck_assert(json_is_null(json_array_get(json_object_get(clp, "token_logprobs"), 0)));
+            ck_assert_double_eq_tol(
+                json_real_value(json_array_get(json_object_get(clp, "token_logprobs"), 3)),
+                json_real_value(json_array_get(json_object_get(elp, "token_logprobs"), 3)), 1e-6);
+        }
+        json_decref(c);
+    }
+    ck_assert(seen[0] && seen[1]);
+    it_strv_free(ev, n);
+    it_resp_free(&r);
+
     /* A text prompt is echoed as sent, a special token written in it too:
      * the offsets count it where it stands. */
     json_t *tx = post_json("{\"prompt\":\"<s>Hi\",\"max_tokens\":2,\"temperature\":0,"
