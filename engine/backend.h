@@ -251,6 +251,32 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
 /* Threads the CPU backend runs on (the caller included). */
 int32_t eng_backend_cpu_threads(const struct eng_backend *be);
 
+/* ---- the CUDA backend (engine/backend_cuda.c) ---------------------------
+ * fp16 activations and KV on one GPU; INT4 linears through the Marlin-class
+ * GEMM (kernels/int4_gemm.h), fp16/fp32 linears through cuBLAS (fp32
+ * accumulation), the other ops through kernels/<op>_cuda.h. Device memory is
+ * taken only at creation (workspace, staging) and while loading (buffers,
+ * weights); ops queue work on the backend's stream and buf_download
+ * synchronizes. Any CUDA or cuBLAS failure is answered INF_E_DEVICE and
+ * leaves the backend failed: every later call answers INF_E_DEVICE.
+ * Index buffers (token ids, positions, sequence and block tables, gather
+ * rows) must be filled with buf_upload: the backend validates them from the
+ * uploaded bytes, as the CPU backend does.
+ * Without INT4SERVE_HAVE_CUDA the create function exists and answers
+ * INF_E_UNSUPPORTED. Errors: INF_E_UNSUPPORTED (no GPU or no driver, compute
+ * capability below 8.0 (7.5 would need kernels built for it), a build
+ * without kernels for the device, a CPU-only build), INF_E_INVALID (device
+ * ordinal out of range), INF_E_DEVICE (a CUDA error), INF_E_NOMEM (device or
+ * pinned memory). Thread: the creating thread
+ * and then one owner at a time (each call selects the device). */
+struct eng_backend_cuda_opts {
+    int32_t device;         /* CUDA device ordinal */
+    size_t workspace_bytes; /* scratch for strided copies, conversions and split
+                               attention; 0 = 64 MiB */
+};
+inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
+                                     struct eng_backend **out, struct inf_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -291,7 +291,15 @@ static inf_status_t make_backend(const struct eng_config *cfg, struct eng_backen
         struct eng_backend_cpu_opts bo = {.n_threads = cfg->threads};
         return eng_backend_cpu_create(&bo, out, err);
     }
-    return inf_err_set(err, INF_E_UNSUPPORTED, "backend: cuda is not available in this build");
+    /* cuda: one GPU, devices[0] (eng_backend_cuda_create answers
+     * INF_E_UNSUPPORTED in a build without CUDA). */
+    if (cfg->tp > 1)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "tp: tensor parallelism is not implemented yet (tp = %d)", cfg->tp);
+    struct eng_backend_cuda_opts co = {
+        .device = cfg->n_devices > 0 && cfg->devices ? cfg->devices[0] : 0,
+    };
+    return eng_backend_cuda_create(&co, out, err);
 }
 
 /* The automatic KV size of a real model: room for max_batch full sequences

@@ -436,9 +436,6 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
                            o.group_size);
     if (o.max_tokens <= 0 || o.n_kv_blocks < 0 || o.n_keep_fp16 < 0)
         return inf_err_set(err, INF_E_INVALID, "max_tokens must be > 0 and n_kv_blocks >= 0");
-    if (be->act_dtype != ENG_ACT_F32)
-        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s: only fp32 activations so far",
-                           eng_backend_name(be));
     eng_st_t *st = NULL;
     struct eng_model *m = calloc(1, sizeof *m);
     if (!m)

@@ -79,9 +79,8 @@ inf_status_t eng_tok_encode(eng_tok_t *tok, const char *text, size_t len,
  * skip_special_tokens). On INF_OK *text is a NUL-terminated malloc'd string
  * the caller frees, *text_len its length (may be NULL).
  * Thread: any. Errors: INF_E_RANGE (an id outside the vocabulary), INF_E_NOMEM. */
-inf_status_t eng_tok_decode(const eng_tok_t *tok, const int32_t *ids, size_t n,
-                            bool skip_special, char **text, size_t *text_len,
-                            struct inf_err *err);
+inf_status_t eng_tok_decode(const eng_tok_t *tok, const int32_t *ids, size_t n, bool skip_special,
+                            char **text, size_t *text_len, struct inf_err *err);
 
 /* Number of ids (one past the largest id of the vocabulary and added tokens). */
 int32_t eng_tok_vocab_size(const eng_tok_t *tok);

@@ -53,30 +53,32 @@ static int byte_token(const char *s, size_t n)
     return hi * 16 + lo;
 }
 
-#define PIECE(l, i) ((l)->b.p + (l)->p[i].off)
+/* The bytes of piece i. An empty list of pieces may have no buffer yet:
+ * answer "" rather than offsetting a null pointer. */
+#define PIECE(l, i) ((l)->b.p ? (l)->b.p + (l)->p[i].off : "")
 
 static bool replace_token(const struct tok_pattern *pat, const char *rep, size_t rep_len,
                           const char *s, size_t n, struct tok_list *out, pcre2_match_data *md)
 {
-    if (!tok_list_push_empty(out, false))
+    if (!eng_tok_list_push_empty(out, false))
         return false;
     size_t start = out->b.n, pos = 0, ms, me;
     int r;
-    while ((r = tok_pattern_next(pat, s, n, pos, md, &ms, &me)) == 1) {
+    while ((r = eng_tok_pattern_next(pat, s, n, pos, md, &ms, &me)) == 1) {
         if (me == ms) {
             if (ms >= n)
                 break;
-            size_t l = tok_utf8_len((unsigned char)s[ms]);
-            if (!tok_buf_put(&out->b, s + pos, ms + l - pos))
+            size_t l = eng_tok_utf8_len((unsigned char)s[ms]);
+            if (!eng_tok_buf_put(&out->b, s + pos, ms + l - pos))
                 return false;
             pos = ms + l;
             continue;
         }
-        if (!tok_buf_put(&out->b, s + pos, ms - pos) || !tok_buf_put(&out->b, rep, rep_len))
+        if (!eng_tok_buf_put(&out->b, s + pos, ms - pos) || !eng_tok_buf_put(&out->b, rep, rep_len))
             return false;
         pos = me;
     }
-    if (r < 0 || !tok_buf_put(&out->b, s + pos, n - pos))
+    if (r < 0 || !eng_tok_buf_put(&out->b, s + pos, n - pos))
         return false;
     out->p[out->n - 1].len = (uint32_t)(out->b.n - start);
     return true;
@@ -86,10 +88,10 @@ static bool flush_bytes(struct tok_list *out, const unsigned char *bytes, size_t
 {
     if (nb == 0)
         return true;
-    if (tok_utf8_valid_prefix((const char *)bytes, nb) == nb)
-        return tok_list_push(out, (const char *)bytes, nb, false);
+    if (eng_tok_utf8_valid_prefix((const char *)bytes, nb) == nb)
+        return eng_tok_list_push(out, (const char *)bytes, nb, false);
     for (size_t i = 0; i < nb; i++)
-        if (!tok_list_push(out, "\xEF\xBF\xBD", 3, false))
+        if (!eng_tok_list_push(out, "\xEF\xBF\xBD", 3, false))
             return false;
     return true;
 }
@@ -104,7 +106,7 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
         return true;
     }
     struct tok_list *in = *cur, *out = *alt;
-    tok_list_clear(out);
+    eng_tok_list_clear(out);
     switch (d->type) {
     case DEC_SEQ:
         break;
@@ -119,18 +121,18 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
             const char *s = PIECE(in, i);
             size_t n = in->p[i].len;
             bool strip = i == 0 && !st->cont && d->prepend != PREPEND_NEVER;
-            if (!tok_list_push_empty(out, false))
+            if (!eng_tok_list_push_empty(out, false))
                 return false;
             size_t start = out->b.n;
             for (size_t k = 0; k < n;) {
                 uint32_t cp;
-                size_t l = tok_utf8_decode(s + k, &cp);
+                size_t l = eng_tok_utf8_decode(s + k, &cp);
                 bool ok = true;
                 if (cp == d->repl_cp) {
                     if (!strip)
-                        ok = tok_buf_put(&out->b, " ", 1);
+                        ok = eng_tok_buf_put(&out->b, " ", 1);
                 } else
-                    ok = tok_buf_put(&out->b, s + k, l);
+                    ok = eng_tok_buf_put(&out->b, s + k, l);
                 if (!ok)
                     return false;
                 k += l;
@@ -145,14 +147,14 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
             int b = byte_token(PIECE(in, i), in->p[i].len);
             if (b >= 0) {
                 unsigned char c = (unsigned char)b;
-                if (!tok_buf_put(bytes, &c, 1))
+                if (!eng_tok_buf_put(bytes, &c, 1))
                     return false;
                 continue;
             }
             if (!flush_bytes(out, (unsigned char *)bytes->p, bytes->n))
                 return false;
             bytes->n = 0;
-            if (!tok_list_push(out, PIECE(in, i), in->p[i].len, false))
+            if (!eng_tok_list_push(out, PIECE(in, i), in->p[i].len, false))
                 return false;
         }
         if (!flush_bytes(out, (unsigned char *)bytes->p, bytes->n))
@@ -160,11 +162,11 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
         break;
     }
     case DEC_FUSE: {
-        if (!tok_list_push_empty(out, false))
+        if (!eng_tok_list_push_empty(out, false))
             return false;
         size_t total = 0;
         for (size_t i = 0; i < in->n; i++) {
-            if (!tok_buf_put(&out->b, PIECE(in, i), in->p[i].len))
+            if (!eng_tok_buf_put(&out->b, PIECE(in, i), in->p[i].len))
                 return false;
             total += in->p[i].len;
         }
@@ -179,7 +181,7 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
             bool skip_start = st->fused && st->cont;
             for (size_t k = 0; k < d->start && !skip_start && a < n; k++) {
                 uint32_t cp;
-                size_t l = tok_utf8_decode(s + a, &cp);
+                size_t l = eng_tok_utf8_decode(s + a, &cp);
                 if (cp != d->repl_cp)
                     break;
                 a += l;
@@ -189,14 +191,14 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
                 while (p > a && ((unsigned char)s[p] & 0xC0) == 0x80)
                     p--;
                 uint32_t cp;
-                tok_utf8_decode(s + p, &cp);
+                eng_tok_utf8_decode(s + p, &cp);
                 if (cp != d->repl_cp)
                     break;
                 b = p;
             }
             if (st->partial && st->fused && d->stop > 0)
                 st->held = true; /* the end may not be the end */
-            if (!tok_list_push(out, s + a, b - a, false))
+            if (!eng_tok_list_push(out, s + a, b - a, false))
                 return false;
         }
         break;
@@ -209,20 +211,20 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
             bool all = true;
             for (size_t k = 0; k < n;) {
                 uint32_t cp;
-                size_t l = tok_utf8_decode(s + k, &cp);
-                if (cp >= 512 || tok_bl.dec[cp] < 0) {
+                size_t l = eng_tok_utf8_decode(s + k, &cp);
+                if (cp >= 512 || eng_tok_bl.dec[cp] < 0) {
                     all = false;
                     break;
                 }
-                unsigned char c = (unsigned char)tok_bl.dec[cp];
-                if (!tok_buf_put(bytes, &c, 1))
+                unsigned char c = (unsigned char)eng_tok_bl.dec[cp];
+                if (!eng_tok_buf_put(bytes, &c, 1))
                     return false;
                 k += l;
             }
             if (!all) {
                 /* a character outside the table: the token's own bytes */
                 bytes->n = mark;
-                if (!tok_buf_put(bytes, s, n))
+                if (!eng_tok_buf_put(bytes, s, n))
                     return false;
             }
         }
@@ -236,17 +238,17 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
             }
             if (k > 0) {
                 unsigned char lead = (unsigned char)bytes->p[k - 1];
-                size_t need = tok_utf8_len(lead);
+                size_t need = eng_tok_utf8_len(lead);
                 if (need > 1 && need > nb - (k - 1) &&
-                    tok_utf8_valid_prefix(bytes->p + k - 1, nb - (k - 1)) == 0) {
+                    eng_tok_utf8_valid_prefix(bytes->p + k - 1, nb - (k - 1)) == 0) {
                     /* truncated: check that what is there is a valid start */
                     struct tok_buf probe = {0};
-                    bool ok = tok_utf8_lossy(&probe, (unsigned char *)bytes->p + k - 1,
-                                             nb - (k - 1));
+                    bool ok =
+                        eng_tok_utf8_lossy(&probe, (unsigned char *)bytes->p + k - 1, nb - (k - 1));
                     /* one U+FFFD for the whole tail means a single truncated
                      * sequence, which later bytes may complete */
                     bool single = ok && probe.n == 3;
-                    tok_buf_fini(&probe);
+                    eng_tok_buf_fini(&probe);
                     if (!ok)
                         return false;
                     if (single) {
@@ -256,10 +258,10 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
                 }
             }
         }
-        if (!tok_list_push_empty(out, false))
+        if (!eng_tok_list_push_empty(out, false))
             return false;
         size_t start = out->b.n;
-        if (!tok_utf8_lossy(&out->b, (unsigned char *)bytes->p, nb))
+        if (!eng_tok_utf8_lossy(&out->b, (unsigned char *)bytes->p, nb))
             return false;
         out->p[0].len = (uint32_t)(out->b.n - start);
         st->fused = true;
@@ -271,11 +273,11 @@ static bool dec_apply(const struct tok_dec *d, struct tok_list **cur, struct tok
     return true;
 }
 
-inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
-                            bool skip_special, bool cont, bool partial, struct tok_buf *out,
-                            bool *settled, struct inf_err *err)
+inf_status_t eng_tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
+                                bool skip_special, bool cont, bool partial, struct tok_buf *out,
+                                bool *settled, struct inf_err *err)
 {
-    tok_bytelevel_init();
+    eng_tok_bytelevel_init();
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= tok->n_ids || tok->id_len[ids[i]] == UINT32_MAX)
             return inf_err_set(err, INF_E_RANGE, "token id %d is outside the vocabulary (%d)",
@@ -294,7 +296,7 @@ inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
                 k--;
                 continue;
             }
-            if (byte_token(tok->pool.p + tok->id_off[id], tok->id_len[id]) < 0)
+            if (byte_token(tok->id_str[id], tok->id_len[id]) < 0)
                 break;
             k--;
             keep = k;
@@ -306,7 +308,7 @@ inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
         int32_t id = ids[i];
         if (skip_special && tok->is_special[id])
             continue;
-        if (!tok_list_push(&la, tok->pool.p + tok->id_off[id], tok->id_len[id], false)) {
+        if (!eng_tok_list_push(&la, tok->id_str[id], tok->id_len[id], false)) {
             rc = inf_err_set(err, INF_E_NOMEM, "out of memory");
             goto done;
         }
@@ -321,8 +323,8 @@ inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
     }
     for (size_t i = 0; i < cur->n; i++) {
         bool sep = !tok->dec && (i > 0 || cont);
-        if ((sep && !tok_buf_put(out, " ", 1)) ||
-            !tok_buf_put(out, PIECE(cur, i), cur->p[i].len)) {
+        if ((sep && !eng_tok_buf_put(out, " ", 1)) ||
+            !eng_tok_buf_put(out, PIECE(cur, i), cur->p[i].len)) {
             rc = inf_err_set(err, INF_E_NOMEM, "out of memory");
             goto done;
         }
@@ -330,24 +332,23 @@ inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
     if (settled)
         *settled = !st.held;
 done:
-    tok_list_fini(&la);
-    tok_list_fini(&lb);
-    tok_buf_fini(&st.scratch);
+    eng_tok_list_fini(&la);
+    eng_tok_list_fini(&lb);
+    eng_tok_buf_fini(&st.scratch);
     if (st.md)
         pcre2_match_data_free(st.md);
     return rc;
 }
 
-inf_status_t eng_tok_decode(const eng_tok_t *tok, const int32_t *ids, size_t n,
-                            bool skip_special, char **text, size_t *text_len,
-                            struct inf_err *err)
+inf_status_t eng_tok_decode(const eng_tok_t *tok, const int32_t *ids, size_t n, bool skip_special,
+                            char **text, size_t *text_len, struct inf_err *err)
 {
     struct tok_buf out = {0};
-    inf_status_t rc = tok_decode_run(tok, ids, n, skip_special, false, false, &out, NULL, err);
-    if (rc == INF_OK && !tok_buf_put(&out, "", 1))
+    inf_status_t rc = eng_tok_decode_run(tok, ids, n, skip_special, false, false, &out, NULL, err);
+    if (rc == INF_OK && !eng_tok_buf_put(&out, "", 1))
         rc = inf_err_set(err, INF_E_NOMEM, "out of memory");
     if (rc != INF_OK) {
-        tok_buf_fini(&out);
+        eng_tok_buf_fini(&out);
         return rc;
     }
     *text = out.p;
@@ -386,8 +387,8 @@ void eng_tok_stream_destroy(eng_tok_stream_t *s)
     if (!s)
         return;
     free(s->ids);
-    tok_buf_fini(&s->text);
-    tok_buf_fini(&s->delta);
+    eng_tok_buf_fini(&s->text);
+    eng_tok_buf_fini(&s->delta);
     free(s);
 }
 
@@ -396,13 +397,13 @@ static inf_status_t stream_step(eng_tok_stream_t *s, bool final, const char **de
 {
     bool settled = false;
     s->text.n = 0;
-    inf_status_t rc = tok_decode_run(s->tok, s->ids, s->n, s->opts.skip_special, s->cont, !final,
-                                     &s->text, &settled, err);
+    inf_status_t rc = eng_tok_decode_run(s->tok, s->ids, s->n, s->opts.skip_special, s->cont,
+                                         !final, &s->text, &settled, err);
     if (rc != INF_OK)
         return rc;
     s->delta.n = 0;
     if (s->text.n > s->emitted &&
-        !tok_buf_put(&s->delta, s->text.p + s->emitted, s->text.n - s->emitted))
+        !eng_tok_buf_put(&s->delta, s->text.p + s->emitted, s->text.n - s->emitted))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     if (s->text.n > s->emitted)
         s->emitted = s->text.n;

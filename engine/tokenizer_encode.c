@@ -46,11 +46,11 @@ struct enc {
 
 static void enc_fini(struct enc *e)
 {
-    tok_buf_fini(&e->norm);
-    tok_buf_fini(&e->tmp);
-    tok_buf_fini(&e->key);
-    tok_list_fini(&e->la);
-    tok_list_fini(&e->lb);
+    eng_tok_buf_fini(&e->norm);
+    eng_tok_buf_fini(&e->tmp);
+    eng_tok_buf_fini(&e->key);
+    eng_tok_list_fini(&e->la);
+    eng_tok_list_fini(&e->lb);
     free(e->raw.s);
     free(e->sub.s);
     free(e->rng);
@@ -126,8 +126,8 @@ static bool last_char_is_word(const char *s, size_t n)
     while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
         i--;
     uint32_t cp;
-    tok_utf8_decode(s + i, &cp);
-    return tok_is_alnum(cp);
+    eng_tok_utf8_decode(s + i, &cp);
+    return eng_tok_is_alnum(cp);
 }
 
 static bool first_char_is_word(const char *s, size_t n)
@@ -135,8 +135,8 @@ static bool first_char_is_word(const char *s, size_t n)
     if (n == 0)
         return false;
     uint32_t cp;
-    tok_utf8_decode(s, &cp);
-    return tok_is_alnum(cp);
+    eng_tok_utf8_decode(s, &cp);
+    return eng_tok_is_alnum(cp);
 }
 
 /* Split s[0..n) on the added tokens of m, as the reference's
@@ -182,8 +182,8 @@ static bool split_added(const eng_tok_t *tok, const struct tok_matcher *m, bool 
                 while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
                     p--;
                 uint32_t cp;
-                tok_utf8_decode(s + p, &cp);
-                if (!tok_is_whitespace(cp))
+                eng_tok_utf8_decode(s + p, &cp);
+                if (!eng_tok_is_whitespace(cp))
                     break;
                 ns = p;
             }
@@ -192,8 +192,8 @@ static bool split_added(const eng_tok_t *tok, const struct tok_matcher *m, bool 
         if (hit->rstrip) {
             while (stop < n) {
                 uint32_t cp;
-                size_t l = tok_utf8_decode(s + stop, &cp);
-                if (!tok_is_whitespace(cp))
+                size_t l = eng_tok_utf8_decode(s + stop, &cp);
+                if (!eng_tok_is_whitespace(cp))
                     break;
                 stop += l;
             }
@@ -223,7 +223,7 @@ static bool is_ascii(const char *s, size_t n)
 static bool unicode_normalize(enum tok_norm_type t, const char *s, size_t n, struct tok_buf *out)
 {
     if (is_ascii(s, n))
-        return tok_buf_put(out, s, n);
+        return eng_tok_buf_put(out, s, n);
     utf8proc_option_t opt = UTF8PROC_STABLE;
     if (t == NORM_NFC)
         opt |= UTF8PROC_COMPOSE;
@@ -233,19 +233,19 @@ static bool unicode_normalize(enum tok_norm_type t, const char *s, size_t n, str
         opt |= UTF8PROC_DECOMPOSE;
     else
         opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-    utf8proc_ssize_t need = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
-                                               NULL, 0, opt);
+    utf8proc_ssize_t need =
+        utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, NULL, 0, opt);
     if (need < 0)
         return false;
     utf8proc_int32_t *buf = malloc(((size_t)need + 1) * sizeof *buf);
     if (!buf)
         return false;
-    utf8proc_ssize_t got = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
-                                              buf, need, opt);
+    utf8proc_ssize_t got =
+        utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, buf, need, opt);
     bool ok = got >= 0 && got <= need;
     if (ok) {
         utf8proc_ssize_t len = utf8proc_reencode(buf, got, opt);
-        ok = len >= 0 && tok_buf_put(out, buf, (size_t)len);
+        ok = len >= 0 && eng_tok_buf_put(out, buf, (size_t)len);
     }
     free(buf);
     return ok;
@@ -256,44 +256,45 @@ static bool replace_all(const struct tok_pattern *pat, const char *rep, size_t r
 {
     size_t pos = 0, ms, me;
     int r;
-    while ((r = tok_pattern_next(pat, s, n, pos, md, &ms, &me)) == 1) {
+    while ((r = eng_tok_pattern_next(pat, s, n, pos, md, &ms, &me)) == 1) {
         if (me == ms) {
             /* an empty match replaces nothing; step over one character */
             if (ms >= n)
                 break;
-            size_t l = tok_utf8_len((unsigned char)s[ms]);
-            if (!tok_buf_put(out, s + pos, ms + l - pos))
+            size_t l = eng_tok_utf8_len((unsigned char)s[ms]);
+            if (!eng_tok_buf_put(out, s + pos, ms + l - pos))
                 return false;
             pos = ms + l;
             continue;
         }
-        if (!tok_buf_put(out, s + pos, ms - pos) || !tok_buf_put(out, rep, rep_len))
+        if (!eng_tok_buf_put(out, s + pos, ms - pos) || !eng_tok_buf_put(out, rep, rep_len))
             return false;
         pos = me;
     }
     if (r < 0)
         return false;
-    return tok_buf_put(out, s + pos, n - pos);
+    return eng_tok_buf_put(out, s + pos, n - pos);
 }
 
-bool tok_normalize(const struct tok_norm *norm, const char *s, size_t n, struct tok_buf *out,
-                   struct tok_buf *tmp, pcre2_match_data *md)
+bool eng_tok_normalize(const struct tok_norm *norm, const char *s, size_t n, struct tok_buf *out,
+                       struct tok_buf *tmp, pcre2_match_data *md)
 {
     switch (norm->type) {
     case NORM_SEQ: {
         /* Ping-pong between out and tmp; each step reads a private copy. */
         size_t base = out->n;
-        if (!tok_buf_put(out, s, n))
+        if (!eng_tok_buf_put(out, s, n))
             return false;
         for (size_t i = 0; i < norm->n_kids; i++) {
             tmp->n = 0;
-            if (!tok_buf_put(tmp, out->p + base, out->n - base))
+            if (!eng_tok_buf_put(tmp, out->p + base, out->n - base))
                 return false;
             out->n = base;
             /* only a nested Sequence needs scratch of its own */
             struct tok_buf inner = {0};
-            bool ok = tok_normalize(&norm->kids[i], tmp->p ? tmp->p : "", tmp->n, out, &inner, md);
-            tok_buf_fini(&inner);
+            bool ok =
+                eng_tok_normalize(&norm->kids[i], tmp->p ? tmp->p : "", tmp->n, out, &inner, md);
+            eng_tok_buf_fini(&inner);
             if (!ok)
                 return false;
         }
@@ -302,7 +303,7 @@ bool tok_normalize(const struct tok_norm *norm, const char *s, size_t n, struct 
     case NORM_PREPEND:
         if (n == 0)
             return true;
-        return tok_buf_put(out, norm->str, norm->str_len) && tok_buf_put(out, s, n);
+        return eng_tok_buf_put(out, norm->str, norm->str_len) && eng_tok_buf_put(out, s, n);
     case NORM_REPLACE:
         return replace_all(&norm->pat, norm->str, norm->str_len, s, n, out, md);
     default:
@@ -369,7 +370,7 @@ static bool fold_push(struct enc *e, enum tok_split_behavior b, const char *s, b
         if (b == SPLIT_REMOVED && r[i].match)
             continue;
         if (r[i].e > r[i].s &&
-            !tok_list_push(out, s + r[i].s, r[i].e - r[i].s, at_start && r[i].s == 0))
+            !eng_tok_list_push(out, s + r[i].s, r[i].e - r[i].s, at_start && r[i].s == 0))
             return false;
     }
     return true;
@@ -385,7 +386,7 @@ static int pattern_ranges(struct enc *e, const struct tok_pattern *pat, const ch
         return rng_push(e, 0, 0, invert) ? 0 : -2;
     size_t prev = 0, pos = 0, ms, me;
     int r = 0;
-    while (pos <= n && (r = tok_pattern_next(pat, s, n, pos, e->md, &ms, &me)) == 1) {
+    while (pos <= n && (r = eng_tok_pattern_next(pat, s, n, pos, e->md, &ms, &me)) == 1) {
         if (me == ms) {
             /* Empty match: recorded (it is dropped as empty), then step on. */
             if (prev != ms && !rng_push(e, prev, ms, invert))
@@ -395,7 +396,7 @@ static int pattern_ranges(struct enc *e, const struct tok_pattern *pat, const ch
             prev = ms;
             if (ms >= n)
                 break;
-            pos = ms + tok_utf8_len((unsigned char)s[ms]);
+            pos = ms + eng_tok_utf8_len((unsigned char)s[ms]);
             continue;
         }
         if (prev != ms && !rng_push(e, prev, ms, invert))
@@ -419,8 +420,8 @@ static int digit_ranges(struct enc *e, const char *s, size_t n)
     size_t last = 0, i = 0;
     while (i < n) {
         uint32_t cp;
-        size_t l = tok_utf8_decode(s + i, &cp);
-        if (tok_is_numeric(cp)) {
+        size_t l = eng_tok_utf8_decode(s + i, &cp);
+        if (eng_tok_is_numeric(cp)) {
             if (last < i && !rng_push(e, last, i, false))
                 return -2;
             if (!rng_push(e, i, i + l, true))
@@ -439,7 +440,7 @@ static int digit_ranges(struct enc *e, const char *s, size_t n)
 static int pretok_apply(const struct tok_pretok *p, struct enc *e, struct tok_list *in,
                         struct tok_list *out)
 {
-    tok_list_clear(out);
+    eng_tok_list_clear(out);
     for (size_t i = 0; i < in->n; i++) {
         const char *s = in->b.p + in->p[i].off;
         size_t n = in->p[i].len;
@@ -466,19 +467,18 @@ static int pretok_apply(const struct tok_pretok *p, struct enc *e, struct tok_li
             /* ' ' becomes the replacement first; the prepend check sees that. */
             if (n > 0 && s[0] == ' ')
                 starts = true;
-            bool prep = (p->prepend == PREPEND_ALWAYS ||
-                         (p->prepend == PREPEND_FIRST && at)) &&
-                        !starts;
-            if (prep && !tok_buf_put(t, p->repl, p->repl_len))
+            bool prep =
+                (p->prepend == PREPEND_ALWAYS || (p->prepend == PREPEND_FIRST && at)) && !starts;
+            if (prep && !eng_tok_buf_put(t, p->repl, p->repl_len))
                 return -2;
             for (size_t k = 0; k < n; k++) {
-                bool ok = s[k] == ' ' ? tok_buf_put(t, p->repl, p->repl_len)
-                                      : tok_buf_put(t, s + k, 1);
+                bool ok = s[k] == ' ' ? eng_tok_buf_put(t, p->repl, p->repl_len)
+                                      : eng_tok_buf_put(t, s + k, 1);
                 if (!ok)
                     return -2;
             }
             if (!p->split) {
-                if (t->n && !tok_list_push(out, t->p, t->n, at))
+                if (t->n && !eng_tok_list_push(out, t->p, t->n, at))
                     return -2;
                 break;
             }
@@ -505,9 +505,9 @@ static int pretok_apply(const struct tok_pretok *p, struct enc *e, struct tok_li
         case PT_BYTELEVEL: {
             struct tok_buf *t = &e->tmp;
             t->n = 0;
-            if (p->add_prefix_space && (n == 0 || s[0] != ' ') && !tok_buf_put(t, " ", 1))
+            if (p->add_prefix_space && (n == 0 || s[0] != ' ') && !eng_tok_buf_put(t, " ", 1))
                 return -2;
-            if (!tok_buf_put(t, s, n))
+            if (!eng_tok_buf_put(t, s, n))
                 return -2;
             const char *ts = t->p;
             size_t tn = t->n;
@@ -524,15 +524,15 @@ static int pretok_apply(const struct tok_pretok *p, struct enc *e, struct tok_li
                 size_t a = e->rng[r].s, b = e->rng[r].e;
                 if (a == b)
                     continue;
-                if (!tok_list_push_empty(out, at && a == 0) ||
-                    !tok_buf_reserve(&out->b, (b - a) * 2))
+                if (!eng_tok_list_push_empty(out, at && a == 0) ||
+                    !eng_tok_buf_reserve(&out->b, (b - a) * 2))
                     return -2;
                 char *w = out->b.p + out->b.n;
                 size_t wn = 0;
                 for (size_t q = a; q < b; q++) {
                     unsigned char c = (unsigned char)ts[q];
-                    memcpy(w + wn, tok_bl.enc[c], tok_bl.enc_len[c]);
-                    wn += tok_bl.enc_len[c];
+                    memcpy(w + wn, eng_tok_bl.enc[c], eng_tok_bl.enc_len[c]);
+                    wn += eng_tok_bl.enc_len[c];
                 }
                 out->b.n += wn;
                 out->p[out->n - 1].len = (uint32_t)wn;
@@ -562,11 +562,12 @@ static int pretokenize(const struct tok_pretok *p, struct enc *e, struct tok_lis
     return rc;
 }
 
-/* ---- BPE -------------------------------------------------------------------------------------------- */
+/* ---- BPE
+ * -------------------------------------------------------------------------------------------- */
 static bool merge_get(const eng_tok_t *tok, int32_t a, int32_t b, uint32_t *rank, int32_t *id)
 {
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
-    size_t h = tok_hash(&key, sizeof key) & tok->merges.mask;
+    size_t h = eng_tok_hash(&key, sizeof key) & tok->merges.mask;
     for (;;) {
         const struct tok_merge_slot *s = &tok->merges.slots[h];
         if (!s->key)
@@ -651,20 +652,20 @@ static bool bpe_symbols(const eng_tok_t *tok, struct enc *e, const char *s, size
     size_t ns = 0;
     int32_t unk_pending = -1; /* fused unk in progress (index into sym) */
     for (size_t i = 0; i < n;) {
-        size_t l = tok_utf8_len((unsigned char)s[i]);
+        size_t l = eng_tok_utf8_len((unsigned char)s[i]);
         if (l > n - i)
             l = n - i;
         int32_t id;
         bool pre = tok->cont_prefix && i > 0, suf = tok->eow_suffix && i + l == n;
         if (!pre && !suf)
-            id = tok_strmap_get(&tok->vocab, s + i, l);
+            id = eng_tok_strmap_get(&tok->vocab, s + i, l);
         else {
             e->key.n = 0;
-            if ((pre && !tok_buf_put(&e->key, tok->cont_prefix, tok->cont_prefix_len)) ||
-                !tok_buf_put(&e->key, s + i, l) ||
-                (suf && !tok_buf_put(&e->key, tok->eow_suffix, tok->eow_suffix_len)))
+            if ((pre && !eng_tok_buf_put(&e->key, tok->cont_prefix, tok->cont_prefix_len)) ||
+                !eng_tok_buf_put(&e->key, s + i, l) ||
+                (suf && !eng_tok_buf_put(&e->key, tok->eow_suffix, tok->eow_suffix_len)))
                 return false;
-            id = tok_strmap_get(&tok->vocab, e->key.p, e->key.n);
+            id = eng_tok_strmap_get(&tok->vocab, e->key.p, e->key.n);
         }
         if (id >= 0) {
             e->sym[ns++] = id;
@@ -701,7 +702,7 @@ static bool bpe_word(eng_tok_t *tok, struct enc *e, const char *s, size_t n,
                      struct eng_tok_ids *out)
 {
     if (tok->ignore_merges) {
-        int32_t id = tok_strmap_get(&tok->vocab, s, n);
+        int32_t id = eng_tok_strmap_get(&tok->vocab, s, n);
         if (id >= 0)
             return ids_push(out, id);
     }
@@ -754,7 +755,7 @@ static bool bpe_cached(eng_tok_t *tok, struct enc *e, const char *s, size_t n,
 {
     if (n == 0 || n > TOK_CACHE_KEY)
         return bpe_word(tok, e, s, n, out);
-    uint64_t h = tok_hash(s, n);
+    uint64_t h = eng_tok_hash(s, n);
     struct tok_cache_slot *slot = &tok->cache[h & (TOK_CACHE_SLOTS - 1)];
     /* Never wait for the lock: a busy cache only costs a recomputation. */
     if (pthread_mutex_trylock(&tok->cache_lock) == 0) {
@@ -785,7 +786,8 @@ static bool bpe_cached(eng_tok_t *tok, struct enc *e, const char *s, size_t n,
     return true;
 }
 
-/* ---- the pipeline -------------------------------------------------------------------------------------- */
+/* ---- the pipeline
+ * -------------------------------------------------------------------------------------- */
 /* Normalized text t[0..n) (no added tokens left in it): pre-tokenize and run
  * the model on each piece. */
 static inf_status_t encode_text(eng_tok_t *tok, struct enc *e, const char *t, size_t n,
@@ -794,8 +796,8 @@ static inf_status_t encode_text(eng_tok_t *tok, struct enc *e, const char *t, si
     if (n == 0)
         return INF_OK;
     struct tok_list *cur = &e->la;
-    tok_list_clear(cur);
-    if (!tok_list_push(cur, t, n, at_start))
+    eng_tok_list_clear(cur);
+    if (!eng_tok_list_push(cur, t, n, at_start))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     if (tok->pretok) {
         int rc = pretokenize(tok->pretok, e, &cur);
@@ -826,7 +828,7 @@ static inf_status_t encode_body(eng_tok_t *tok, struct enc *e, const char *text,
         size_t n = sg.len;
         if (tok->norm) {
             e->norm.n = 0;
-            if (!tok_normalize(tok->norm, t, n, &e->norm, &e->tmp, e->md))
+            if (!eng_tok_normalize(tok->norm, t, n, &e->norm, &e->tmp, e->md))
                 return inf_err_set(err, INF_E_NOMEM, "normalization failed");
             t = e->norm.p ? e->norm.p : "";
             n = e->norm.n;
@@ -842,10 +844,10 @@ static inf_status_t encode_body(eng_tok_t *tok, struct enc *e, const char *text,
         for (size_t k = 0; k < e->sub.n; k++) {
             struct seg ss = e->sub.s[k];
             inf_status_t st =
-                ss.id >= 0 ? (ids_push(out, ss.id) ? INF_OK
-                                                   : inf_err_set(err, INF_E_NOMEM, "out of memory"))
-                           : encode_text(tok, e, t + ss.off, ss.len, sg.off == 0 && ss.off == 0,
-                                         out, err);
+                ss.id >= 0
+                    ? (ids_push(out, ss.id) ? INF_OK
+                                            : inf_err_set(err, INF_E_NOMEM, "out of memory"))
+                    : encode_text(tok, e, t + ss.off, ss.len, sg.off == 0 && ss.off == 0, out, err);
             if (st != INF_OK)
                 return st;
         }
@@ -860,7 +862,7 @@ inf_status_t eng_tok_encode(eng_tok_t *tok, const char *text, size_t len,
     struct eng_tok_encode_opts o = opts ? *opts : eng_tok_encode_defaults();
     if (len && !text)
         return inf_err_set(err, INF_E_INVALID, "text is NULL");
-    if (tok_utf8_valid_prefix(text, len) != len)
+    if (eng_tok_utf8_valid_prefix(text, len) != len)
         return inf_err_set(err, INF_E_INVALID, "text is not valid UTF-8");
     size_t base = out->n;
     struct enc e = {0};

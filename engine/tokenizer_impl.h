@@ -27,15 +27,15 @@ struct tok_list {
     struct tok_buf b;
 };
 
-bool tok_buf_reserve(struct tok_buf *b, size_t extra);
-bool tok_buf_put(struct tok_buf *b, const void *s, size_t n);
-void tok_buf_fini(struct tok_buf *b);
-void tok_list_clear(struct tok_list *l);
+bool eng_tok_buf_reserve(struct tok_buf *b, size_t extra);
+bool eng_tok_buf_put(struct tok_buf *b, const void *s, size_t n);
+void eng_tok_buf_fini(struct tok_buf *b);
+void eng_tok_list_clear(struct tok_list *l);
 /* Append a piece made of bytes s[0..n) copied into the list's buffer. */
-bool tok_list_push(struct tok_list *l, const char *s, size_t n, bool at_start);
+bool eng_tok_list_push(struct tok_list *l, const char *s, size_t n, bool at_start);
 /* Begin/extend/end a piece built in place at the end of the buffer. */
-bool tok_list_push_empty(struct tok_list *l, bool at_start);
-void tok_list_fini(struct tok_list *l);
+bool eng_tok_list_push_empty(struct tok_list *l, bool at_start);
+void eng_tok_list_fini(struct tok_list *l);
 
 /* ---- string -> int32 hash map (keys point into storage owned elsewhere) --- */
 struct tok_strmap {
@@ -46,13 +46,13 @@ struct tok_strmap {
     size_t n, cap, mask;
 };
 
-uint64_t tok_hash(const void *s, size_t n);
-bool tok_strmap_init(struct tok_strmap *m, size_t expected);
-void tok_strmap_fini(struct tok_strmap *m);
+uint64_t eng_tok_hash(const void *s, size_t n);
+bool eng_tok_strmap_init(struct tok_strmap *m, size_t expected);
+void eng_tok_strmap_fini(struct tok_strmap *m);
 /* Insert or overwrite; key must outlive the map. */
-bool tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, int32_t val);
+bool eng_tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, int32_t val);
 /* Value of key, or -1. */
-int32_t tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len);
+int32_t eng_tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len);
 
 /* ---- merges: (left id, right id) -> (rank, merged id) ---------------------- */
 struct tok_merge_slot {
@@ -68,17 +68,17 @@ struct tok_mergemap {
 
 /* ---- UTF-8 and Unicode helpers ---------------------------------------------- */
 /* Length of the valid UTF-8 prefix of s (RFC 3629: no surrogates/overlongs). */
-size_t tok_utf8_valid_prefix(const char *s, size_t n);
+size_t eng_tok_utf8_valid_prefix(const char *s, size_t n);
 /* Decode one character of valid UTF-8 at s; returns its length. */
-size_t tok_utf8_decode(const char *s, uint32_t *cp);
-size_t tok_utf8_encode(uint32_t cp, char out[4]);
+size_t eng_tok_utf8_decode(const char *s, uint32_t *cp);
+size_t eng_tok_utf8_encode(uint32_t cp, char out[4]);
 /* Length of the character starting with lead byte c (1 for a non-lead byte). */
-size_t tok_utf8_len(unsigned char c);
-bool tok_is_whitespace(uint32_t cp); /* Unicode White_Space */
-bool tok_is_numeric(uint32_t cp);    /* general category N* */
-bool tok_is_alnum(uint32_t cp);      /* L* or N* or '_' for single_word */
+size_t eng_tok_utf8_len(unsigned char c);
+bool eng_tok_is_whitespace(uint32_t cp); /* Unicode White_Space */
+bool eng_tok_is_numeric(uint32_t cp);    /* general category N* */
+bool eng_tok_is_alnum(uint32_t cp);      /* L* or N* or '_' for single_word */
 /* Append Rust's String::from_utf8_lossy(s) to out. */
-bool tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n);
+bool eng_tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n);
 
 /* The GPT-2 byte <-> unicode table of the ByteLevel components. */
 struct tok_bytelevel {
@@ -86,8 +86,8 @@ struct tok_bytelevel {
     uint8_t enc_len[256];
     int16_t dec[512]; /* code point -> byte, -1 when not a byte character */
 };
-extern struct tok_bytelevel tok_bl;
-void tok_bytelevel_init(void);
+extern struct tok_bytelevel eng_tok_bl;
+void eng_tok_bytelevel_init(void);
 
 /* ---- patterns (Split, Replace) ---------------------------------------------- */
 struct tok_pattern {
@@ -99,11 +99,19 @@ struct tok_pattern {
 /* Find the next match of pat in s[0..n) at or after start. Returns 1 with
  * [*ms, *me) on a match, 0 when none, -1 on a regex error. md: match data
  * for regexes. */
-int tok_pattern_next(const struct tok_pattern *pat, const char *s, size_t n, size_t start,
-                     pcre2_match_data *md, size_t *ms, size_t *me);
+int eng_tok_pattern_next(const struct tok_pattern *pat, const char *s, size_t n, size_t start,
+                         pcre2_match_data *md, size_t *ms, size_t *me);
 
 /* ---- components ---------------------------------------------------------------- */
-enum tok_norm_type { NORM_SEQ, NORM_PREPEND, NORM_REPLACE, NORM_NFC, NORM_NFKC, NORM_NFD, NORM_NFKD };
+enum tok_norm_type {
+    NORM_SEQ,
+    NORM_PREPEND,
+    NORM_REPLACE,
+    NORM_NFC,
+    NORM_NFKC,
+    NORM_NFD,
+    NORM_NFKD
+};
 
 struct tok_norm {
     enum tok_norm_type type;
@@ -114,8 +122,13 @@ struct tok_norm {
     struct tok_pattern pat; /* Replace */
 };
 
-enum tok_split_behavior { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT,
-                          SPLIT_CONTIGUOUS };
+enum tok_split_behavior {
+    SPLIT_REMOVED,
+    SPLIT_ISOLATED,
+    SPLIT_MERGED_PREV,
+    SPLIT_MERGED_NEXT,
+    SPLIT_CONTIGUOUS
+};
 enum tok_prepend { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 
 enum tok_pretok_type { PT_SEQ, PT_BYTELEVEL, PT_SPLIT, PT_METASPACE, PT_DIGITS };
@@ -135,8 +148,15 @@ struct tok_pretok {
     bool individual_digits; /* Digits */
 };
 
-enum tok_dec_type { DEC_SEQ, DEC_BYTELEVEL, DEC_METASPACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP,
-                    DEC_REPLACE };
+enum tok_dec_type {
+    DEC_SEQ,
+    DEC_BYTELEVEL,
+    DEC_METASPACE,
+    DEC_BYTEFALLBACK,
+    DEC_FUSE,
+    DEC_STRIP,
+    DEC_REPLACE
+};
 
 struct tok_dec {
     enum tok_dec_type type;
@@ -188,10 +208,11 @@ struct tok_cache_slot {
 
 struct eng_tok {
     /* vocabulary: id -> token string (model vocab, overridden by added tokens) */
-    struct tok_buf pool;
-    uint32_t *id_off, *id_len; /* id_len UINT32_MAX: no token */
+    struct tok_buf pool; /* vocab strings; sized once, never moves */
+    const char **id_str; /* into pool, or an added token's own string */
+    uint32_t *id_len;    /* UINT32_MAX: no token */
     int32_t n_ids;
-    struct tok_strmap vocab;   /* model vocab: token -> id */
+    struct tok_strmap vocab;     /* model vocab: token -> id */
     struct tok_strmap added_map; /* added token content -> id */
     bool *is_special;
     /* model */
@@ -219,18 +240,18 @@ struct eng_tok {
 };
 
 /* Load-time helpers (tokenizer_load.c). */
-void tok_norm_free(struct tok_norm *n);
-void tok_pretok_free(struct tok_pretok *p);
-void tok_dec_free(struct tok_dec *d);
-void tok_pattern_free(struct tok_pattern *p);
+void eng_tok_norm_free(struct tok_norm *n);
+void eng_tok_pretok_free(struct tok_pretok *p);
+void eng_tok_dec_free(struct tok_dec *d);
+void eng_tok_pattern_free(struct tok_pattern *p);
 
 /* Apply the normalizer to s[0..n), appending to out. */
-bool tok_normalize(const struct tok_norm *norm, const char *s, size_t n, struct tok_buf *out,
-                   struct tok_buf *tmp, pcre2_match_data *md);
+bool eng_tok_normalize(const struct tok_norm *norm, const char *s, size_t n, struct tok_buf *out,
+                       struct tok_buf *tmp, pcre2_match_data *md);
 
 /* Decode ids[0..n) through the decoder chain (tokenizer_decode.c).
  * partial: hold back what later ids could change; *settled (may be NULL) is
  * set when nothing was held back. cont: the ids continue earlier text. */
-inf_status_t tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
-                            bool skip_special, bool cont, bool partial, struct tok_buf *out,
-                            bool *settled, struct inf_err *err);
+inf_status_t eng_tok_decode_run(const eng_tok_t *tok, const int32_t *ids, size_t n,
+                                bool skip_special, bool cont, bool partial, struct tok_buf *out,
+                                bool *settled, struct inf_err *err);

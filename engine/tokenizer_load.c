@@ -65,9 +65,9 @@ static inf_status_t regex_translate(const char *src, size_t n, struct tok_buf *o
                 rep = "[^" ONIG_SPACE "]";
             }
             if (rep) {
-                if (!tok_buf_put(out, rep, strlen(rep)))
+                if (!eng_tok_buf_put(out, rep, strlen(rep)))
                     return inf_err_set(err, INF_E_NOMEM, "out of memory");
-            } else if (!tok_buf_put(out, src + i, 2))
+            } else if (!eng_tok_buf_put(out, src + i, 2))
                 return inf_err_set(err, INF_E_NOMEM, "out of memory");
             i++;
             continue;
@@ -76,14 +76,14 @@ static inf_status_t regex_translate(const char *src, size_t n, struct tok_buf *o
             /* "[]" or "[^]" at a class start is a literal ']' in both dialects. */
             if (depth == 0) {
                 depth = 1;
-                if (!tok_buf_put(out, "[", 1))
+                if (!eng_tok_buf_put(out, "[", 1))
                     return inf_err_set(err, INF_E_NOMEM, "out of memory");
                 if (i + 1 < n && src[i + 1] == '^') {
-                    tok_buf_put(out, "^", 1);
+                    eng_tok_buf_put(out, "^", 1);
                     i++;
                 }
                 if (i + 1 < n && src[i + 1] == ']') {
-                    tok_buf_put(out, "\\]", 2);
+                    eng_tok_buf_put(out, "\\]", 2);
                     i++;
                 }
                 continue;
@@ -93,18 +93,17 @@ static inf_status_t regex_translate(const char *src, size_t n, struct tok_buf *o
                 const char *end = memchr(src + i + 2, ']', n - i - 2);
                 if (end) {
                     size_t l = (size_t)(end - (src + i)) + 1;
-                    if (!tok_buf_put(out, src + i, l))
+                    if (!eng_tok_buf_put(out, src + i, l))
                         return inf_err_set(err, INF_E_NOMEM, "out of memory");
                     i += l - 1;
                     continue;
                 }
             }
-            return inf_err_set(err, INF_E_UNSUPPORTED,
-                               "tokenizer regex: nested character classes");
+            return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer regex: nested character classes");
         }
         if (c == ']' && depth)
             depth = 0;
-        if (!tok_buf_put(out, &c, 1))
+        if (!eng_tok_buf_put(out, &c, 1))
             return inf_err_set(err, INF_E_NOMEM, "out of memory");
     }
     return INF_OK;
@@ -116,14 +115,14 @@ static inf_status_t regex_compile(const char *src, size_t n, struct tok_pattern 
     struct tok_buf b = {0};
     inf_status_t st = regex_translate(src, n, &b, err);
     if (st != INF_OK) {
-        tok_buf_fini(&b);
+        eng_tok_buf_fini(&b);
         return st;
     }
     int ec;
     PCRE2_SIZE eo;
-    pat->re = pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n, PCRE2_UTF | PCRE2_UCP, &ec, &eo,
-                            NULL);
-    tok_buf_fini(&b);
+    pat->re =
+        pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    eng_tok_buf_fini(&b);
     if (!pat->re) {
         PCRE2_UCHAR msg[128];
         pcre2_get_error_message(ec, msg, sizeof msg);
@@ -151,7 +150,7 @@ static inf_status_t pattern_parse(const json_t *p, struct tok_pattern *pat, cons
                        what);
 }
 
-void tok_pattern_free(struct tok_pattern *p)
+void eng_tok_pattern_free(struct tok_pattern *p)
 {
     free(p->lit);
     if (p->re)
@@ -160,21 +159,21 @@ void tok_pattern_free(struct tok_pattern *p)
 }
 
 /* ---- normalizers -------------------------------------------------------------- */
-void tok_norm_free(struct tok_norm *n)
+void eng_tok_norm_free(struct tok_norm *n)
 {
     if (!n)
         return;
     for (size_t i = 0; i < n->n_kids; i++) {
         struct tok_norm *k = &n->kids[i];
         for (size_t j = 0; j < k->n_kids; j++)
-            tok_norm_free(&k->kids[j]);
+            eng_tok_norm_free(&k->kids[j]);
         free(k->kids);
         free(k->str);
-        tok_pattern_free(&k->pat);
+        eng_tok_pattern_free(&k->pat);
     }
     free(n->kids);
     free(n->str);
-    tok_pattern_free(&n->pat);
+    eng_tok_pattern_free(&n->pat);
 }
 
 static inf_status_t norm_parse(const json_t *j, struct tok_norm *n, struct inf_err *err)
@@ -239,19 +238,19 @@ static inf_status_t norm_parse(const json_t *j, struct tok_norm *n, struct inf_e
 }
 
 /* ---- pre-tokenizers ---------------------------------------------------------------- */
-void tok_pretok_free(struct tok_pretok *p)
+void eng_tok_pretok_free(struct tok_pretok *p)
 {
     if (!p)
         return;
     for (size_t i = 0; i < p->n_kids; i++) {
         struct tok_pretok *k = &p->kids[i];
         for (size_t j = 0; j < k->n_kids; j++)
-            tok_pretok_free(&k->kids[j]);
+            eng_tok_pretok_free(&k->kids[j]);
         free(k->kids);
-        tok_pattern_free(&k->pat);
+        eng_tok_pattern_free(&k->pat);
     }
     free(p->kids);
-    tok_pattern_free(&p->pat);
+    eng_tok_pattern_free(&p->pat);
 }
 
 static const char GPT2_PATTERN[] =
@@ -281,7 +280,8 @@ static inf_status_t char_parse(const json_t *j, const char *key, char *buf, size
 {
     size_t l;
     const char *s = jstr(j, key, &l);
-    if (!s || l == 0 || l > 4 || tok_utf8_valid_prefix(s, l) != l || tok_utf8_len((unsigned char)s[0]) != l)
+    if (!s || l == 0 || l > 4 || eng_tok_utf8_valid_prefix(s, l) != l ||
+        eng_tok_utf8_len((unsigned char)s[0]) != l)
         return inf_err_set(err, INF_E_FORMAT, "tokenizer.json: %s must be one character", key);
     if (buf) {
         memcpy(buf, s, l);
@@ -289,7 +289,7 @@ static inf_status_t char_parse(const json_t *j, const char *key, char *buf, size
     }
     if (len)
         *len = l;
-    tok_utf8_decode(s, cp);
+    eng_tok_utf8_decode(s, cp);
     return INF_OK;
 }
 
@@ -302,8 +302,7 @@ static inf_status_t pretok_parse(const json_t *j, struct tok_pretok *p, struct i
     if (!strcmp(type, "Sequence")) {
         json_t *arr = json_object_get(j, "pretokenizers");
         if (!json_is_array(arr))
-            return inf_err_set(err, INF_E_FORMAT,
-                               "tokenizer.json: Sequence without pretokenizers");
+            return inf_err_set(err, INF_E_FORMAT, "tokenizer.json: Sequence without pretokenizers");
         p->type = PT_SEQ;
         p->kids = calloc(json_array_size(arr) + 1, sizeof *p->kids);
         if (!p->kids)
@@ -367,21 +366,21 @@ static inf_status_t pretok_parse(const json_t *j, struct tok_pretok *p, struct i
 }
 
 /* ---- decoders ----------------------------------------------------------------------- */
-void tok_dec_free(struct tok_dec *d)
+void eng_tok_dec_free(struct tok_dec *d)
 {
     if (!d)
         return;
     for (size_t i = 0; i < d->n_kids; i++) {
         struct tok_dec *k = &d->kids[i];
         for (size_t j = 0; j < k->n_kids; j++)
-            tok_dec_free(&k->kids[j]);
+            eng_tok_dec_free(&k->kids[j]);
         free(k->kids);
         free(k->str);
-        tok_pattern_free(&k->pat);
+        eng_tok_pattern_free(&k->pat);
     }
     free(d->kids);
     free(d->str);
-    tok_pattern_free(&d->pat);
+    eng_tok_pattern_free(&d->pat);
 }
 
 static inf_status_t dec_parse(const json_t *j, struct tok_dec *d, struct inf_err *err)
@@ -448,21 +447,25 @@ static inf_status_t dec_parse(const json_t *j, struct tok_dec *d, struct inf_err
             return inf_err_set(err, INF_E_NOMEM, "out of memory");
         return pattern_parse(json_object_get(j, "pattern"), &d->pat, "Replace", err);
     }
-    return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer.json: decoder %s is not supported",
-                       type);
+    return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer.json: decoder %s is not supported", type);
 }
 
 /* ---- vocabulary ---------------------------------------------------------------------------- */
-static inf_status_t set_token(eng_tok_t *tok, int32_t id, const char *s, size_t n,
-                              struct inf_err *err)
+/* The vocab string of id: a copy in the pool (which was sized for all of
+ * them, so earlier pointers stay valid). */
+static inf_status_t vocab_token(eng_tok_t *tok, int32_t id, const char *s, size_t n,
+                                struct inf_err *err)
 {
     if (id < 0 || id >= tok->n_ids)
         return inf_err_set(err, INF_E_FORMAT, "tokenizer.json: token id %d out of range", id);
-    if (tok->pool.n > UINT32_MAX - n - 1)
-        return inf_err_set(err, INF_E_TOOBIG, "tokenizer.json: vocabulary too large");
-    tok->id_off[id] = (uint32_t)tok->pool.n;
+    if (tok->pool.n + n + 1 > tok->pool.cap)
+        return inf_err_set(err, INF_E_INTERNAL, "tokenizer vocabulary pool overflow");
+    char *p = tok->pool.p + tok->pool.n;
+    eng_tok_buf_put(&tok->pool, s, n);
+    eng_tok_buf_put(&tok->pool, "", 1);
+    tok->id_str[id] = p;
     tok->id_len[id] = (uint32_t)n;
-    if (!tok_buf_put(&tok->pool, s, n) || !tok_buf_put(&tok->pool, "", 1))
+    if (!eng_tok_strmap_put(&tok->vocab, p, n, id))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     return INF_OK;
 }
@@ -505,27 +508,28 @@ static inf_status_t merges_build(eng_tok_t *tok, const json_t *merges, struct in
             st = inf_err_set(err, INF_E_FORMAT, "tokenizer.json: merge %zu is malformed", r);
             break;
         }
-        int32_t ia = tok_strmap_get(&tok->vocab, a, al), ib = tok_strmap_get(&tok->vocab, b, bl);
+        int32_t ia = eng_tok_strmap_get(&tok->vocab, a, al),
+                ib = eng_tok_strmap_get(&tok->vocab, b, bl);
         cat.n = 0;
-        if (!tok_buf_put(&cat, a, al) || !tok_buf_put(&cat, b, bl)) {
+        if (!eng_tok_buf_put(&cat, a, al) || !eng_tok_buf_put(&cat, b, bl)) {
             st = inf_err_set(err, INF_E_NOMEM, "out of memory");
             break;
         }
-        int32_t ic = tok_strmap_get(&tok->vocab, cat.p, cat.n);
+        int32_t ic = eng_tok_strmap_get(&tok->vocab, cat.p, cat.n);
         if (ia < 0 || ib < 0 || ic < 0) {
             st = inf_err_set(err, INF_E_FORMAT,
                              "tokenizer.json: merge %zu uses a token outside the vocabulary", r);
             break;
         }
         uint64_t key = (((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib) + 1;
-        size_t h = tok_hash(&key, sizeof key) & tok->merges.mask;
+        size_t h = eng_tok_hash(&key, sizeof key) & tok->merges.mask;
         while (tok->merges.slots[h].key && tok->merges.slots[h].key != key)
             h = (h + 1) & tok->merges.mask;
         if (!tok->merges.slots[h].key)
             tok->merges.n++;
         tok->merges.slots[h] = (struct tok_merge_slot){.key = key, .rank = (uint32_t)r, .id = ic};
     }
-    tok_buf_fini(&cat);
+    eng_tok_buf_fini(&cat);
     return st;
 }
 
@@ -571,31 +575,23 @@ static inf_status_t model_parse(eng_tok_t *tok, const json_t *model, const json_
     /* The pool is sized once: the vocab map's keys point into it. */
     size_t pool_bytes = 16;
     json_object_keylen_foreach((json_t *)vocab, key, klen, v) pool_bytes += klen + 1;
-    json_array_foreach(added, i, v) pool_bytes += json_string_length(json_object_get(v, "content")) + 1;
-    if (!tok_buf_reserve(&tok->pool, pool_bytes))
+    if (!eng_tok_buf_reserve(&tok->pool, pool_bytes))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     tok->n_ids = (int32_t)(max_id + 1);
-    tok->id_off = calloc((size_t)tok->n_ids + 1, sizeof *tok->id_off);
+    tok->id_str = calloc((size_t)tok->n_ids + 1, sizeof *tok->id_str);
     tok->id_len = malloc(((size_t)tok->n_ids + 1) * sizeof *tok->id_len);
     tok->is_special = calloc((size_t)tok->n_ids + 1, sizeof *tok->is_special);
-    if (!tok->id_off || !tok->id_len || !tok->is_special)
+    if (!tok->id_str || !tok->id_len || !tok->is_special ||
+        !eng_tok_strmap_init(&tok->vocab, json_object_size(vocab)))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     for (int32_t k = 0; k < tok->n_ids; k++)
         tok->id_len[k] = UINT32_MAX;
     json_object_keylen_foreach((json_t *)vocab, key, klen, v)
     {
-        inf_status_t st = set_token(tok, (int32_t)json_integer_value(v), key, klen, err);
+        inf_status_t st = vocab_token(tok, (int32_t)json_integer_value(v), key, klen, err);
         if (st != INF_OK)
             return st;
     }
-    if (!tok_strmap_init(&tok->vocab, json_object_size(vocab)))
-        return inf_err_set(err, INF_E_NOMEM, "out of memory");
-    /* Keys point into the pool, which is complete now (added tokens go to
-     * their own copies). */
-    for (int32_t k = 0; k < tok->n_ids; k++)
-        if (tok->id_len[k] != UINT32_MAX &&
-            !tok_strmap_put(&tok->vocab, tok->pool.p + tok->id_off[k], tok->id_len[k], k))
-            return inf_err_set(err, INF_E_NOMEM, "out of memory");
 
     tok->byte_fallback = jbool(model, "byte_fallback", false);
     tok->fuse_unk = jbool(model, "fuse_unk", false);
@@ -604,7 +600,7 @@ static inf_status_t model_parse(eng_tok_t *tok, const json_t *model, const json_
     size_t l;
     const char *s = jstr(model, "unk_token", &l);
     if (s) {
-        tok->unk_id = tok_strmap_get(&tok->vocab, s, l);
+        tok->unk_id = eng_tok_strmap_get(&tok->vocab, s, l);
         if (tok->unk_id < 0)
             return inf_err_set(err, INF_E_FORMAT, "tokenizer.json: unk_token not in the vocab");
     }
@@ -619,12 +615,13 @@ static inf_status_t model_parse(eng_tok_t *tok, const json_t *model, const json_
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
-        tok->byte_ids[b] = tok_strmap_get(&tok->vocab, name, 6);
+        tok->byte_ids[b] = eng_tok_strmap_get(&tok->vocab, name, 6);
     }
     return merges_build(tok, merges, err);
 }
 
-/* ---- added tokens ------------------------------------------------------------------------------- */
+/* ---- added tokens -------------------------------------------------------------------------------
+ */
 static int cmp_added;
 static const struct tok_added *cmp_base;
 
@@ -679,7 +676,7 @@ static inf_status_t added_parse(eng_tok_t *tok, const json_t *added, struct inf_
 {
     size_t n = json_array_size(added);
     tok->added = calloc(n + 1, sizeof *tok->added);
-    if (!tok->added || !tok_strmap_init(&tok->added_map, n))
+    if (!tok->added || !eng_tok_strmap_init(&tok->added_map, n))
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     struct tok_buf nb = {0}, tmp = {0};
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
@@ -712,25 +709,28 @@ static inf_status_t added_parse(eng_tok_t *tok, const json_t *added, struct inf_
         }
         nb.n = 0;
         if (a->normalized && tok->norm) {
-            if (!tok_normalize(tok->norm, s, l, &nb, &tmp, md)) {
+            if (!eng_tok_normalize(tok->norm, s, l, &nb, &tmp, md)) {
                 st = inf_err_set(err, INF_E_NOMEM, "out of memory");
                 break;
             }
-        } else if (!tok_buf_put(&nb, s, l)) {
+        } else if (!eng_tok_buf_put(&nb, s, l)) {
             st = inf_err_set(err, INF_E_NOMEM, "out of memory");
             break;
         }
         a->norm = dupn(nb.p ? nb.p : "", nb.n);
         a->norm_len = nb.n;
-        if (!a->norm || !tok_strmap_put(&tok->added_map, a->content, a->len, a->id)) {
+        if (!a->norm || !eng_tok_strmap_put(&tok->added_map, a->content, a->len, a->id)) {
             st = inf_err_set(err, INF_E_NOMEM, "out of memory");
             break;
         }
-        st = set_token(tok, a->id, s, l, err);
+        /* The reference keeps a normalized token's normalized form: that is
+         * what decoding it gives. */
+        tok->id_str[a->id] = a->normalized ? a->norm : a->content;
+        tok->id_len[a->id] = (uint32_t)(a->normalized ? a->norm_len : a->len);
         tok->is_special[a->id] = a->special;
     }
-    tok_buf_fini(&nb);
-    tok_buf_fini(&tmp);
+    eng_tok_buf_fini(&nb);
+    eng_tok_buf_fini(&tmp);
     pcre2_match_data_free(md);
     if (st == INF_OK)
         st = matcher_build(tok, &tok->match_raw, false, err);
@@ -739,7 +739,8 @@ static inf_status_t added_parse(eng_tok_t *tok, const json_t *added, struct inf_
     return st;
 }
 
-/* ---- post-processor ------------------------------------------------------------------------------ */
+/* ---- post-processor
+ * ------------------------------------------------------------------------------ */
 static inf_status_t template_parse(eng_tok_t *tok, const json_t *j, struct inf_err *err)
 {
     if (tok->tmpl)
@@ -804,11 +805,12 @@ static inf_status_t post_parse(eng_tok_t *tok, const json_t *j, struct inf_err *
         return INF_OK; /* only trims offsets; ids are unchanged */
     if (!strcmp(type, "TemplateProcessing"))
         return template_parse(tok, j, err);
-    return inf_err_set(err, INF_E_UNSUPPORTED,
-                       "tokenizer.json: post_processor %s is not supported", type);
+    return inf_err_set(err, INF_E_UNSUPPORTED, "tokenizer.json: post_processor %s is not supported",
+                       type);
 }
 
-/* ---- tokenizer_config.json ------------------------------------------------------------------------- */
+/* ---- tokenizer_config.json
+ * ------------------------------------------------------------------------- */
 static int32_t config_token(const eng_tok_t *tok, const json_t *cfg, const char *key)
 {
     json_t *v = json_object_get(cfg, key);
@@ -818,15 +820,16 @@ static int32_t config_token(const eng_tok_t *tok, const json_t *cfg, const char 
         return -1;
     size_t l = json_string_length(v);
     const char *s = json_string_value(v);
-    int32_t id = tok_strmap_get(&tok->added_map, s, l);
-    return id >= 0 ? id : tok_strmap_get(&tok->vocab, s, l);
+    int32_t id = eng_tok_strmap_get(&tok->added_map, s, l);
+    return id >= 0 ? id : eng_tok_strmap_get(&tok->vocab, s, l);
 }
 
-/* ---- entry points ------------------------------------------------------------------------------------- */
+/* ---- entry points
+ * ------------------------------------------------------------------------------------- */
 inf_status_t eng_tok_load_json(const char *text, size_t len, const char *config_text,
                                size_t config_len, eng_tok_t **out, struct inf_err *err)
 {
-    tok_bytelevel_init();
+    eng_tok_bytelevel_init();
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_FLAGS, &je);
     json_t *cfg = NULL;
@@ -893,13 +896,12 @@ inf_status_t eng_tok_load_json(const char *text, size_t len, const char *config_
     if (added && (st = added_parse(tok, added, err)) != INF_OK)
         goto fail;
     if (!added) {
-        tok_strmap_init(&tok->added_map, 0);
+        eng_tok_strmap_init(&tok->added_map, 0);
         if ((st = matcher_build(tok, &tok->match_raw, false, err)) != INF_OK ||
             (st = matcher_build(tok, &tok->match_norm, true, err)) != INF_OK)
             goto fail;
     }
-    if (!json_is_null(json_object_get(root, "truncation")) &&
-        json_object_get(root, "truncation"))
+    if (!json_is_null(json_object_get(root, "truncation")) && json_object_get(root, "truncation"))
         inf_log(WARN, "tokenizer.json: truncation settings ignored");
     if (!json_is_null(json_object_get(root, "padding")) && json_object_get(root, "padding"))
         inf_log(WARN, "tokenizer.json: padding settings ignored");
@@ -935,19 +937,19 @@ static inf_status_t read_file(const char *path, char **text, size_t *len, struct
     char chunk[65536];
     size_t got;
     while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (!tok_buf_put(&b, chunk, got)) {
+        if (!eng_tok_buf_put(&b, chunk, got)) {
             fclose(f);
-            tok_buf_fini(&b);
+            eng_tok_buf_fini(&b);
             return inf_err_set(err, INF_E_NOMEM, "out of memory");
         }
     bool bad = ferror(f);
     fclose(f);
     if (bad) {
-        tok_buf_fini(&b);
+        eng_tok_buf_fini(&b);
         return inf_err_set(err, INF_E_IO, "cannot read the tokenizer file");
     }
-    if (!tok_buf_put(&b, "", 1)) {
-        tok_buf_fini(&b);
+    if (!eng_tok_buf_put(&b, "", 1)) {
+        eng_tok_buf_fini(&b);
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
     }
     *text = b.p;
@@ -994,20 +996,20 @@ void eng_tok_destroy(eng_tok_t *tok)
 {
     if (!tok)
         return;
-    tok_buf_fini(&tok->pool);
-    free(tok->id_off);
+    eng_tok_buf_fini(&tok->pool);
+    free(tok->id_str);
     free(tok->id_len);
     free(tok->is_special);
-    tok_strmap_fini(&tok->vocab);
-    tok_strmap_fini(&tok->added_map);
+    eng_tok_strmap_fini(&tok->vocab);
+    eng_tok_strmap_fini(&tok->added_map);
     free(tok->merges.slots);
     free(tok->cont_prefix);
     free(tok->eow_suffix);
-    tok_norm_free(tok->norm);
+    eng_tok_norm_free(tok->norm);
     free(tok->norm);
-    tok_pretok_free(tok->pretok);
+    eng_tok_pretok_free(tok->pretok);
     free(tok->pretok);
-    tok_dec_free(tok->dec);
+    eng_tok_dec_free(tok->dec);
     free(tok->dec);
     for (size_t i = 0; i < tok->n_tmpl; i++)
         free(tok->tmpl[i].ids);
@@ -1033,14 +1035,14 @@ const char *eng_tok_id_to_token(const eng_tok_t *tok, int32_t id)
 {
     if (id < 0 || id >= tok->n_ids || tok->id_len[id] == UINT32_MAX)
         return NULL;
-    return tok->pool.p + tok->id_off[id];
+    return tok->id_str[id];
 }
 
 int32_t eng_tok_token_to_id(const eng_tok_t *tok, const char *token)
 {
     size_t l = strlen(token);
-    int32_t id = tok_strmap_get(&tok->added_map, token, l);
-    return id >= 0 ? id : tok_strmap_get(&tok->vocab, token, l);
+    int32_t id = eng_tok_strmap_get(&tok->added_map, token, l);
+    return id >= 0 ? id : eng_tok_strmap_get(&tok->vocab, token, l);
 }
 
 bool eng_tok_is_special(const eng_tok_t *tok, int32_t id)

@@ -7,7 +7,7 @@
 #include <utf8proc.h>
 
 /* ---- buffers ------------------------------------------------------------------ */
-bool tok_buf_reserve(struct tok_buf *b, size_t extra)
+bool eng_tok_buf_reserve(struct tok_buf *b, size_t extra)
 {
     if (b->n + extra <= b->cap)
         return true;
@@ -25,9 +25,9 @@ bool tok_buf_reserve(struct tok_buf *b, size_t extra)
     return true;
 }
 
-bool tok_buf_put(struct tok_buf *b, const void *s, size_t n)
+bool eng_tok_buf_put(struct tok_buf *b, const void *s, size_t n)
 {
-    if (!tok_buf_reserve(b, n))
+    if (!eng_tok_buf_reserve(b, n))
         return false;
     if (n)
         memcpy(b->p + b->n, s, n);
@@ -35,19 +35,19 @@ bool tok_buf_put(struct tok_buf *b, const void *s, size_t n)
     return true;
 }
 
-void tok_buf_fini(struct tok_buf *b)
+void eng_tok_buf_fini(struct tok_buf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
 }
 
-void tok_list_clear(struct tok_list *l)
+void eng_tok_list_clear(struct tok_list *l)
 {
     l->n = 0;
     l->b.n = 0;
 }
 
-bool tok_list_push_empty(struct tok_list *l, bool at_start)
+bool eng_tok_list_push_empty(struct tok_list *l, bool at_start)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
@@ -63,23 +63,23 @@ bool tok_list_push_empty(struct tok_list *l, bool at_start)
     return true;
 }
 
-bool tok_list_push(struct tok_list *l, const char *s, size_t n, bool at_start)
+bool eng_tok_list_push(struct tok_list *l, const char *s, size_t n, bool at_start)
 {
-    if (!tok_list_push_empty(l, at_start) || !tok_buf_put(&l->b, s, n) || n > UINT32_MAX)
+    if (!eng_tok_list_push_empty(l, at_start) || !eng_tok_buf_put(&l->b, s, n) || n > UINT32_MAX)
         return false;
     l->p[l->n - 1].len = (uint32_t)n;
     return true;
 }
 
-void tok_list_fini(struct tok_list *l)
+void eng_tok_list_fini(struct tok_list *l)
 {
     free(l->p);
-    tok_buf_fini(&l->b);
+    eng_tok_buf_fini(&l->b);
     memset(l, 0, sizeof *l);
 }
 
 /* ---- hashing ---------------------------------------------------------------------- */
-uint64_t tok_hash(const void *s, size_t n)
+uint64_t eng_tok_hash(const void *s, size_t n)
 {
     /* FNV-1a with a final avalanche: short keys, good enough spread. */
     const unsigned char *p = s;
@@ -94,7 +94,7 @@ uint64_t tok_hash(const void *s, size_t n)
     return h;
 }
 
-bool tok_strmap_init(struct tok_strmap *m, size_t expected)
+bool eng_tok_strmap_init(struct tok_strmap *m, size_t expected)
 {
     memset(m, 0, sizeof *m);
     size_t slots = 16;
@@ -107,13 +107,13 @@ bool tok_strmap_init(struct tok_strmap *m, size_t expected)
     m->slots = calloc(slots, sizeof *m->slots);
     m->mask = slots - 1;
     if (!m->keys || !m->lens || !m->vals || !m->slots) {
-        tok_strmap_fini(m);
+        eng_tok_strmap_fini(m);
         return false;
     }
     return true;
 }
 
-void tok_strmap_fini(struct tok_strmap *m)
+void eng_tok_strmap_fini(struct tok_strmap *m)
 {
     free(m->keys);
     free(m->lens);
@@ -146,7 +146,7 @@ static bool strmap_grow(struct tok_strmap *m)
     m->slots = s;
     m->mask = slots - 1;
     for (size_t i = 0; i < m->n; i++) {
-        size_t h = tok_hash(m->keys[i], m->lens[i]) & m->mask;
+        size_t h = eng_tok_hash(m->keys[i], m->lens[i]) & m->mask;
         while (m->slots[h])
             h = (h + 1) & m->mask;
         m->slots[h] = (uint32_t)i + 1;
@@ -154,9 +154,9 @@ static bool strmap_grow(struct tok_strmap *m)
     return true;
 }
 
-bool tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, int32_t val)
+bool eng_tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, int32_t val)
 {
-    size_t h = tok_hash(key, len) & m->mask;
+    size_t h = eng_tok_hash(key, len) & m->mask;
     while (m->slots[h]) {
         uint32_t e = m->slots[h] - 1;
         if (m->lens[e] == len && memcmp(m->keys[e], key, len) == 0) {
@@ -168,7 +168,7 @@ bool tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, int32_t v
     if (m->n == m->cap || (m->n + 1) * 2 > m->mask + 1) {
         if (!strmap_grow(m))
             return false;
-        return tok_strmap_put(m, key, len, val);
+        return eng_tok_strmap_put(m, key, len, val);
     }
     m->keys[m->n] = key;
     m->lens[m->n] = (uint32_t)len;
@@ -177,11 +177,11 @@ bool tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, int32_t v
     return true;
 }
 
-int32_t tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len)
+int32_t eng_tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len)
 {
     if (!m->slots)
         return -1;
-    size_t h = tok_hash(key, len) & m->mask;
+    size_t h = eng_tok_hash(key, len) & m->mask;
     while (m->slots[h]) {
         uint32_t e = m->slots[h] - 1;
         if (m->lens[e] == len && memcmp(m->keys[e], key, len) == 0)
@@ -192,7 +192,7 @@ int32_t tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len)
 }
 
 /* ---- UTF-8 ---------------------------------------------------------------------------- */
-size_t tok_utf8_len(unsigned char c)
+size_t eng_tok_utf8_len(unsigned char c)
 {
     if (c < 0x80)
         return 1;
@@ -240,7 +240,7 @@ static long utf8_char(const unsigned char *s, size_t n)
     return (long)need;
 }
 
-size_t tok_utf8_valid_prefix(const char *s, size_t n)
+size_t eng_tok_utf8_valid_prefix(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
@@ -257,7 +257,7 @@ size_t tok_utf8_valid_prefix(const char *s, size_t n)
     return i;
 }
 
-size_t tok_utf8_decode(const char *s, uint32_t *cp)
+size_t eng_tok_utf8_decode(const char *s, uint32_t *cp)
 {
     const unsigned char *u = (const unsigned char *)s;
     if (u[0] < 0x80) {
@@ -277,7 +277,7 @@ size_t tok_utf8_decode(const char *s, uint32_t *cp)
     return 4;
 }
 
-size_t tok_utf8_encode(uint32_t cp, char out[4])
+size_t eng_tok_utf8_encode(uint32_t cp, char out[4])
 {
     if (cp < 0x80) {
         out[0] = (char)cp;
@@ -301,7 +301,7 @@ size_t tok_utf8_encode(uint32_t cp, char out[4])
     return 4;
 }
 
-bool tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
+bool eng_tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
 {
     /* Rust's from_utf8_lossy: each maximal invalid prefix of a sequence (a
      * lone bad byte, or a truncated valid start) becomes one U+FFFD. */
@@ -311,14 +311,14 @@ bool tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
         size_t j = i;
         while (j < n && s[j] < 0x80)
             j++;
-        if (j > i && !tok_buf_put(out, s + i, j - i))
+        if (j > i && !eng_tok_buf_put(out, s + i, j - i))
             return false;
         i = j;
         if (i >= n)
             break;
         long l = utf8_char(s + i, n - i);
         if (l > 0) {
-            if (!tok_buf_put(out, s + i, (size_t)l))
+            if (!eng_tok_buf_put(out, s + i, (size_t)l))
                 return false;
             i += (size_t)l;
             continue;
@@ -329,7 +329,7 @@ bool tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
             skip = (size_t)(-l);
         else {
             unsigned char c = s[i];
-            size_t need = tok_utf8_len(c);
+            size_t need = eng_tok_utf8_len(c);
             if (need > 1) {
                 unsigned char lo = 0x80, hi = 0xBF;
                 if (c == 0xE0)
@@ -350,7 +350,7 @@ bool tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
                 skip = k;
             }
         }
-        if (!tok_buf_put(out, fffd, 3))
+        if (!eng_tok_buf_put(out, fffd, 3))
             return false;
         i += skip;
     }
@@ -358,55 +358,55 @@ bool tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
 }
 
 /* ---- Unicode properties ------------------------------------------------------------------ */
-bool tok_is_whitespace(uint32_t c)
+bool eng_tok_is_whitespace(uint32_t c)
 {
     return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
            c == 0x205F || c == 0x3000;
 }
 
-bool tok_is_numeric(uint32_t c)
+bool eng_tok_is_numeric(uint32_t c)
 {
     utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
     return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
 }
 
-bool tok_is_alnum(uint32_t c)
+bool eng_tok_is_alnum(uint32_t c)
 {
     if (c == '_')
         return true;
     utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || tok_is_numeric(c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || eng_tok_is_numeric(c);
 }
 
 /* ---- byte-level table ----------------------------------------------------------------------- */
-struct tok_bytelevel tok_bl;
+struct tok_bytelevel eng_tok_bl;
 static pthread_once_t bl_once = PTHREAD_ONCE_INIT;
 
 static void bytelevel_build(void)
 {
     int n = 0;
     for (int i = 0; i < 512; i++)
-        tok_bl.dec[i] = -1;
+        eng_tok_bl.dec[i] = -1;
     for (int b = 0; b < 256; b++) {
         uint32_t cp;
         if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
             cp = (uint32_t)b;
         else
             cp = 256 + (uint32_t)n++;
-        tok_bl.enc_len[b] = (uint8_t)tok_utf8_encode(cp, tok_bl.enc[b]);
-        tok_bl.dec[cp] = (int16_t)b;
+        eng_tok_bl.enc_len[b] = (uint8_t)eng_tok_utf8_encode(cp, eng_tok_bl.enc[b]);
+        eng_tok_bl.dec[cp] = (int16_t)b;
     }
 }
 
-void tok_bytelevel_init(void)
+void eng_tok_bytelevel_init(void)
 {
     pthread_once(&bl_once, bytelevel_build);
 }
 
 /* ---- patterns -------------------------------------------------------------------------------- */
-int tok_pattern_next(const struct tok_pattern *pat, const char *s, size_t n, size_t start,
-                     pcre2_match_data *md, size_t *ms, size_t *me)
+int eng_tok_pattern_next(const struct tok_pattern *pat, const char *s, size_t n, size_t start,
+                         pcre2_match_data *md, size_t *ms, size_t *me)
 {
     if (start > n)
         return 0;

@@ -46,8 +46,8 @@ struct krn_int4_gemm_layout {
     bool symmetric;       /* zero section absent; zero point 8 */
     size_t q_offset;      /* byte offsets into the repacked buffer */
     size_t scale_offset;
-    size_t zero_offset;   /* == bytes when symmetric */
-    size_t bytes;         /* total size of the repacked buffer */
+    size_t zero_offset; /* == bytes when symmetric */
+    size_t bytes;       /* total size of the repacked buffer */
 };
 
 /* Compute the repacked layout of w (sizes, padding, offsets); no allocation.
@@ -72,18 +72,18 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
 /* One GEMM. All pointers but lay are device pointers. */
 struct krn_int4_gemm_args {
     const struct krn_int4_gemm_layout *lay; /* host memory: the weight's layout */
-    const void *b;          /* the repacked weight buffer on the device, 16-byte aligned */
-    const uint16_t *a;      /* [m][k] fp16 activations, 2-byte aligned */
-    const uint16_t *bias;   /* [n] fp16, or NULL */
-    uint16_t *c;            /* [m][n] fp16 output, 2-byte aligned; must not alias a */
-    int32_t m;              /* rows of A and C, >= 0 (0: nothing to do) */
-    void *workspace;        /* krn_int4_gemm_workspace_size() bytes, zero-filled once
-                               before its first use; every launch leaves it zeroed */
+    const void *b;        /* the repacked weight buffer on the device, 16-byte aligned */
+    const uint16_t *a;    /* [m][k] fp16 activations, 2-byte aligned */
+    const uint16_t *bias; /* [n] fp16, or NULL */
+    uint16_t *c;          /* [m][n] fp16 output, 2-byte aligned; must not alias a */
+    int32_t m;            /* rows of A and C, >= 0 (0: nothing to do) */
+    void *workspace;      /* krn_int4_gemm_workspace_size() bytes, zero-filled once
+                             before its first use; every launch leaves it zeroed */
     size_t workspace_bytes;
-    void *stream;           /* cudaStream_t to launch on (NULL: the default stream) */
-    uint32_t flags;         /* KRN_INT4_GEMM_* */
-    int32_t config;         /* -1: automatic; else an index into the compiled
-                               configurations (krn_int4_gemm_config_name) */
+    void *stream;   /* cudaStream_t to launch on (NULL: the default stream) */
+    uint32_t flags; /* KRN_INT4_GEMM_* */
+    int32_t config; /* -1: automatic; else an index into the compiled
+                       configurations (krn_int4_gemm_config_name) */
 };
 
 /* Bytes of workspace a launch with m <= max_m rows needs for layout lay on the

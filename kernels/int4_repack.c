@@ -44,8 +44,8 @@ inf_status_t krn_int4_gemm_plan(const struct krn_q4_weight *w, struct krn_int4_g
     /* Bound the sizes so every element offset fits the kernel's int64 and the
      * unit counts its int32 arithmetic. */
     if (w->n > (1 << 24) || w->kp > (1 << 24))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: n=%d k=%d too large",
-                           (int)w->n, (int)w->k);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: n=%d k=%d too large", (int)w->n,
+                           (int)w->k);
     memset(lay, 0, sizeof *lay);
     lay->n = w->n;
     lay->k = w->k;
@@ -65,8 +65,8 @@ inf_status_t krn_int4_gemm_plan(const struct krn_q4_weight *w, struct krn_int4_g
     lay->q_offset = 0;
     lay->scale_offset = align_up(q_bytes, SECTION_ALIGN);
     lay->zero_offset = align_up(lay->scale_offset + s_bytes, SECTION_ALIGN);
-    lay->bytes = lay->symmetric ? lay->zero_offset
-                                : align_up(lay->zero_offset + s_bytes, SECTION_ALIGN);
+    lay->bytes =
+        lay->symmetric ? lay->zero_offset : align_up(lay->zero_offset + s_bytes, SECTION_ALIGN);
     return INF_OK;
 }
 
@@ -120,10 +120,9 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
     for (int64_t i = 0; i < (int64_t)w->n * ng; i++) {
         float z = inf_f16_to_f32(w->zero[i]);
         if (!(z >= 0.0f && z <= 15.0f) || z != floorf(z) || (w->symmetric && z != 8.0f))
-            return inf_err_set(err, INF_E_UNSUPPORTED,
-                               "int4 gemm: zero point %g of row %lld is not %s", (double)z,
-                               (long long)(i / ng),
-                               w->symmetric ? "8 (symmetric)" : "an integer in [0, 15]");
+            return inf_err_set(
+                err, INF_E_UNSUPPORTED, "int4 gemm: zero point %g of row %lld is not %s", (double)z,
+                (long long)(i / ng), w->symmetric ? "8 (symmetric)" : "an integer in [0, 15]");
     }
     memset(dst, 0, lay->bytes);
     uint8_t *base = dst;

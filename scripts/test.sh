@@ -19,6 +19,7 @@ set +e
 int4serve_install_deps || { echo "test.sh: installing dependencies failed"; exit 1; }
 
 jobs=${JOBS:-$(nproc)}
+INT4SERVE_TOKENIZER_CACHE=$(scripts/fetch-tokenizers.sh); export INT4SERVE_TOKENIZER_CACHE
 fuzz_seconds=${INT4SERVE_FUZZ_SECONDS:-20}
 failed=()
 summary=()

@@ -17,8 +17,8 @@
  *          split-K: each writes its fp32 partial to the workspace, the last
  *          to arrive (atomic counter) sums them in block order — deterministic —
  *          adds the bias, writes C and resets the counter for the next launch.
- * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros); W is
- *          fetched with an L2 evict-first policy (streamed once), A is staged
+ * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros), all
+ *          16-byte cp.async.cg (no L1 allocation); A is staged
  *          in shared memory once per k tile and reused by every warp along N.
  *          The dequantization of a k step is plain ALU work (LOP3, HSUB2/HFMA2,
  *          HMUL2) that the scheduler interleaves with the tensor-core mma of
@@ -36,8 +36,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-namespace int4gemm {
-namespace {
+namespace int4gemm
+{
+namespace
+{
 
 constexpr int kThreads = 256;
 
@@ -50,20 +52,17 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
  * M, columns past K) without touching global memory. */
 __device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, bool pred)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(pred ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(pred ? 16 : 0));
 }
 
-/* 16-byte async copy with an L2 cache policy: the weights are read exactly
- * once per launch, so they are marked evict-first and leave the L2 to the
- * activations, scales, partial sums and counters that are re-read. */
-__device__ __forceinline__ void cp_async16_stream(void *dst, const void *src, uint64_t policy)
-{
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "l"(policy));
-}
-
+/* The weights are read exactly once per launch. An L2 evict-first policy on
+ * their copies (cp.async ... L2::cache_hint with createpolicy) was the first
+ * design, but ptxas 13.0 encoded the constant policy descriptor of the
+ * in-loop copy as an odd uniform-register pair (desc[UR1]), which faults
+ * with "illegal instruction" on the H200 (docs/gemm-notes.md). The copies
+ * are plain cp.async.cg (L1 bypassed); the weights still pass through L2
+ * once, and the rotation in bench/gemm keeps them from being L2 hits. */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -119,11 +118,11 @@ __device__ __forceinline__ int partial_slot(int b, int t, const Params &p, int g
 
 /* Tile geometry of one configuration, shared by the kernel and the host. */
 template <int MB, int NWN, int STAGES> struct Tile {
-    static constexpr int BM = 16 * MB;           /* rows */
-    static constexpr int BN = 64 * NWN;          /* columns */
-    static constexpr int KW = 8 / NWN;           /* warps splitting a k tile */
-    static constexpr int KSTEPS = 2 * KW;        /* k16 steps per k tile */
-    static constexpr int BK = 16 * KSTEPS;       /* 128 or 64 */
+    static constexpr int BM = 16 * MB;                 /* rows */
+    static constexpr int BN = 64 * NWN;                /* columns */
+    static constexpr int KW = 8 / NWN;                 /* warps splitting a k tile */
+    static constexpr int KSTEPS = 2 * KW;              /* k16 steps per k tile */
+    static constexpr int BK = 16 * KSTEPS;             /* 128 or 64 */
     static constexpr int B_BYTES = KSTEPS * NWN * 512; /* 8 KiB of codes */
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int S_BYTES = KW * NWN * 128; /* <= KW groups x NWN x 64 fp16 */
@@ -133,33 +132,159 @@ template <int MB, int NWN, int STAGES> struct Tile {
     static_assert(KSTEPS * NWN * 32 == 512, "two W copies per thread per stage");
 };
 
+/* End of a block's part of output tile (m_tile, n_tile): sum the KW warps
+ * sharing each column slice (shared memory, warp order), then either write C
+ * (the block did the whole k range) or publish an fp32 partial and, if last
+ * to arrive, reduce every contributor's partial in block order into C. Leaves
+ * acc zeroed. Called by all threads of the block. */
+template <int MB, int NWN, int STAGES>
+__device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8][4], float4 *red,
+                                            volatile int *flag, int m_tile, int n_tile, int b,
+                                            int grid)
+{
+    using T = Tile<MB, NWN, STAGES>;
+    constexpr int BM = T::BM, BN = T::BN, KW = T::KW;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nw = warp % NWN, kw = warp / NWN;
+    if (KW > 1) {
+        if (kw > 0) {
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int f = 0; f < 8; f++)
+                    red[((((kw - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane] =
+                        make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]);
+        }
+        __syncthreads();
+        if (kw == 0) {
+#pragma unroll 1
+            for (int w2 = 1; w2 < KW; w2++)
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                    for (int f = 0; f < 8; f++) {
+                        const float4 v =
+                            red[((((w2 - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane];
+                        acc[mb][f][0] += v.x;
+                        acc[mb][f][1] += v.y;
+                        acc[mb][f][2] += v.z;
+                        acc[mb][f][3] += v.w;
+                    }
+        }
+    }
+    const int t = n_tile * p.m_tiles + m_tile;
+    const int rows = min(BM, p.m - m_tile * BM);
+    const int cf = unit_block(t * p.k_tiles, p.units, grid);
+    const int cl = unit_block((t + 1) * p.k_tiles - 1, p.units, grid);
+    const int g8 = lane >> 2, c2 = (lane & 3) * 2;
+    if (cf == cl) {
+        /* The whole k range was ours: straight to C. */
+        if (kw == 0) {
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int f = 0; f < 8; f++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = mb * 16 + g8 + 8 * h;
+                        if (r < rows)
+                            store_pair(p, m_tile * BM + r, n_tile * BN + nw * 64 + f * 8 + c2,
+                                       acc[mb][f][2 * h], acc[mb][f][2 * h + 1]);
+                    }
+        }
+    } else {
+        const int64_t tile_elems = (int64_t)p.slot_rows * BN;
+        if (kw == 0) {
+            float *dst = p.partials + partial_slot(b, t, p, grid) * tile_elems;
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int f = 0; f < 8; f++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = mb * 16 + g8 + 8 * h;
+                        if (r < rows)
+                            __stcg(reinterpret_cast<float2 *>(dst + r * BN + nw * 64 + f * 8 + c2),
+                                   make_float2(acc[mb][f][2 * h], acc[mb][f][2 * h + 1]));
+                    }
+        }
+        /* Publish the partial, then count the arrival. The counter of a shared
+         * tile lives at its first contributor's slot index, so the counter
+         * region is small and fixed whatever M and the configuration. */
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            int *counter = p.counters + partial_slot(cf, t, p, grid);
+            const int old = atomicAdd(counter, 1);
+            const bool last = old == cl - cf;
+            if (last)
+                *counter = 0; /* ready for the next launch */
+            *flag = last;
+        }
+        __syncthreads();
+        if (*flag) {
+            __threadfence();
+            /* Sum every contributor's partial in block order: the result does
+             * not depend on which block arrived last. */
+            const int quads = rows * BN / 4;
+            for (int q = tid; q < quads; q += kThreads) {
+                float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int bb = cf; bb <= cl; bb++) {
+                    const float4 v =
+                        __ldcg(reinterpret_cast<const float4 *>(
+                                   p.partials + partial_slot(bb, t, p, grid) * tile_elems) +
+                               q);
+                    sum.x += v.x;
+                    sum.y += v.y;
+                    sum.z += v.z;
+                    sum.w += v.w;
+                }
+                const int r = q * 4 / BN, col = q * 4 % BN;
+                const int grow = m_tile * BM + r, gcol = n_tile * BN + col;
+                store_pair(p, grow, gcol, sum.x, sum.y);
+                store_pair(p, grow, gcol + 2, sum.z, sum.w);
+            }
+        }
+    }
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int f = 0; f < 8; f++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mb][f][e] = 0.0f;
+}
+
 /*
  * The kernel. Template parameters:
  *   MB      16-row m blocks per tile (BM = 16 MB rows: 1, 2 or 4)
  *   NWN     warps along N, each owning 64 columns (BN = 64 NWN)
  *   STAGES  depth of the cp.async ring
  *   ZP      asymmetric weights (zero points read from the zero section)
+ *   AVEC    rows of A are 16-byte aligned: cp.async for A, else element loads
  * Each warp owns BM x 64 outputs and two consecutive k16 steps of every k
  * tile; the KW = 8 / NWN warps sharing a column range split the k tile
  * (BK = 32 KW) and are summed through shared memory when a tile ends. A
  * warp's two k steps are in one scale group (groups are >= 32 wide and start
  * at even steps), so scales are read once per warp per k tile.
  */
-template <int MB, int NWN, int STAGES, bool ZP>
-__global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
+template <int MB, int NWN, int STAGES, bool ZP, bool AVEC>
+__global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
     int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     using T = Tile<MB, NWN, STAGES>;
-    constexpr int BM = T::BM, BN = T::BN, KW = T::KW, KSTEPS = T::KSTEPS, BK = T::BK;
+    constexpr int BM = T::BM, KSTEPS = T::KSTEPS, BK = T::BK;
     constexpr int B_BYTES = T::B_BYTES, A_BYTES = T::A_BYTES, S_BYTES = T::S_BYTES;
     constexpr int STAGE_BYTES = T::STAGE_BYTES;
     constexpr int A_CHUNKS = BM * BK / 8; /* 16-byte chunks of the A tile */
     constexpr int A_ROW_CHUNKS = BK / 8;
+    constexpr int A_ITERS = (A_CHUNKS + kThreads - 1) / kThreads;
 
     extern __shared__ __align__(16) unsigned char smem[];
     float4 *red = reinterpret_cast<float4 *>(smem + STAGES * STAGE_BYTES);
-    volatile int *flag = reinterpret_cast<volatile int *>(smem + STAGES * STAGE_BYTES + T::RED_BYTES);
+    volatile int *flag =
+        reinterpret_cast<volatile int *>(smem + STAGES * STAGE_BYTES + T::RED_BYTES);
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -172,32 +297,45 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
     const int n_units = unit_start(b + 1, p.units, grid) - u_begin;
     const int ksteps_total = p.k_pad / 16;
 
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-
-    /* Issue the copies of unit u into ring slot s. */
-    auto load_stage = [&](int u, int s) {
-        unsigned char *st = smem + s * STAGE_BYTES;
-        const int t = u / p.k_tiles;
-        const int kk = u - t * p.k_tiles;
-        const int n_tile = t / p.m_tiles;
-        const int m_tile = t - n_tile * p.m_tiles;
-        /* W: 16 chunks of 512 bytes; a warp copies one whole chunk (coalesced). */
+    /* Per-thread constants of the copies, computed once: every unit then costs
+     * a few multiply-adds and no division (the loop is issue-bound at small M,
+     * so the bookkeeping must stay far below the dequantization work). */
+    int w_off[2]; /* this thread's two 16-byte pieces of the W tile */
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int idx = tid + i * kThreads;
-            const int chunk = idx >> 5; /* = ks * NWN + j */
-            const int ks = chunk / NWN, j = chunk % NWN;
-            const uint4 *src = p.q + ((int64_t)(n_tile * NWN + j) * ksteps_total +
-                                      kk * KSTEPS + ks) * 32 + (idx & 31);
-            cp_async16_stream(st + idx * 16, src, policy);
-        }
+    for (int i = 0; i < 2; i++) {
+        const int idx = tid + i * kThreads;
+        const int chunk = idx >> 5; /* = ks * NWN + j */
+        w_off[i] = ((chunk % NWN) * ksteps_total + chunk / NWN) * 32 + (idx & 31);
+    }
+    /* Scale groups: gsteps is a power of two 2..16 (gshift) or the whole k
+     * (gshift large, one group). A k tile holds max(1, KSTEPS >> gshift) groups. */
+    const int ng = max(1, KSTEPS >> p.gshift);
+    const bool s_copy = tid < ng * NWN * 8;
+    const int s_off = ((tid / 8) % NWN) * p.groups * 8 + (tid / (NWN * 8)) * 8 + (tid % 8);
+
+    /* Load cursor: coordinates of the next unit to fetch. */
+    int l_kk, l_m, l_n;
+    {
+        const int t0 = u_begin / p.k_tiles;
+        l_kk = u_begin - t0 * p.k_tiles;
+        l_n = t0 / p.m_tiles;
+        l_m = t0 - l_n * p.m_tiles;
+    }
+    int c_kk = l_kk, c_m = l_m, c_n = l_n; /* compute cursor */
+
+    /* Issue the copies of the load cursor's unit into ring slot s, then
+     * advance the cursor. */
+    auto load_stage = [&](int s) {
+        unsigned char *st = smem + s * STAGE_BYTES;
+        /* W: 16 chunks of 512 bytes; a warp copies one whole chunk (coalesced). */
+        const uint4 *wsrc = p.q + ((int64_t)l_n * NWN * ksteps_total + l_kk * KSTEPS) * 32;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            cp_async16(st + (tid + i * kThreads) * 16, wsrc + w_off[i]);
         /* Scales (and zeros) of the groups this k tile touches. */
-        const int gfirst = kk * KSTEPS / p.gsteps;
-        const int ng = p.gsteps >= KSTEPS ? 1 : KSTEPS / p.gsteps;
-        if (tid < ng * NWN * 8) {
-            const int gi = tid / (NWN * 8), j = (tid / 8) % NWN, e = tid % 8;
-            const int64_t off = ((int64_t)(n_tile * NWN + j) * p.groups + gfirst + gi) * 8 + e;
+        if (s_copy) {
+            const int64_t off =
+                (int64_t)l_n * NWN * p.groups * 8 + ((l_kk * KSTEPS) >> p.gshift) * 8 + s_off;
             cp_async16(st + B_BYTES + A_BYTES + tid * 16, p.scales + off);
             if (ZP)
                 cp_async16(st + B_BYTES + A_BYTES + S_BYTES + tid * 16, p.zeros + off);
@@ -207,29 +345,41 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
          * groups (rows are 128 or 256 bytes apart, which would all map to the
          * same banks). */
         half *sa = reinterpret_cast<half *>(st + B_BYTES);
-        const int row0 = m_tile * BM;
-        if (p.a_vec) {
+        const int row0 = l_m * BM;
+        if (AVEC) {
+            /* Only the rows that exist are copied (M = 1 moves one row, not
+             * 16); the rows past M keep whatever they hold — zeros from the
+             * start or another tile's rows — and only feed outputs that are
+             * never stored, since row r of C depends on row r of A alone. */
+            const int lim = min(BM, p.m - row0) * A_ROW_CHUNKS;
 #pragma unroll
-            for (int i = 0; i < (A_CHUNKS + kThreads - 1) / kThreads; i++) {
+            for (int i = 0; i < A_ITERS; i++) {
                 const int idx = tid + i * kThreads;
-                if (A_CHUNKS % kThreads == 0 || idx < A_CHUNKS) {
+                if (idx < lim) {
                     const int r = idx / A_ROW_CHUNKS, kc = idx % A_ROW_CHUNKS;
-                    const int gr = row0 + r, gk = kk * BK + kc * 8;
-                    const bool ok = gr < p.m && gk < p.k;
-                    const half *src = ok ? p.a + (int64_t)gr * p.k + gk : p.a;
+                    const int gk = l_kk * BK + kc * 8;
+                    const bool ok = gk < p.k;
+                    const half *src = ok ? p.a + (int64_t)(row0 + r) * p.k + gk : p.a;
                     cp_async16_zfill(sa + r * BK + ((kc ^ (r & 7)) * 8), src, ok);
                 }
             }
         } else {
-            /* Rows of A not 16-byte aligned (k % 8 != 0): element loads. Only odd
-             * shapes take this path; it is correct, not fast. */
+            /* Rows of A not 16-byte aligned (k % 8 != 0 or an offset pointer):
+             * element loads. Only odd shapes take this path; correct, not fast. */
             for (int idx = tid; idx < BM * BK; idx += kThreads) {
                 const int r = idx / BK, kx = idx % BK;
-                const int gr = row0 + r, gk = kk * BK + kx;
+                const int gr = row0 + r, gk = l_kk * BK + kx;
                 half v = __float2half(0.0f);
                 if (gr < p.m && gk < p.k)
                     v = p.a[(int64_t)gr * p.k + gk];
                 sa[r * BK + (((kx >> 3) ^ (r & 7)) << 3) + (kx & 7)] = v;
+            }
+        }
+        if (++l_kk == p.k_tiles) {
+            l_kk = 0;
+            if (++l_m == p.m_tiles) {
+                l_m = 0;
+                l_n++;
             }
         }
     };
@@ -243,34 +393,44 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
             for (int e = 0; e < 4; e++)
                 acc[mb][f][e] = 0.0f;
 
+    /* Zero the A tiles once, so rows past M are finite zeros. */
+    for (int s = 0; s < STAGES; s++)
+        for (int idx = tid; idx < A_BYTES / 16; idx += kThreads)
+            reinterpret_cast<uint4 *>(smem + s * STAGE_BYTES + B_BYTES)[idx] =
+                make_uint4(0, 0, 0, 0);
+    __syncthreads();
+
     /* Prologue: STAGES - 1 units in flight before the first mma. */
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < n_units)
-            load_stage(u_begin + s, s);
+            load_stage(s);
         cp_async_commit();
     }
+
+    /* This warp's two k steps are in one group: its index inside the k tile. */
+    const int ks0 = 2 * kw;
+    const int gi = ks0 >> p.gshift;
 
     for (int i = 0; i < n_units; i++) {
         /* Unit i has landed once at most STAGES - 2 younger groups are pending. */
         cp_async_wait<STAGES - 2>();
         __syncthreads(); /* also: every warp is done with slot (i - 1) % STAGES */
         if (i + STAGES - 1 < n_units)
-            load_stage(u_begin + i + STAGES - 1, (i + STAGES - 1) % STAGES);
+            load_stage((i + STAGES - 1) % STAGES);
         cp_async_commit();
+        /* The copies are predicated per thread (rows past M, scale groups):
+         * reconverge the warp before ldmatrix / mma, whose .sync.aligned forms
+         * must be executed by the whole warp together. */
+        __syncwarp();
 
-        const int u = u_begin + i;
-        const int t = u / p.k_tiles;
-        const int kk = u - t * p.k_tiles;
         const unsigned char *st = smem + (i % STAGES) * STAGE_BYTES;
 
         /* ---- this warp's two k16 steps of the tile ---- */
         {
-            const int ks0 = 2 * kw;
             const uint4 *sb = reinterpret_cast<const uint4 *>(st);
             const uint4 q0 = sb[(ks0 * NWN + nw) * 32 + lane];
             const uint4 q1 = sb[((ks0 + 1) * NWN + nw) * 32 + lane];
-            const int gi = (kk * KSTEPS + ks0) / p.gsteps - kk * KSTEPS / p.gsteps;
             const uint4 *ss = reinterpret_cast<const uint4 *>(st + B_BYTES + A_BYTES);
             const uint4 sv = ss[(gi * NWN + nw) * 8 + (lane >> 2)];
             uint4 zv = make_uint4(0, 0, 0, 0);
@@ -293,123 +453,31 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? 2 : 1)
                     const int kc = (ks0 + s) * 2 + (lane >> 4);
                     ldsm_x4(af[mb], sa + r * BK + ((kc ^ (r & 7)) * 8));
                 }
-                uint32_t bf[8][2];
-                dequant_word(s == 0 ? q0 : q1, g, bf);
+                /* word by word: four fp16 B registers live at a time */
+                const uint4 qv = s == 0 ? q0 : q1;
+                const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
-                for (int f = 0; f < 8; f++)
+                for (int j = 0; j < 4; j++) {
+                    uint32_t bf[2][2];
+                    dequant_pair(qw[j], g, j, bf);
 #pragma unroll
-                    for (int mb = 0; mb < MB; mb++)
-                        mma_16816(acc[mb][f], af[mb], bf[f][0], bf[f][1]);
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int mb = 0; mb < MB; mb++)
+                            mma_16816(acc[mb][2 * j + h], af[mb], bf[h][0], bf[h][1]);
+                }
             }
         }
 
         /* ---- end of this block's part of tile t: reduce and write ---- */
-        if (kk == p.k_tiles - 1 || i == n_units - 1) {
-            if (KW > 1) {
-                /* Sum the KW warps of each column slice, in warp order. */
-                if (kw > 0) {
-#pragma unroll
-                    for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                        for (int f = 0; f < 8; f++)
-                            red[((((kw - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane] =
-                                make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2],
-                                            acc[mb][f][3]);
-                }
-                __syncthreads();
-                if (kw == 0) {
-                    for (int w2 = 1; w2 < KW; w2++)
-#pragma unroll
-                        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                            for (int f = 0; f < 8; f++) {
-                                const float4 v =
-                                    red[((((w2 - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane];
-                                acc[mb][f][0] += v.x;
-                                acc[mb][f][1] += v.y;
-                                acc[mb][f][2] += v.z;
-                                acc[mb][f][3] += v.w;
-                            }
-                }
+        if (c_kk == p.k_tiles - 1 || i == n_units - 1)
+            finish_tile<MB, NWN, STAGES>(p, acc, red, flag, c_m, c_n, b, grid);
+        if (++c_kk == p.k_tiles) {
+            c_kk = 0;
+            if (++c_m == p.m_tiles) {
+                c_m = 0;
+                c_n++;
             }
-            const int n_tile = t / p.m_tiles;
-            const int m_tile = t - n_tile * p.m_tiles;
-            const int rows = min(BM, p.m - m_tile * BM);
-            const int cf = unit_block(t * p.k_tiles, p.units, grid);
-            const int cl = unit_block((t + 1) * p.k_tiles - 1, p.units, grid);
-            const int g8 = lane >> 2, c2 = (lane & 3) * 2;
-            if (cf == cl) {
-                /* The whole k range was ours: straight to C. */
-                if (kw == 0) {
-#pragma unroll
-                    for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                        for (int f = 0; f < 8; f++)
-#pragma unroll
-                            for (int h = 0; h < 2; h++) {
-                                const int r = mb * 16 + g8 + 8 * h;
-                                if (r < rows)
-                                    store_pair(p, m_tile * BM + r, n_tile * BN + nw * 64 + f * 8 + c2,
-                                               acc[mb][f][2 * h], acc[mb][f][2 * h + 1]);
-                            }
-                }
-            } else {
-                const int64_t tile_elems = (int64_t)p.slot_rows * BN;
-                if (kw == 0) {
-                    float *dst = p.partials + partial_slot(b, t, p, grid) * tile_elems;
-#pragma unroll
-                    for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                        for (int f = 0; f < 8; f++)
-#pragma unroll
-                            for (int h = 0; h < 2; h++) {
-                                const int r = mb * 16 + g8 + 8 * h;
-                                if (r < rows)
-                                    __stcg(reinterpret_cast<float2 *>(
-                                               dst + r * BN + nw * 64 + f * 8 + c2),
-                                           make_float2(acc[mb][f][2 * h], acc[mb][f][2 * h + 1]));
-                            }
-                }
-                /* Publish the partial, then count the arrival. */
-                __threadfence();
-                __syncthreads();
-                if (tid == 0) {
-                    const int old = atomicAdd(p.counters + t, 1);
-                    const bool last = old == cl - cf;
-                    if (last)
-                        p.counters[t] = 0; /* ready for the next launch */
-                    *flag = last;
-                }
-                __syncthreads();
-                if (*flag) {
-                    __threadfence();
-                    /* Sum every contributor's partial in block order: the result
-                     * does not depend on which block arrived last. */
-                    const int quads = rows * BN / 4;
-                    for (int q = tid; q < quads; q += kThreads) {
-                        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-                        for (int bb = cf; bb <= cl; bb++) {
-                            const float4 v = __ldcg(reinterpret_cast<const float4 *>(
-                                p.partials + partial_slot(bb, t, p, grid) * tile_elems) + q);
-                            sum.x += v.x;
-                            sum.y += v.y;
-                            sum.z += v.z;
-                            sum.w += v.w;
-                        }
-                        const int r = q * 4 / BN, col = q * 4 % BN;
-                        const int grow = m_tile * BM + r, gcol = n_tile * BN + col;
-                        store_pair(p, grow, gcol, sum.x, sum.y);
-                        store_pair(p, grow, gcol + 2, sum.z, sum.w);
-                    }
-                }
-            }
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                for (int f = 0; f < 8; f++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        acc[mb][f][e] = 0.0f;
         }
     }
     cp_async_wait<0>();
@@ -427,12 +495,22 @@ struct Config {
     int bm, bn;
     int max_blocks_per_sm; /* resident blocks the grid is sized for (at most) */
     int smem;              /* dynamic shared memory bytes */
-    KernelFn kernel[2];    /* [symmetric, asymmetric] */
+    KernelFn kernel[2][2]; /* [asymmetric][A rows 16-byte aligned] */
 };
 
-#define INT4GEMM_CONFIG(NAME, MB, NWN, STAGES, BPS)                                            \
-    {NAME, Tile<MB, NWN, STAGES>::BM, Tile<MB, NWN, STAGES>::BN, BPS, Tile<MB, NWN, STAGES>::SMEM, \
-     {int4_gemm_kernel<MB, NWN, STAGES, false>, int4_gemm_kernel<MB, NWN, STAGES, true>}}
+#define INT4GEMM_CONFIG(NAME, MB, NWN, STAGES, BPS)                                                \
+    {                                                                                              \
+        NAME, Tile<MB, NWN, STAGES>::BM, Tile<MB, NWN, STAGES>::BN, BPS,                           \
+            Tile<MB, NWN, STAGES>::SMEM,                                                           \
+        {                                                                                          \
+            {int4_gemm_kernel<MB, NWN, STAGES, false, false>,                                      \
+             int4_gemm_kernel<MB, NWN, STAGES, false, true>},                                      \
+            {                                                                                      \
+                int4_gemm_kernel<MB, NWN, STAGES, true, false>,                                    \
+                    int4_gemm_kernel<MB, NWN, STAGES, true, true>                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
 
 /* Indexes 0-3 are what the automatic choice uses (by M); the rest are
  * alternatives kept compiled for benchmarking (args->config). */
@@ -445,45 +523,48 @@ const Config kConfigs[] = {
     INT4GEMM_CONFIG("sm80 m16 n128 k128 s6", 1, 2, 6, 2),
     INT4GEMM_CONFIG("sm80 m32 n256 k64 s4", 2, 4, 4, 2),
     INT4GEMM_CONFIG("sm80 m64 n256 k64 s3", 4, 4, 3, 1),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 s3", 1, 2, 3, 3),
 };
 constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
 
+/* From the H200 sweep (docs/gemm-notes.md): the 16-row tile with two blocks
+ * per SM up to M = 16; the 32-row tile (one block per SM, no spills) up to
+ * M = 128, beating the 64-row tiles whose 128 accumulators spill; the 64 x 256
+ * tile with three stages beyond. */
 int auto_config(int m)
 {
     if (m <= 16)
         return 0;
-    if (m <= 32)
+    if (m <= 128)
         return 1;
-    if (m <= 64)
-        return 2;
-    return 3;
+    return 7;
 }
 
 /* Per device and kernel: resident blocks per SM once the shared-memory limit
  * was raised (0: not yet known). Racing writers store the same value. */
 constexpr int kMaxDevices = 16;
-int g_occupancy[kMaxDevices][kNumConfigs][2];
+int g_occupancy[kMaxDevices][kNumConfigs][2][2];
 
-cudaError_t occupancy(int dev, int ci, int zp, int *out)
+cudaError_t occupancy(int dev, int ci, int zp, int av, int *out)
 {
-    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp] > 0) {
-        *out = g_occupancy[dev][ci][zp];
+    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp][av] > 0) {
+        *out = g_occupancy[dev][ci][zp][av];
         return cudaSuccess;
     }
     const Config &c = kConfigs[ci];
-    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[zp]),
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[zp][av]),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
     if (e != cudaSuccess)
         return e;
     int n = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, c.kernel[zp], kThreads, c.smem);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, c.kernel[zp][av], kThreads, c.smem);
     if (e != cudaSuccess)
         return e;
     if (n < 1)
         return cudaErrorInvalidConfiguration;
     if (dev >= 0 && dev < kMaxDevices)
-        g_occupancy[dev][ci][zp] = n;
+        g_occupancy[dev][ci][zp][av] = n;
     *out = n;
     return cudaSuccess;
 }
@@ -493,29 +574,31 @@ int ceil_div(long long a, long long b)
     return (int)((a + b - 1) / b);
 }
 
-size_t align256(size_t x)
-{
-    return (x + 255) / 256 * 256;
-}
+/* Workspace: a fixed region of arrival counters (one per possible shared
+ * tile: two per block, so 2 * kMaxGrid), then the fp32 partial tiles. Fixed,
+ * so that no launch's partials land where another configuration or M keeps
+ * its counters. */
+constexpr int kMaxGrid = 2048;
+constexpr size_t kCounterBytes = 2 * kMaxGrid * sizeof(int);
 
-/* Workspace bytes for config ci, m rows, at most `grid` blocks. */
-size_t workspace_need(const krn_int4_gemm_layout *lay, int ci, int m, long long grid)
+/* Workspace bytes for config ci, m rows, `grid` blocks. */
+size_t workspace_need(const krn_int4_gemm_layout *, int ci, int m, long long grid)
 {
     const Config &c = kConfigs[ci];
-    size_t m_tiles = (size_t)ceil_div(m, c.bm);
-    size_t n_tiles = (size_t)(lay->n_pad / c.bn);
     size_t slot_rows = (size_t)(m < c.bm ? m : c.bm);
-    return align256(m_tiles * n_tiles * sizeof(int)) +
-           2 * (size_t)grid * slot_rows * (size_t)c.bn * sizeof(float);
+    return kCounterBytes + 2 * (size_t)grid * slot_rows * (size_t)c.bn * sizeof(float);
 }
 
 bool layout_ok(const krn_int4_gemm_layout *l)
 {
     return l->n >= 1 && l->k >= 1 && l->n_pad >= l->n && l->k_pad >= l->k &&
            l->n_pad % KRN_INT4_GEMM_N_ALIGN == 0 && l->k_pad % KRN_INT4_GEMM_K_ALIGN == 0 &&
-           l->group_steps >= 2 && l->group_steps % 2 == 0 && l->groups >= 1 &&
-           (long long)l->groups * l->group_steps * 16 >= l->k_pad &&
-           l->q_offset % 16 == 0 && l->scale_offset % 16 == 0 && l->zero_offset % 16 == 0;
+           l->group_steps >= 2 && l->groups >= 1 &&
+           (l->groups == 1
+                ? l->group_steps * 16 >= l->k_pad
+                : (l->group_steps & (l->group_steps - 1)) == 0 && l->group_steps <= 16) &&
+           (long long)l->groups * l->group_steps * 16 >= l->k_pad && l->q_offset % 16 == 0 &&
+           l->scale_offset % 16 == 0 && l->zero_offset % 16 == 0;
 }
 
 } // namespace
@@ -608,15 +691,21 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     p.n_pad = lay->n_pad;
     p.gsteps = lay->group_steps;
     p.groups = lay->groups;
-    p.a_vec = lay->k % 8 == 0 && (uintptr_t)args->a % 16 == 0;
+    const int av = lay->k % 8 == 0 && (uintptr_t)args->a % 16 == 0;
+    /* group_steps is 2..16 (a power of two) or covers the whole k_pad */
+    p.gshift = 30;
+    if (lay->groups > 1)
+        for (int sh = 1; sh <= 4; sh++)
+            if (lay->group_steps == (1 << sh))
+                p.gshift = sh;
     p.c_vec = lay->n % 2 == 0 && (uintptr_t)args->c % 4 == 0;
     cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
 
     /* Dispatch: Turing (or a forced fallback) takes the sm_75 kernel; sm_80 and
      * newer, Hopper included, the mma.sync m16n8k16 pipeline. A Hopper wgmma
      * kernel for large M would be chosen here for major == 9. */
-    const bool fallback = (args->flags & KRN_INT4_GEMM_FORCE_SM75) || major < 8 ||
-                          args->config == kSm75Config;
+    const bool fallback =
+        (args->flags & KRN_INT4_GEMM_FORCE_SM75) || major < 8 || args->config == kSm75Config;
     if (fallback) {
         p.m_tiles = ceil_div(p.m, 16);
         p.n_tiles = p.n_pad / 64;
@@ -635,7 +724,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     const Config &c = kConfigs[ci];
     const int zp = lay->symmetric ? 0 : 1;
     int occ = 0;
-    e = occupancy(dev, ci, zp, &occ);
+    e = occupancy(dev, ci, zp, av, &occ);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
     const int bk = 16 * 2 * (8 / (c.bn / 64));
@@ -644,23 +733,24 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     p.k_tiles = p.k_pad / bk;
     const long long units = (long long)p.m_tiles * p.n_tiles * p.k_tiles;
     if (units > (1LL << 30))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d n=%d k=%d too large",
-                           (int)p.m, (int)p.n, (int)p.k);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d n=%d k=%d too large", (int)p.m,
+                           (int)p.n, (int)p.k);
     p.units = (int)units;
     p.slot_rows = p.m < c.bm ? p.m : c.bm;
     long long grid = (long long)sms * (occ < c.max_blocks_per_sm ? occ : c.max_blocks_per_sm);
     if (grid > p.units)
         grid = p.units;
+    if (grid > kMaxGrid)
+        grid = kMaxGrid;
     size_t need = workspace_need(lay, ci, p.m, grid);
     if (args->workspace_bytes < need)
         return inf_err_set(err, INF_E_INVALID, "int4 gemm: workspace %zu bytes, need %zu",
                            args->workspace_bytes, need);
     unsigned char *ws = static_cast<unsigned char *>(args->workspace);
     p.counters = reinterpret_cast<int *>(ws);
-    p.partials = reinterpret_cast<float *>(
-        ws + align256((size_t)p.m_tiles * p.n_tiles * sizeof(int)));
+    p.partials = reinterpret_cast<float *>(ws + kCounterBytes);
 
-    c.kernel[zp]<<<(unsigned)grid, kThreads, c.smem, stream>>>(p);
+    c.kernel[zp][av]<<<(unsigned)grid, kThreads, c.smem, stream>>>(p);
     e = cudaGetLastError();
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));

@@ -5,34 +5,34 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-namespace int4gemm {
+namespace int4gemm
+{
 
 /* Everything a kernel needs, passed by value (flash-attention's params idea). */
 struct Params {
-    const uint4 *q;       /* [n_pad/64][k_pad/16][32] repacked codes, one uint4 per lane */
-    const uint4 *scales;  /* [n_pad/64][groups][8] uint4 = 64 permuted fp16 scales */
-    const uint4 *zeros;   /* same as scales, or nullptr when symmetric */
-    const half *a;        /* [m][k] activations */
-    const half *bias;     /* [n] or nullptr */
-    half *c;              /* [m][n] output */
-    float *partials;      /* split-K partial tiles (workspace) */
-    int *counters;        /* one arrival counter per output tile (workspace, zeroed) */
-    int m, n, k;          /* logical sizes */
+    const uint4 *q;      /* [n_pad/64][k_pad/16][32] repacked codes, one uint4 per lane */
+    const uint4 *scales; /* [n_pad/64][groups][8] uint4 = 64 permuted fp16 scales */
+    const uint4 *zeros;  /* same as scales, or nullptr when symmetric */
+    const half *a;       /* [m][k] activations */
+    const half *bias;    /* [n] or nullptr */
+    half *c;             /* [m][n] output */
+    float *partials;     /* split-K partial tiles (workspace) */
+    int *counters;       /* arrival counters of shared tiles (workspace, zeroed) */
+    int m, n, k;         /* logical sizes */
     int k_pad, n_pad;
-    int gsteps;           /* k16 steps per scale group */
-    int groups;           /* scale rows per 64-column tile */
-    int a_vec;            /* 1: rows of A are 16-byte aligned (k % 8 == 0): cp.async path */
-    int c_vec;            /* 1: C rows 4-byte aligned (n even): half2 stores */
+    int gsteps; /* k16 steps per scale group */
+    int gshift; /* log2(gsteps) for 2..16; 30 for a single group */
+    int groups; /* scale rows per 64-column tile */
+    int c_vec;  /* 1: C rows 4-byte aligned (n even): half2 stores */
     int m_tiles, n_tiles, k_tiles;
-    int units;            /* m_tiles * n_tiles * k_tiles (<= 2^30) */
-    int slot_rows;        /* rows stored per partial tile: min(BM, m) */
+    int units;     /* m_tiles * n_tiles * k_tiles (<= 2^30) */
+    int slot_rows; /* rows stored per partial tile: min(BM, m) */
 };
 
 /* (a & b) | c in one LOP3: mask out two nibbles and OR in the exponent of
  * 1024.0 (0x6400), giving the fp16 pair (1024 + lo, 1024 + hi) — or
  * (1024 + 16 lo, 1024 + 16 hi) for the nibbles at bits 4-7 / 20-23. */
-template <uint32_t MASK>
-__device__ __forceinline__ uint32_t lop3_mask_or_magic(uint32_t a)
+template <uint32_t MASK> __device__ __forceinline__ uint32_t lop3_mask_or_magic(uint32_t a)
 {
     uint32_t r;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(MASK), "n"(0x64006400u));
@@ -68,12 +68,14 @@ __device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, G
         g.s[2 * i] = as_h2(__byte_perm(sw[i], 0, 0x1010));
         g.s[2 * i + 1] = as_h2(__byte_perm(sw[i], 0, 0x3232));
         if (ZP) {
-            half2 z0 = as_h2(__byte_perm(zw[i], 0, 0x1010));
-            half2 z1 = as_h2(__byte_perm(zw[i], 0, 0x3232));
-            g.zlo[2 * i] = __hadd2(z0, __float2half2_rn(1024.0f));
-            g.zlo[2 * i + 1] = __hadd2(z1, __float2half2_rn(1024.0f));
-            g.zhin[2 * i] = __hneg2(__hadd2(z0, __float2half2_rn(64.0f)));
-            g.zhin[2 * i + 1] = __hneg2(__hadd2(z1, __float2half2_rn(64.0f)));
+            /* both zeros of the word at once, then broadcast each */
+            const uint32_t lo = as_u32(__hadd2(as_h2(zw[i]), __float2half2_rn(1024.0f)));
+            const uint32_t hin =
+                as_u32(__hfma2(as_h2(zw[i]), __float2half2_rn(-1.0f), __float2half2_rn(-64.0f)));
+            g.zlo[2 * i] = as_h2(__byte_perm(lo, 0, 0x1010));
+            g.zlo[2 * i + 1] = as_h2(__byte_perm(lo, 0, 0x3232));
+            g.zhin[2 * i] = as_h2(__byte_perm(hin, 0, 0x1010));
+            g.zhin[2 * i + 1] = as_h2(__byte_perm(hin, 0, 0x3232));
         } else {
             g.zlo[2 * i] = g.zlo[2 * i + 1] = __float2half2_rn(1032.0f);
             g.zhin[2 * i] = g.zhin[2 * i + 1] = __float2half2_rn(-72.0f);
@@ -81,28 +83,41 @@ __device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, G
     }
 }
 
-/* Dequantize one lane's 16-byte word (32 codes) into the B fragments of the
- * eight n8 tiles: b[f][0] holds k = 2c, 2c+1 and b[f][1] k = 2c+8, 2c+9.
- * Each pair costs one LOP3 (plus one shift per two pairs), one exact
- * subtraction (or FMA with 1/16) and one multiply by the scale, so the result
- * is fp16((code - zero) * scale), bit for bit the CPU reference's value. */
+/* Dequantize word j (of four) of one lane's 16-byte W piece: the B fragments
+ * of the n8 tiles f0 = 2j and f1 = 2j + 1; b[i][0] holds k = 2c, 2c+1 and
+ * b[i][1] k = 2c+8, 2c+9 (c = lane % 4). Each fp16 pair costs one LOP3 (plus
+ * one shift per two pairs), one exact subtraction (or FMA with 1/16) and one
+ * multiply by the scale, so the result is fp16((code - zero) * scale), bit
+ * for bit the CPU reference's value. */
+__device__ __forceinline__ void dequant_pair(uint32_t w, const GroupConsts &g, int j,
+                                             uint32_t (&b)[2][2])
+{
+    const half2 sixteenth = __float2half2_rn(0.0625f);
+    const uint32_t w8 = w >> 8;
+    const half2 lo0 = as_h2(lop3_mask_or_magic<0x000f000fu>(w));
+    const half2 hi0 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w));
+    const half2 lo1 = as_h2(lop3_mask_or_magic<0x000f000fu>(w8));
+    const half2 hi1 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w8));
+    const int f0 = 2 * j, f1 = 2 * j + 1;
+    b[0][0] = as_u32(__hmul2(__hsub2(lo0, g.zlo[f0]), g.s[f0]));
+    b[0][1] = as_u32(__hmul2(__hfma2(hi0, sixteenth, g.zhin[f0]), g.s[f0]));
+    b[1][0] = as_u32(__hmul2(__hsub2(lo1, g.zlo[f1]), g.s[f1]));
+    b[1][1] = as_u32(__hmul2(__hfma2(hi1, sixteenth, g.zhin[f1]), g.s[f1]));
+}
+
+/* All four words: the B fragments of the eight n8 tiles. */
 __device__ __forceinline__ void dequant_word(const uint4 &qv, const GroupConsts &g,
                                              uint32_t (&b)[8][2])
 {
     const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
-    const half2 sixteenth = __float2half2_rn(0.0625f);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        uint32_t w = qw[j], w8 = qw[j] >> 8;
-        half2 lo0 = as_h2(lop3_mask_or_magic<0x000f000fu>(w));
-        half2 hi0 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w));
-        half2 lo1 = as_h2(lop3_mask_or_magic<0x000f000fu>(w8));
-        half2 hi1 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w8));
-        const int f0 = 2 * j, f1 = 2 * j + 1;
-        b[f0][0] = as_u32(__hmul2(__hsub2(lo0, g.zlo[f0]), g.s[f0]));
-        b[f0][1] = as_u32(__hmul2(__hfma2(hi0, sixteenth, g.zhin[f0]), g.s[f0]));
-        b[f1][0] = as_u32(__hmul2(__hsub2(lo1, g.zlo[f1]), g.s[f1]));
-        b[f1][1] = as_u32(__hmul2(__hfma2(hi1, sixteenth, g.zhin[f1]), g.s[f1]));
+        uint32_t t[2][2];
+        dequant_pair(qw[j], g, j, t);
+        b[2 * j][0] = t[0][0];
+        b[2 * j][1] = t[0][1];
+        b[2 * j + 1][0] = t[1][0];
+        b[2 * j + 1][1] = t[1][1];
     }
 }
 

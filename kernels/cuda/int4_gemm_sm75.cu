@@ -13,8 +13,10 @@
  */
 #include "kernels/cuda/int4_gemm_impl.cuh"
 
-namespace int4gemm {
-namespace {
+namespace int4gemm
+{
+namespace
+{
 
 constexpr int kWarps = 8;
 
@@ -48,7 +50,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
     __shared__ float4 red[kWarps - 1][8][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n64 = blockIdx.x;  /* 64-column tile */
+    const int n64 = blockIdx.x; /* 64-column tile */
     const int row0 = blockIdx.y * 16;
     const int g8 = lane >> 2, c2 = (lane & 3) * 2;
     const int ksteps = p.k_pad / 16;

@@ -48,8 +48,8 @@ static void canon_make(struct canon *c, int32_t n, int32_t k, int32_t group, boo
     }
     for (int32_t r = 0; r < n; r++)
         for (int32_t j = 0; j < w->kp; j++) {
-            unsigned code = j < k ? rnd() % 16
-                                  : (unsigned)inf_f16_to_f32(w->zero[r * ng + j / w->group]);
+            unsigned code =
+                j < k ? rnd() % 16 : (unsigned)inf_f16_to_f32(w->zero[r * ng + j / w->group]);
             uint8_t *b = &w->q[(int64_t)r * (w->kp / 2) + j / 2];
             *b = (uint8_t)((j & 1) ? ((*b & 0x0f) | (code << 4)) : ((*b & 0xf0) | code));
         }
@@ -193,7 +193,7 @@ START_TEST(round_trip_ragged)
     check_round_trip(300, 100, 32, false, true);
     check_round_trip(288, 288, 256, false, false);
     check_round_trip(70, 200, 64, false, false);
-    check_round_trip(5, 40, 32, false, false); /* kernel groups beyond the canonical ones */
+    check_round_trip(5, 40, 32, false, false);  /* kernel groups beyond the canonical ones */
     check_round_trip(129, 100, 0, true, false); /* per-channel, k = 100 */
     check_round_trip(1, 16, 0, true, true);
 }

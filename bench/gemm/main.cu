@@ -1,0 +1,442 @@
+/* bench_gemm — the INT4 GEMM (kernels/int4_gemm.h) against cuBLAS fp16 in the
+ * same run, on the Llama-2-7B and Llama-3-8B linear-layer shapes.
+ *
+ *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
+ *              [--config I] [--sweep] [--replays R]
+ *
+ * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
+ * the L2 size, so every launch reads its weights from HBM; each measurement
+ * is a CUDA graph of many launches (cycling the copies), replayed several
+ * times after a warm-up; the per-launch time is the median replay over the
+ * launches in it. cuBLAS: cublasGemmEx, fp16 A/B/C, CUBLAS_COMPUTE_32F (fp32
+ * accumulation, tensor ops), default algorithm. Ceilings measured in the same
+ * run: bandwidth from a 1 GiB device-to-device copy (bytes read + written),
+ * peak from an 8192^3 cuBLAS fp16 GEMM. Roofline floor of a case = max(bytes /
+ * bandwidth, flops / peak) with bytes = packed weights + scales (+ zeros) +
+ * A + C. The acceptance sums add the four Llama-2-7B shapes per M. */
+#include "common/inf.h"
+#include "kernels/int4_gemm.h"
+
+#include <algorithm>
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define CB(x)                                                                                      \
+    do {                                                                                           \
+        cublasStatus_t s_ = (x);                                                                   \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_);     \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+__global__ void fill_random_half(half *x, int64_t n, uint64_t seed, float lo, float hi)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) / (float)(1u << 24);
+        x[i] = __float2half(lo + (hi - lo) * u);
+    }
+}
+
+/* Device-to-device copy with 16-byte loads and stores: the bandwidth ceiling
+ * an SM-driven streaming kernel can reach (a graph memcpy node may run on a
+ * copy engine instead). */
+__global__ void copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+struct shape {
+    const char *name;
+    int k, n;
+    bool llama2;
+};
+
+static const shape kShapes[] = {
+    {"l2-qkv", 4096, 12288, true},    {"l2-o", 4096, 4096, true},
+    {"l2-gateup", 4096, 22016, true}, {"l2-down", 11008, 4096, true},
+    {"l3-qkv", 4096, 6144, false},    {"l3-gateup", 4096, 28672, false},
+    {"l3-down", 14336, 4096, false},
+};
+
+struct result {
+    const char *name;
+    int k, n, m, config;
+    bool llama2;
+    double ours_us, cublas_us, bytes, flops, floor_us;
+};
+
+static cudaStream_t g_stream;
+
+/* Median per-launch microseconds of `replays` replays of a graph holding
+ * `launches` launches recorded by record(i). */
+template <typename F> static double time_graph(int launches, int replays, F record)
+{
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < launches; i++)
+        record(i);
+    CK(cudaStreamEndCapture(g_stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, g_stream)); /* warm-up */
+    CK(cudaStreamSynchronize(g_stream));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int r = 0; r < replays; r++) {
+        CK(cudaEventRecord(e0, g_stream));
+        CK(cudaGraphLaunch(exec, g_stream));
+        CK(cudaEventRecord(e1, g_stream));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return ms[ms.size() / 2] * 1000.0 / launches;
+}
+
+static void parse_list(const char *s, std::vector<int> &out)
+{
+    out.clear();
+    while (*s) {
+        out.push_back(atoi(s));
+        const char *c = strchr(s, ',');
+        if (!c)
+            break;
+        s = c + 1;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *json_path = NULL;
+    bool sym = false, sweep = false, all_shapes = true;
+    int group = 128, force_config = -1, replays = 9;
+    std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sym"))
+            sym = true;
+        else if (!strcmp(argv[i], "--sweep"))
+            sweep = true;
+        else if (!strcmp(argv[i], "--group") && i + 1 < argc)
+            group = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            force_config = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--replays") && i + 1 < argc)
+            replays = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ms") && i + 1 < argc)
+            parse_list(argv[++i], ms);
+        else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
+            all_shapes = strcmp(argv[++i], "llama2") != 0;
+        else if (argv[i][0] != '-')
+            json_path = argv[i];
+        else {
+            fprintf(stderr,
+                    "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
+                    "[--config I] [--sweep] [--replays R]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no GPU\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    cublasHandle_t cb;
+    CB(cublasCreate(&cb));
+    CB(cublasSetStream(cb, g_stream));
+    void *cb_ws;
+    const size_t cb_ws_bytes = 64u << 20;
+    CK(cudaMalloc(&cb_ws, cb_ws_bytes));
+    CB(cublasSetWorkspace(cb, cb_ws, cb_ws_bytes));
+    const double l2 = (double)prop.l2CacheSize;
+    printf("device %s, %d SMs, L2 %.0f MB, group %d, %s\n", prop.name, prop.multiProcessorCount,
+           l2 / 1e6, group, sym ? "symmetric" : "asymmetric");
+
+    /* ---- ceilings ---- */
+    double bw_gbs, peak_tflops;
+    {
+        const size_t bytes = 1u << 30;
+        void *src, *dst;
+        CK(cudaMalloc(&src, bytes));
+        CK(cudaMalloc(&dst, bytes));
+        CK(cudaMemset(src, 1, bytes));
+        double us = time_graph(4, replays, [&](int) {
+            CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
+        });
+        const double bw_memcpy = 2.0 * bytes / (us * 1e-6) / 1e9;
+        us = time_graph(4, replays, [&](int) {
+            copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, g_stream>>>(
+                (const uint4 *)src, (uint4 *)dst, (int64_t)(bytes / 16));
+        });
+        const double bw_kernel = 2.0 * bytes / (us * 1e-6) / 1e9;
+        printf("copy bandwidth: cudaMemcpyAsync %.0f GB/s, copy kernel %.0f GB/s (the larger is "
+               "the ceiling)\n",
+               bw_memcpy, bw_kernel);
+        bw_gbs = std::max(bw_memcpy, bw_kernel);
+        CK(cudaFree(src));
+        CK(cudaFree(dst));
+        const int s = 8192;
+        half *a, *b, *c;
+        CK(cudaMalloc((void **)&a, sizeof(half) * s * s));
+        CK(cudaMalloc((void **)&b, sizeof(half) * s * s));
+        CK(cudaMalloc((void **)&c, sizeof(half) * s * s));
+        fill_random_half<<<1024, 256>>>(a, (int64_t)s * s, 1, -1, 1);
+        fill_random_half<<<1024, 256>>>(b, (int64_t)s * s, 2, -1, 1);
+        CK(cudaDeviceSynchronize());
+        const float alpha = 1.0f, beta = 0.0f;
+        us = time_graph(4, replays, [&](int) {
+            CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, s, s, s, &alpha, b, CUDA_R_16F, s, a,
+                            CUDA_R_16F, s, &beta, c, CUDA_R_16F, s, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+        });
+        peak_tflops = 2.0 * s * s * (double)s / (us * 1e-6) / 1e12;
+        CK(cudaFree(a));
+        CK(cudaFree(b));
+        CK(cudaFree(c));
+    }
+    printf("measured: copy bandwidth %.0f GB/s, cuBLAS fp16 peak %.0f TFLOP/s\n", bw_gbs,
+           peak_tflops);
+
+    std::vector<result> results;
+    const int max_m = *std::max_element(ms.begin(), ms.end());
+    uint64_t rng = 12345;
+    const int n_cfg = krn_int4_gemm_config_count();
+
+    printf("%-10s %6s %6s %5s | %9s %9s %7s | %7s %8s %6s | %s\n", "shape", "K", "N", "M",
+           "ours_us", "cublas_us", "speedup", "GB/s", "floor_us", "%floor", "config");
+    for (const shape &sh : kShapes) {
+        if (!all_shapes && !sh.llama2)
+            continue;
+        /* one random canonical weight, repacked, then copied nrot times */
+        struct krn_q4_weight w;
+        memset(&w, 0, sizeof w);
+        w.n = sh.n;
+        w.k = sh.k;
+        w.group = group;
+        w.kp = (sh.k + group - 1) / group * group;
+        w.symmetric = sym;
+        const int ng = w.kp / group;
+        std::vector<uint8_t> q((size_t)sh.n * (w.kp / 2));
+        std::vector<uint16_t> sc((size_t)sh.n * ng), zr((size_t)sh.n * ng);
+        for (size_t i = 0; i < q.size(); i++)
+            q[i] = (uint8_t)splitmix(&rng);
+        for (size_t i = 0; i < sc.size(); i++) {
+            uint64_t r = splitmix(&rng);
+            sc[i] = inf_f32_to_f16((float)(0.001 + 0.01 * (double)(r % 1000) / 1000.0));
+            zr[i] = inf_f32_to_f16(sym ? 8.0f : (float)((r >> 20) % 16));
+        }
+        w.q = q.data();
+        w.scale = sc.data();
+        w.zero = zr.data();
+        struct krn_int4_gemm_layout lay;
+        struct inf_err err;
+        if (krn_int4_gemm_plan(&w, &lay, &err) != INF_OK) {
+            fprintf(stderr, "plan: %s\n", err.msg);
+            return 1;
+        }
+        std::vector<uint8_t> packed(lay.bytes);
+        if (krn_int4_gemm_repack(&w, &lay, packed.data(), packed.size(), &err) != INF_OK) {
+            fprintf(stderr, "repack: %s\n", err.msg);
+            return 1;
+        }
+        const int nrot = std::max(2, (int)ceil(4.5 * l2 / (double)lay.bytes));
+        std::vector<void *> wq(nrot);
+        for (int i = 0; i < nrot; i++) {
+            CK(cudaMalloc(&wq[i], lay.bytes));
+            CK(cudaMemcpy(wq[i], packed.data(), lay.bytes, cudaMemcpyHostToDevice));
+        }
+        const size_t wf_bytes = sizeof(half) * (size_t)sh.n * sh.k;
+        const int nrot_f = std::max(2, (int)ceil(4.5 * l2 / (double)wf_bytes));
+        std::vector<half *> wf(nrot_f);
+        for (int i = 0; i < nrot_f; i++) {
+            CK(cudaMalloc((void **)&wf[i], wf_bytes));
+            fill_random_half<<<1024, 256>>>(wf[i], (int64_t)sh.n * sh.k, splitmix(&rng), -0.05f,
+                                            0.05f);
+        }
+        half *a, *c;
+        CK(cudaMalloc((void **)&a, sizeof(half) * (size_t)max_m * sh.k));
+        CK(cudaMalloc((void **)&c, sizeof(half) * (size_t)max_m * sh.n));
+        fill_random_half<<<1024, 256>>>(a, (int64_t)max_m * sh.k, splitmix(&rng), -1, 1);
+        size_t ws_bytes = krn_int4_gemm_workspace_size(&lay, max_m);
+        void *ws;
+        CK(cudaMalloc(&ws, ws_bytes));
+        CK(cudaMemset(ws, 0, ws_bytes));
+        CK(cudaDeviceSynchronize());
+
+        for (int m : ms) {
+            const int launches = std::max(nrot, 24);
+            auto ours = [&](int config) {
+                return time_graph(launches, replays, [&](int i) {
+                    struct krn_int4_gemm_args args;
+                    memset(&args, 0, sizeof args);
+                    args.lay = &lay;
+                    args.b = wq[i % nrot];
+                    args.a = (const uint16_t *)a;
+                    args.c = (uint16_t *)c;
+                    args.m = m;
+                    args.workspace = ws;
+                    args.workspace_bytes = ws_bytes;
+                    args.stream = g_stream;
+                    args.config = config;
+                    struct inf_err e2;
+                    if (krn_int4_gemm(&args, &e2) != INF_OK) {
+                        fprintf(stderr, "krn_int4_gemm: %s\n", e2.msg);
+                        exit(1);
+                    }
+                });
+            };
+            int best_cfg = force_config;
+            double t_ours = ours(force_config);
+            if (sweep) {
+                for (int ci = 0; ci < n_cfg - 1; ci++) { /* the last one is the sm75 fallback */
+                    double t = ours(ci);
+                    printf("    sweep %-10s M=%-4d %-24s %8.2f us\n", sh.name, m,
+                           krn_int4_gemm_config_name(ci), t);
+                    if (t < t_ours) {
+                        t_ours = t;
+                        best_cfg = ci;
+                    }
+                }
+            }
+            const float alpha = 1.0f, beta = 0.0f;
+            double t_cb = time_graph(std::max(nrot_f, 24), replays, [&](int i) {
+                CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha, wf[i % nrot_f],
+                                CUDA_R_16F, sh.k, a, CUDA_R_16F, sh.k, &beta, c, CUDA_R_16F, sh.n,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            });
+            result r;
+            r.name = sh.name;
+            r.k = sh.k;
+            r.n = sh.n;
+            r.m = m;
+            r.config = best_cfg;
+            r.llama2 = sh.llama2;
+            r.ours_us = t_ours;
+            r.cublas_us = t_cb;
+            r.bytes = (double)lay.bytes - (double)(lay.n_pad - lay.n) * lay.k_pad / 2 +
+                      2.0 * m * sh.k + 2.0 * m * sh.n;
+            r.flops = 2.0 * m * (double)sh.n * sh.k;
+            r.floor_us = std::max(r.bytes / (bw_gbs * 1e3), r.flops / (peak_tflops * 1e6));
+            results.push_back(r);
+            printf("%-10s %6d %6d %5d | %9.2f %9.2f %6.2fx | %7.0f %8.2f %5.0f%% | %s\n", sh.name,
+                   sh.k, sh.n, m, t_ours, t_cb, t_cb / t_ours, r.bytes / (t_ours * 1e3), r.floor_us,
+                   100.0 * r.floor_us / t_ours,
+                   best_cfg < 0 ? "auto" : krn_int4_gemm_config_name(best_cfg));
+            fflush(stdout);
+        }
+        for (void *p : wq)
+            CK(cudaFree(p));
+        for (half *p : wf)
+            CK(cudaFree(p));
+        CK(cudaFree(a));
+        CK(cudaFree(c));
+        CK(cudaFree(ws));
+    }
+
+    /* ---- acceptance sums over the four Llama-2-7B shapes ---- */
+    printf("\nLlama-2-7B sums (q/k/v + o + gate/up + down), same run:\n");
+    printf("%5s | %9s %9s %8s %9s | %s\n", "M", "ours_us", "cublas_us", "speedup", "floor_us",
+           "min shape speedup");
+    struct sum {
+        int m;
+        double ours, cb, floor, min_ratio;
+    };
+    std::vector<sum> sums;
+    for (int m : ms) {
+        sum s = {m, 0, 0, 0, 1e30};
+        for (const result &r : results)
+            if (r.llama2 && r.m == m) {
+                s.ours += r.ours_us;
+                s.cb += r.cublas_us;
+                s.floor += r.floor_us;
+            }
+        for (const result &r : results)
+            if (r.m == m)
+                s.min_ratio = std::min(s.min_ratio, r.cublas_us / r.ours_us);
+        if (s.ours > 0) {
+            sums.push_back(s);
+            printf("%5d | %9.2f %9.2f %7.2fx %9.2f | %.2fx\n", m, s.ours, s.cb, s.cb / s.ours,
+                   s.floor, s.min_ratio);
+        }
+    }
+
+    if (json_path) {
+        FILE *f = fopen(json_path, "w");
+        if (!f) {
+            perror(json_path);
+            return 1;
+        }
+        fprintf(f,
+                "{\n  \"device\": \"%s\",\n  \"sms\": %d,\n  \"l2_bytes\": %d,\n  \"group\": %d,\n"
+                "  \"symmetric\": %s,\n  \"cublas\": \"cublasGemmEx fp16 in/out, "
+                "CUBLAS_COMPUTE_32F\",\n  \"bandwidth_GBps\": %.1f,\n  \"peak_TFLOPs\": %.1f,\n"
+                "  \"results\": [\n",
+                prop.name, prop.multiProcessorCount, prop.l2CacheSize, group,
+                sym ? "true" : "false", bw_gbs, peak_tflops);
+        for (size_t i = 0; i < results.size(); i++) {
+            const result &r = results[i];
+            fprintf(f,
+                    "    {\"shape\": \"%s\", \"k\": %d, \"n\": %d, \"m\": %d, \"config\": \"%s\", "
+                    "\"ours_us\": %.3f, \"cublas_us\": %.3f, \"speedup\": %.3f, \"GBps\": %.1f, "
+                    "\"floor_us\": %.3f, \"pct_floor\": %.1f}%s\n",
+                    r.name, r.k, r.n, r.m,
+                    r.config < 0 ? "auto" : krn_int4_gemm_config_name(r.config), r.ours_us,
+                    r.cublas_us, r.cublas_us / r.ours_us, r.bytes / (r.ours_us * 1e3), r.floor_us,
+                    100.0 * r.floor_us / r.ours_us, i + 1 < results.size() ? "," : "");
+        }
+        fprintf(f, "  ],\n  \"llama2_sums\": [\n");
+        for (size_t i = 0; i < sums.size(); i++)
+            fprintf(f,
+                    "    {\"m\": %d, \"ours_us\": %.3f, \"cublas_us\": %.3f, \"speedup\": %.3f, "
+                    "\"floor_us\": %.3f, \"min_shape_speedup\": %.3f}%s\n",
+                    sums[i].m, sums[i].ours, sums[i].cb, sums[i].cb / sums[i].ours, sums[i].floor,
+                    sums[i].min_ratio, i + 1 < sums.size() ? "," : "");
+        fprintf(f, "  ]\n}\n");
+        fclose(f);
+        printf("wrote %s\n", json_path);
+    }
+    CB(cublasDestroy(cb));
+    CK(cudaFree(cb_ws));
+    return 0;
+}

@@ -1,0 +1,1073 @@
+/* engine/backend_cuda.c — the CUDA backend: fp16 activations and KV on one
+ * GPU, behind the same table as the CPU reference (engine/backend.h).
+ *
+ * Memory plan. Everything on the device is taken at creation or while the
+ * model loads, never on a step:
+ *   creation  the workspace (opts.workspace_bytes, default 64 MiB): two
+ *             attention work-list regions (decode, prefill) and a scratch
+ *             region that each op reuses from its start (strided copies,
+ *             fp32 staging of fp32 linears, split-attention partials, fp16
+ *             biases); cuBLAS's workspace (32 MiB, handed to cuBLAS so it
+ *             never allocates); a 4 KiB block for the error flag and the
+ *             RoPE frequencies; 16 MiB of pinned host staging for uploads
+ *             and downloads.
+ *   loading   buffers (cudaMalloc per buffer), repacked INT4 weights, and the
+ *             INT4 GEMM's workspace, grown to the largest layer's need.
+ * Ordering. Every op is queued on the backend's stream; uploads go through
+ * the pinned staging ring (the host bytes are copied at once, the transfer
+ * is asynchronous); buf_download waits for the stream, which is also when
+ * the ring is recycled and the device error flag is read.
+ * Index buffers. Token ids, positions, sequence and block tables are
+ * uploaded by the caller; small buffers keep a host copy of what was
+ * uploaded (dropped for good once a kernel writes the buffer), so tables
+ * are validated and attention work lists built on the host exactly as the
+ * CPU backend does. Kernels still never follow an out-of-range index: they
+ * write zeros and raise the device error flag, reported at the next
+ * download as INF_E_INVALID.
+ * Errors. Every CUDA and cuBLAS call is checked; a failure answers
+ * INF_E_DEVICE with the call's message and marks the backend failed, so
+ * every later call answers INF_E_DEVICE (the engine turns unhealthy). */
+#define INF_LOG_MODULE "eng"
+#include "engine/backend.h"
+
+#ifdef INT4SERVE_HAVE_CUDA
+
+#include "engine/batch.h"
+#include "kernels/activation_cuda.h"
+#include "kernels/attn_cuda.h"
+#include "kernels/embedding_cuda.h"
+#include "kernels/int4_gemm.h"
+#include "kernels/norm_cuda.h"
+#include "kernels/rope.h"
+#include "kernels/rope_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_WORKSPACE ((size_t)64 << 20)
+#define BLAS_WORKSPACE ((size_t)32 << 20)
+#define STAGING_BYTES ((size_t)16 << 20)
+#define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
+#define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
+#define SPLIT_MIN_KEYS 256            /* no attention split shorter than this */
+
+struct cu_buf {
+    struct eng_buf pub;
+    uint8_t *shadow;  /* host copy of the uploaded bytes, or NULL */
+    bool shadow_dead; /* a kernel wrote the buffer: no host copy from now on */
+};
+
+struct cu_q4 {
+    struct eng_q4w pub;
+    struct krn_int4_gemm_layout lay;
+    void *dev; /* repacked weight */
+};
+
+/* One cached attention work list: the bytes last uploaded to its region. */
+struct list_cache {
+    uint8_t *dev;
+    uint8_t *host;
+    size_t bytes;
+};
+
+struct cu_ctx {
+    int device;
+    int sms;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    bool failed;
+    char fail_msg[512];
+    /* device memory taken at creation */
+    uint8_t *ws;
+    size_t ws_bytes;
+    struct list_cache lists[2]; /* decode, prefill */
+    size_t list_bytes;
+    uint8_t *scratch;
+    size_t scratch_bytes;
+    void *blas_ws;
+    uint8_t *small; /* error flag at 0, inv_freq at 256 */
+    int32_t *d_bad;
+    float *d_inv_freq;
+    /* INT4 GEMM workspace, grown at load */
+    void *gemm_ws;
+    size_t gemm_ws_bytes;
+    /* pinned staging */
+    uint8_t *staging;
+    size_t staging_used;
+    /* RoPE frequencies now on the device */
+    bool inv_valid;
+    struct eng_rope_params inv_params;
+    int32_t inv_head_dim;
+    /* host scratch for work lists (grows) */
+    uint8_t *h_list;
+    size_t h_list_cap;
+};
+
+static struct cu_ctx *ctx_of(struct eng_backend *be)
+{
+    return be->ctx;
+}
+
+/* ---- errors -------------------------------------------------------------- */
+static inf_status_t cu_fail(struct cu_ctx *c, const char *what, const char *msg,
+                            struct inf_err *err)
+{
+    if (!c->failed) {
+        c->failed = true;
+        snprintf(c->fail_msg, sizeof c->fail_msg, "%.100s: %.300s", what, msg);
+        inf_log(ERROR, "CUDA backend failed: %s: %s", what, msg);
+    }
+    return inf_err_set(err, INF_E_DEVICE, "CUDA %s: %s", what, msg);
+}
+
+#define CU(c, call, what)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cu_fail(c, what, cudaGetErrorString(e_), err);                                  \
+    } while (0)
+
+static const char *blas_msg(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "cuBLAS not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "cuBLAS allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "cuBLAS invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+        return "cuBLAS architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+        return "cuBLAS execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "cuBLAS operation not supported";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+        return "cuBLAS internal error";
+    default:
+        return "cuBLAS error";
+    }
+}
+
+#define BLAS(c, call, what)                                                                        \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return cu_fail(c, what, blas_msg(s_), err);                                            \
+    } while (0)
+
+/* A launcher's status: INF_E_DEVICE marks the backend failed, others
+ * (unsupported shapes) are passed on as they are. */
+static inf_status_t kst(struct cu_ctx *c, inf_status_t st, const struct inf_err *le,
+                        struct inf_err *err)
+{
+    if (st == INF_OK)
+        return INF_OK;
+    if (st == INF_E_DEVICE)
+        return cu_fail(c, "kernel", le->msg, err);
+    return inf_err_set(err, st, "%s", le->msg);
+}
+
+#define KRN(c, call)                                                                               \
+    do {                                                                                           \
+        struct inf_err le_ = {0};                                                                  \
+        struct inf_err *lep_ = &le_;                                                               \
+        inf_status_t st_ = (call);                                                                 \
+        if (st_ != INF_OK)                                                                         \
+            return kst(c, st_, lep_, err);                                                         \
+    } while (0)
+
+/* Start of every op: refuse after a failure, and make the backend's device
+ * current on this thread (the engine thread may differ from the creator). */
+static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
+{
+    if (c->failed)
+        return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
+    int cur = -1;
+    CU(c, cudaGetDevice(&cur), "cudaGetDevice");
+    if (cur != c->device)
+        CU(c, cudaSetDevice(c->device), "cudaSetDevice");
+    return INF_OK;
+}
+
+#define ENTER(c)                                                                                   \
+    do {                                                                                           \
+        inf_status_t en_ = enter(c, err);                                                          \
+        if (en_ != INF_OK)                                                                         \
+            return en_;                                                                            \
+    } while (0)
+
+/* ---- buffers -------------------------------------------------------------- */
+static struct cu_buf *cbuf(const struct eng_buf *b)
+{
+    return b->impl;
+}
+
+/* A kernel (or a device copy) writes b: its host copy no longer mirrors it. */
+static void written(const struct eng_buf *b)
+{
+    struct cu_buf *cb = cbuf(b);
+    free(cb->shadow);
+    cb->shadow = NULL;
+    cb->shadow_dead = true;
+}
+
+/* b is read as a weight (never an index table): its host copy is not
+ * needed. */
+static void weight_seen(const struct eng_buf *b)
+{
+    if (b && cbuf(b)->shadow)
+        written(b);
+}
+
+/* The uploaded bytes of b, or NULL when they are not known on the host. */
+static const void *shadow_of(const struct eng_buf *b)
+{
+    return cbuf(b)->shadow;
+}
+
+static void *dptr(struct eng_mat v, size_t esz)
+{
+    return (uint8_t *)v.buf->ptr + (size_t)v.off * esz;
+}
+
+static inf_status_t cu_buf_alloc(struct eng_backend *be, size_t bytes, struct eng_buf **out,
+                                 struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    struct cu_buf *b = calloc(1, sizeof *b);
+    if (!b)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        free(b);
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError(); /* not sticky: clear it */
+            return inf_err_set(err, INF_E_NOMEM, "out of GPU memory allocating %zu bytes", bytes);
+        }
+        return cu_fail(c, "cudaMalloc", cudaGetErrorString(e), err);
+    }
+    b->pub.ptr = p;
+    b->pub.size = bytes;
+    b->pub.impl = b;
+    *out = &b->pub;
+    return INF_OK;
+}
+
+static void cu_buf_free(struct eng_backend *be, struct eng_buf *buf)
+{
+    struct cu_ctx *c = ctx_of(be);
+    struct cu_buf *b = cbuf(buf);
+    if (cudaSetDevice(c->device) == cudaSuccess)
+        (void)cudaFree(buf->ptr); /* implicitly waits for work that uses it */
+    free(b->shadow);
+    free(b);
+}
+
+/* Wait for the stream; recycles the staging ring. */
+static inf_status_t cu_sync(struct cu_ctx *c, struct inf_err *err)
+{
+    CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
+    c->staging_used = 0;
+    return INF_OK;
+}
+
+/* Queue a host-to-device copy of src through the staging ring (src may be
+ * reused at once). */
+static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, size_t bytes,
+                                 struct inf_err *err)
+{
+    if (bytes > STAGING_BYTES) {
+        /* Large uploads happen while loading: a plain synchronous copy. */
+        CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
+        return cu_sync(c, err);
+    }
+    if (c->staging_used + bytes > STAGING_BYTES) {
+        inf_status_t st = cu_sync(c, err);
+        if (st != INF_OK)
+            return st;
+    }
+    uint8_t *s = c->staging + c->staging_used;
+    memcpy(s, src, bytes);
+    CU(c, cudaMemcpyAsync(dst, s, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
+    c->staging_used += (bytes + 255) / 256 * 256;
+    return INF_OK;
+}
+
+static inf_status_t cu_buf_upload(struct eng_backend *be, struct eng_buf *dst, size_t off,
+                                  const void *src, size_t bytes, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    struct cu_buf *b = cbuf(dst);
+    if (!b->shadow && !b->shadow_dead && dst->size <= SHADOW_MAX)
+        b->shadow = calloc(1, dst->size); /* on failure: simply no host copy */
+    if (b->shadow)
+        memcpy(b->shadow + off, src, bytes);
+    return stage_upload(c, (uint8_t *)dst->ptr + off, src, bytes, err);
+}
+
+static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                    void *dst, size_t bytes, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    /* The error flag travels with the download: one synchronization. */
+    size_t flag_at = (c->staging_used + 255) / 256 * 256;
+    if (flag_at + 256 + bytes > STAGING_BYTES) {
+        inf_status_t st = cu_sync(c, err);
+        if (st != INF_OK)
+            return st;
+        flag_at = 0;
+    }
+    int32_t *flag = (int32_t *)(c->staging + flag_at);
+    uint8_t *land = bytes <= STAGING_BYTES - flag_at - 256 ? c->staging + flag_at + 256 : NULL;
+    CU(c, cudaMemcpyAsync(flag, c->d_bad, sizeof *flag, cudaMemcpyDeviceToHost, c->stream),
+       "download");
+    CU(c,
+       cudaMemcpyAsync(land ? (void *)land : dst, (const uint8_t *)src->ptr + off, bytes,
+                       cudaMemcpyDeviceToHost, c->stream),
+       "download");
+    inf_status_t st = cu_sync(c, err);
+    if (st != INF_OK)
+        return st;
+    if (land)
+        memcpy(dst, land, bytes);
+    if (*flag) {
+        int32_t f = *flag;
+        CU(c, cudaMemsetAsync(c->d_bad, 0, sizeof(int32_t), c->stream), "clear error flag");
+        return inf_err_set(err, INF_E_INVALID, "a kernel met an out-of-range %s",
+                           (f & KRN_CUDA_BAD_ID)    ? "token id"
+                           : (f & KRN_CUDA_BAD_ROW) ? "row index"
+                                                    : "block table entry");
+    }
+    return INF_OK;
+}
+
+/* ---- scratch: a bump allocator over the scratch region, reset per op ---- */
+struct bump {
+    uint8_t *base;
+    size_t cap, used;
+};
+
+static void *bump_take(struct bump *b, size_t bytes)
+{
+    size_t at = (b->used + 255) / 256 * 256;
+    if (at > b->cap || bytes > b->cap - at)
+        return NULL;
+    b->used = at + bytes;
+    return b->base + at;
+}
+
+static struct bump scratch_of(struct cu_ctx *c)
+{
+    return (struct bump){.base = c->scratch, .cap = c->scratch_bytes, .used = 0};
+}
+
+/* ---- INT4 weights and linear layers --------------------------------------- */
+static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
+                                        struct eng_q4w **out, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    struct cu_q4 *q = calloc(1, sizeof *q);
+    if (!q)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    inf_status_t st = krn_int4_gemm_plan(w, &q->lay, err);
+    if (st != INF_OK)
+        goto fail;
+    void *host = malloc(q->lay.bytes);
+    if (!host) {
+        st = inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d weight", w->n, w->k);
+        goto fail;
+    }
+    st = krn_int4_gemm_repack(w, &q->lay, host, q->lay.bytes, err);
+    if (st == INF_OK) {
+        cudaError_t e = cudaMalloc(&q->dev, q->lay.bytes);
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            q->dev = NULL;
+            st = inf_err_set(err, INF_E_NOMEM, "out of GPU memory for a %dx%d weight", w->n, w->k);
+        } else if (e != cudaSuccess) {
+            q->dev = NULL;
+            st = cu_fail(c, "cudaMalloc", cudaGetErrorString(e), err);
+        } else {
+            /* On the backend's (non-blocking) stream, waited for: the host
+             * copy is freed next and kernels on the stream read the weight. */
+            e = cudaMemcpyAsync(q->dev, host, q->lay.bytes, cudaMemcpyHostToDevice, c->stream);
+            if (e == cudaSuccess)
+                e = cudaStreamSynchronize(c->stream);
+            if (e != cudaSuccess)
+                st = cu_fail(c, "weight upload", cudaGetErrorString(e), err);
+        }
+    }
+    free(host);
+    if (st != INF_OK)
+        goto fail;
+    /* The GEMM's workspace grows to the largest layer (load time only). */
+    size_t need = krn_int4_gemm_workspace_size(&q->lay, GEMM_MAX_M);
+    if (need == 0) {
+        st = cu_fail(c, "INT4 GEMM workspace size", "query failed", err);
+        goto fail;
+    }
+    if (need > c->gemm_ws_bytes) {
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e == cudaSuccess) {
+            (void)cudaFree(c->gemm_ws);
+            c->gemm_ws = NULL;
+            c->gemm_ws_bytes = 0;
+            e = cudaMalloc(&c->gemm_ws, need);
+            if (e == cudaSuccess)
+                e = cudaMemsetAsync(c->gemm_ws, 0, need, c->stream);
+            if (e == cudaSuccess)
+                c->gemm_ws_bytes = need;
+        }
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            c->gemm_ws = NULL;
+            st = inf_err_set(err, INF_E_NOMEM, "out of GPU memory for the GEMM workspace");
+            goto fail;
+        }
+        if (e != cudaSuccess) {
+            st = cu_fail(c, "GEMM workspace", cudaGetErrorString(e), err);
+            goto fail;
+        }
+    }
+    q->pub.n = w->n;
+    q->pub.k = w->k;
+    q->pub.impl = q;
+    *out = &q->pub;
+    return INF_OK;
+fail:
+    if (q->dev)
+        (void)cudaFree(q->dev);
+    free(q);
+    return st;
+}
+
+static void cu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
+{
+    struct cu_ctx *c = ctx_of(be);
+    struct cu_q4 *q = w->impl;
+    if (cudaSetDevice(c->device) == cudaSuccess)
+        (void)cudaFree(q->dev);
+    free(q);
+}
+
+static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
+                                 const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                                 int32_t m, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    const struct cu_q4 *q = w->impl;
+    const int32_t n = w->n, k = w->k;
+    struct bump sc = scratch_of(c);
+    uint16_t *b16 = NULL;
+    if (bias) {
+        b16 = bump_take(&sc, (size_t)n * 2);
+        if (!b16)
+            return inf_err_set(err, INF_E_NOMEM, "workspace too small for a bias of %d", n);
+        KRN(c, krn_cuda_f32_to_f16(bias->ptr, n, NULL, b16, n, n, 1, c->stream, lep_));
+    }
+    /* The GEMM takes contiguous rows; strided views go through scratch. */
+    const bool x_direct = m == 1 || x.ld == k, y_direct = m == 1 || y.ld == n;
+    size_t per_row = (x_direct ? 0 : (size_t)k * 2) + (y_direct ? 0 : (size_t)n * 2);
+    int32_t chunk = GEMM_MAX_M;
+    if (per_row) {
+        size_t fit = (sc.cap - sc.used - 512) / per_row;
+        if (sc.used + 512 > sc.cap || fit == 0)
+            return inf_err_set(err, INF_E_NOMEM, "workspace too small for a %dx%d linear", n, k);
+        if (fit < (size_t)chunk)
+            chunk = (int32_t)fit;
+    }
+    uint16_t *xs = x_direct ? NULL : bump_take(&sc, (size_t)chunk * k * 2);
+    uint16_t *ys = y_direct ? NULL : bump_take(&sc, (size_t)chunk * n * 2);
+    if ((!x_direct && !xs) || (!y_direct && !ys))
+        return inf_err_set(err, INF_E_NOMEM, "workspace too small for a %dx%d linear", n, k);
+    for (int32_t r0 = 0; r0 < m; r0 += chunk) {
+        int32_t rows = m - r0 < chunk ? m - r0 : chunk;
+        const uint16_t *a = (const uint16_t *)dptr(x, 2) + (int64_t)r0 * x.ld;
+        uint16_t *cout = (uint16_t *)dptr(y, 2) + (int64_t)r0 * y.ld;
+        if (!x_direct) {
+            CU(c,
+               cudaMemcpy2DAsync(xs, (size_t)k * 2, a, (size_t)x.ld * 2, (size_t)k * 2,
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
+               "copy");
+            a = xs;
+        }
+        struct krn_int4_gemm_args ga = {.lay = &q->lay,
+                                        .b = q->dev,
+                                        .a = a,
+                                        .bias = b16,
+                                        .c = y_direct ? cout : ys,
+                                        .m = rows,
+                                        .workspace = c->gemm_ws,
+                                        .workspace_bytes = c->gemm_ws_bytes,
+                                        .stream = c->stream,
+                                        .flags = 0,
+                                        .config = -1};
+        KRN(c, krn_int4_gemm(&ga, lep_));
+        weight_seen(bias);
+        if (!y_direct)
+            CU(c,
+               cudaMemcpy2DAsync(cout, (size_t)y.ld * 2, ys, (size_t)n * 2, (size_t)n * 2,
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
+               "copy");
+    }
+    written(y.buf);
+    return INF_OK;
+}
+
+static int ld_int(int64_t ld, int32_t cols)
+{
+    return (int)(ld < cols ? cols : ld);
+}
+
+static inf_status_t cu_linear_fp(struct eng_backend *be, const struct eng_buf *w,
+                                 enum eng_wdtype wdt, int32_t n, int32_t k,
+                                 const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                                 bool y_f32, int32_t m, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    if (x.ld > INT_MAX || y.ld > INT_MAX)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "linear_fp: row stride too large");
+    const float one = 1.0f, zero = 0.0f;
+    const size_t ysz = y_f32 ? 4 : 2;
+    if (wdt == ENG_W_F16) {
+        /* Row-major y[m][n] = x[m][k] W[n][k]^T is column-major
+         * Y(n x m) = W^T(n x k) X(k x m): W is read transposed. */
+        BLAS(c,
+             cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w->ptr, CUDA_R_16F, k,
+                          dptr(x, 2), CUDA_R_16F, ld_int(x.ld, k), &zero, dptr(y, ysz),
+                          y_f32 ? CUDA_R_32F : CUDA_R_16F, ld_int(y.ld, n), CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx");
+        if (bias)
+            KRN(c, krn_cuda_bias_add(dptr(y, ysz), y_f32, ld_int(y.ld, n), bias->ptr, n, m,
+                                     c->stream, lep_));
+        written(y.buf);
+        weight_seen(w);
+        weight_seen(bias);
+        return INF_OK;
+    }
+    /* fp32 weights (quantization off): fp32 activations in scratch, fp32
+     * GEMM, rows in chunks that fit. */
+    struct bump sc = scratch_of(c);
+    size_t per_row = (size_t)k * 4 + (y_f32 ? 0 : (size_t)n * 4);
+    size_t fit = sc.cap / (per_row + 64);
+    if (fit == 0)
+        return inf_err_set(err, INF_E_NOMEM, "workspace too small for a %dx%d fp32 linear", n, k);
+    int32_t chunk = fit < (size_t)m ? (int32_t)fit : m;
+    float *xs = bump_take(&sc, (size_t)chunk * k * 4);
+    float *ys = y_f32 ? NULL : bump_take(&sc, (size_t)chunk * n * 4);
+    if (!xs || (!y_f32 && !ys))
+        return inf_err_set(err, INF_E_NOMEM, "workspace too small for a %dx%d fp32 linear", n, k);
+    for (int32_t r0 = 0; r0 < m; r0 += chunk) {
+        int32_t rows = m - r0 < chunk ? m - r0 : chunk;
+        const uint16_t *a = (const uint16_t *)dptr(x, 2) + (int64_t)r0 * x.ld;
+        KRN(c, krn_cuda_f16_to_f32(a, ld_int(x.ld, k), xs, k, k, rows, c->stream, lep_));
+        void *yo = y_f32 ? (void *)((float *)dptr(y, 4) + (int64_t)r0 * y.ld) : (void *)ys;
+        int ldy = y_f32 ? ld_int(y.ld, n) : n;
+        BLAS(c,
+             cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, w->ptr, CUDA_R_32F,
+                          k, xs, CUDA_R_32F, k, &zero, yo, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx");
+        if (y_f32) {
+            if (bias)
+                KRN(c, krn_cuda_bias_add(yo, true, ldy, bias->ptr, n, rows, c->stream, lep_));
+        } else {
+            uint16_t *yd = (uint16_t *)dptr(y, 2) + (int64_t)r0 * y.ld;
+            KRN(c, krn_cuda_f32_to_f16(ys, n, bias ? bias->ptr : NULL, yd, ld_int(y.ld, n), n, rows,
+                                       c->stream, lep_));
+        }
+    }
+    written(y.buf);
+    weight_seen(w);
+    weight_seen(bias);
+    return INF_OK;
+}
+
+/* ---- row ops ----------------------------------------------------------------- */
+static inf_status_t cu_embedding(struct eng_backend *be, const struct eng_buf *table,
+                                 enum eng_wdtype wdt, int32_t vocab, int32_t dim,
+                                 const struct eng_buf *ids, struct eng_mat out, int32_t m,
+                                 struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    const int32_t *id = shadow_of(ids);
+    if (id)
+        for (int32_t t = 0; t < m; t++)
+            if (id[t] < 0 || id[t] >= vocab)
+                return inf_err_set(err, INF_E_INVALID, "token id %d outside the vocabulary (%d)",
+                                   id[t], vocab);
+    KRN(c, krn_cuda_embed(table->ptr, wdt == ENG_W_F16, vocab, dim, ids->ptr, dptr(out, 2),
+                          ld_int(out.ld, dim), m, c->d_bad, c->stream, lep_));
+    written(out.buf);
+    weight_seen(table);
+    return INF_OK;
+}
+
+static inf_status_t cu_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
+                                   const struct eng_mat *delta, const struct eng_buf *w, float eps,
+                                   struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    KRN(c, krn_cuda_rmsnorm_add(dptr(x, 2), x.ld, delta ? dptr(*delta, 2) : NULL,
+                                delta ? delta->ld : 0, w->ptr, eps, dptr(out, 2), out.ld, dim, m,
+                                c->stream, lep_));
+    written(x.buf);
+    written(out.buf);
+    weight_seen(w);
+    return INF_OK;
+}
+
+static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
+                            int32_t head_dim, const struct eng_buf *pos,
+                            const struct eng_rope_params *p, int32_t m, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    /* The frequencies come from the CPU code (one definition of the math)
+     * and are uploaded only when the parameters change. */
+    const struct eng_rope_params *q = &c->inv_params;
+    if (!c->inv_valid || c->inv_head_dim != head_dim || q->theta != p->theta ||
+        q->llama3 != p->llama3 || q->factor != p->factor || q->low_freq != p->low_freq ||
+        q->high_freq != p->high_freq || q->orig_max_pos != p->orig_max_pos) {
+        float inv[256];
+        krn_rope_inv_freq(p->theta, p->llama3, p->factor, p->low_freq, p->high_freq,
+                          p->orig_max_pos, head_dim, inv);
+        inf_status_t st =
+            stage_upload(c, c->d_inv_freq, inv, (size_t)(head_dim / 2) * sizeof(float), err);
+        if (st != INF_OK)
+            return st;
+        c->inv_params = *p;
+        c->inv_head_dim = head_dim;
+        c->inv_valid = true;
+    }
+    KRN(c, krn_cuda_rope(dptr(x, 2), x.ld, n_heads, head_dim, pos->ptr, c->d_inv_freq, m, c->stream,
+                         lep_));
+    written(x.buf);
+    return INF_OK;
+}
+
+static inf_status_t cu_silu_mul(struct eng_backend *be, struct eng_mat gate, struct eng_mat up,
+                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    KRN(c, krn_cuda_silu_mul(dptr(gate, 2), gate.ld, dptr(up, 2), up.ld, dptr(out, 2), out.ld, dim,
+                             m, c->stream, lep_));
+    written(out.buf);
+    return INF_OK;
+}
+
+static inf_status_t cu_rows_gather(struct eng_backend *be, struct eng_mat x,
+                                   const struct eng_buf *idx, struct eng_mat out, int32_t dim,
+                                   int32_t m, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    /* Rows of x that lie inside its buffer. */
+    int64_t avail = (int64_t)(x.buf->size / 2) - x.off - dim;
+    int64_t x_rows = avail < 0 ? 0 : x.ld > 0 ? avail / x.ld + 1 : 1;
+    const int32_t *id = shadow_of(idx);
+    if (id)
+        for (int32_t r = 0; r < m; r++)
+            if (id[r] < 0 || id[r] >= x_rows)
+                return inf_err_set(err, INF_E_INVALID, "rows_gather: row %d out of the buffer",
+                                   id[r]);
+    KRN(c, krn_cuda_rows_gather(dptr(x, 2), x.ld, x_rows, idx->ptr, dptr(out, 2),
+                                ld_int(out.ld, dim), dim, m, c->d_bad, c->stream, lep_));
+    written(out.buf);
+    return INF_OK;
+}
+
+/* ---- attention ---------------------------------------------------------------- */
+
+/* Grow the host list buffer to at least bytes. */
+static bool h_list_reserve(struct cu_ctx *c, size_t bytes)
+{
+    if (bytes <= c->h_list_cap)
+        return true;
+    size_t cap = c->h_list_cap ? c->h_list_cap : 4096;
+    while (cap < bytes)
+        cap *= 2;
+    uint8_t *p = realloc(c->h_list, cap);
+    if (!p)
+        return false;
+    c->h_list = p;
+    c->h_list_cap = cap;
+    return true;
+}
+
+static size_t align16(size_t x)
+{
+    return (x + 15) / 16 * 16;
+}
+
+static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params *p, bool decode,
+                            struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    const int32_t *seqs = shadow_of(p->seqs), *pos = shadow_of(p->pos),
+                  *bt = shadow_of(p->block_table);
+    if (!seqs || !pos || !bt)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: positions and tables must be filled with buf_upload");
+    const int32_t hd = p->head_dim, G = p->n_heads / p->n_kv_heads;
+    const int32_t R = krn_cuda_attn_rows(hd, decode), tile = krn_cuda_attn_tile(hd);
+    if (R == 0)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: head_dim %d (the CUDA kernels take multiples of 8 up to "
+                           "256)",
+                           hd);
+    /* Validate the tables as the CPU backend does. */
+    const int64_t rows = (int64_t)(p->pos->size / 4);
+    int32_t n_tok = 0;
+    int64_t n_chunks = 0;
+    for (int32_t s = 0; s < p->n_seqs; s++) {
+        int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
+        if (t0 < 0 || nt <= 0 || t0 + (int64_t)nt > rows || slot < 0 || slot >= p->n_slots)
+            return inf_err_set(err, INF_E_INVALID, "attention: bad sequence %d", s);
+        for (int32_t t = t0; t < t0 + nt; t++)
+            if (pos[t] < 0 || pos[t] >= p->max_blocks * ENG_KV_BLOCK ||
+                (t > t0 && pos[t] != pos[t - 1] + 1))
+                return inf_err_set(err, INF_E_INVALID, "attention: bad position %d", pos[t]);
+        int32_t last = pos[t0 + nt - 1];
+        for (int32_t b = 0; b <= last / ENG_KV_BLOCK; b++) {
+            int32_t blk = bt[(int64_t)slot * p->max_blocks + b];
+            if (blk < 0 || blk >= p->n_blocks)
+                return inf_err_set(err, INF_E_INVALID,
+                                   "attention: slot %d has no block for position %d", slot,
+                                   b * ENG_KV_BLOCK);
+        }
+        n_tok += nt;
+        n_chunks += (int64_t)p->n_kv_heads * (((int64_t)nt * G + R - 1) / R);
+    }
+    if (n_tok == 0)
+        return INF_OK;
+    /* Split long key ranges when the row sets alone leave SMs idle. */
+    const int64_t want = 2 * (int64_t)c->sms;
+    const int64_t max_splits = n_chunks >= want ? 1 : (want + n_chunks - 1) / n_chunks;
+    const size_t slot_bytes = (size_t)R * (size_t)(hd + 2) * sizeof(float);
+    const int64_t part_cap = (int64_t)(c->scratch_bytes / slot_bytes);
+
+    /* Host list: [kv destinations (int32 pairs)] [items] [groups]. Sized for
+     * the worst case, then filled. */
+    int64_t max_items = n_chunks * max_splits;
+    size_t kv_bytes = align16((size_t)n_tok * 2 * sizeof(int32_t));
+    size_t items_bytes = align16((size_t)max_items * sizeof(struct krn_cuda_attn_item));
+    size_t need = kv_bytes + items_bytes + (size_t)n_chunks * sizeof(struct krn_cuda_attn_group);
+    if (!h_list_reserve(c, need))
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for an attention work list");
+    int32_t *kvdst = (int32_t *)c->h_list;
+    struct krn_cuda_attn_item *items = (struct krn_cuda_attn_item *)(c->h_list + kv_bytes);
+    int32_t n_kv = 0, n_items = 0, n_groups = 0;
+    int64_t n_parts = 0;
+    for (int32_t s = 0; s < p->n_seqs; s++) {
+        int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
+        const int32_t *blocks = bt + (int64_t)slot * p->max_blocks;
+        for (int32_t t = t0; t < t0 + nt; t++) {
+            kvdst[2 * n_kv] = t;
+            kvdst[2 * n_kv + 1] =
+                blocks[pos[t] / ENG_KV_BLOCK] * ENG_KV_BLOCK + pos[t] % ENG_KV_BLOCK;
+            n_kv++;
+        }
+    }
+    /* Groups are written after the items; keep them in a second pass. */
+    struct krn_cuda_attn_group *groups =
+        (struct krn_cuda_attn_group *)(c->h_list + kv_bytes + items_bytes);
+    for (int32_t s = 0; s < p->n_seqs; s++) {
+        int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
+        int32_t total_rows = nt * G;
+        for (int32_t kvh = 0; kvh < p->n_kv_heads; kvh++) {
+            for (int32_t row0 = 0; row0 < total_rows; row0 += R) {
+                int32_t nr = total_rows - row0 < R ? total_rows - row0 : R;
+                int32_t ctx = pos[t0] + (row0 + nr - 1) / G + 1;
+                int64_t splits = (ctx + SPLIT_MIN_KEYS - 1) / SPLIT_MIN_KEYS;
+                if (splits > max_splits)
+                    splits = max_splits;
+                int32_t len = ctx;
+                if (splits > 1) {
+                    len = (int32_t)((ctx + splits - 1) / splits);
+                    len = (len + tile - 1) / tile * tile;
+                    splits = (ctx + len - 1) / len;
+                }
+                if (splits > 1 && n_parts + splits > part_cap) {
+                    splits = 1; /* the partials would not fit: one pass */
+                    len = ctx;
+                }
+                if (splits > 1)
+                    groups[n_groups++] =
+                        (struct krn_cuda_attn_group){.item = n_items, .n_splits = (int32_t)splits};
+                for (int32_t j = 0; j < splits; j++) {
+                    struct krn_cuda_attn_item *it = &items[n_items++];
+                    memset(it, 0, sizeof *it);
+                    it->t_first = t0;
+                    it->p_first = pos[t0];
+                    it->slot = slot;
+                    it->kvh = kvh;
+                    it->row0 = row0;
+                    it->nrows = nr;
+                    it->k0 = j * len;
+                    it->k1 = (j + 1) * len < ctx ? (j + 1) * len : ctx;
+                    it->part = splits > 1 ? (int32_t)n_parts++ : -1;
+                }
+            }
+        }
+    }
+    /* Pack the groups right after the items actually made. */
+    size_t items_used = align16((size_t)n_items * sizeof(struct krn_cuda_attn_item));
+    if (items_used != items_bytes)
+        memmove(c->h_list + kv_bytes + items_used, groups,
+                (size_t)n_groups * sizeof(struct krn_cuda_attn_group));
+    size_t list_bytes =
+        kv_bytes + items_used + (size_t)n_groups * sizeof(struct krn_cuda_attn_group);
+    struct list_cache *lc = &c->lists[decode ? 0 : 1];
+    if (list_bytes > c->list_bytes)
+        return inf_err_set(err, INF_E_NOMEM,
+                           "attention work list of %zu bytes exceeds the workspace's %zu",
+                           list_bytes, c->list_bytes);
+    /* Every layer of a step has the same list: upload it once. */
+    if (lc->bytes != list_bytes || memcmp(lc->host, c->h_list, list_bytes) != 0) {
+        inf_status_t st = stage_upload(c, lc->dev, c->h_list, list_bytes, err);
+        if (st != INF_OK)
+            return st;
+        memcpy(lc->host, c->h_list, list_bytes);
+        lc->bytes = list_bytes;
+    }
+    const int64_t kv_row = (int64_t)p->n_kv_heads * hd;
+    KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
+                             p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, n_kv,
+                             c->stream, lep_));
+    struct krn_cuda_attn_params kp = {
+        .q = dptr(p->q, 2),
+        .ldq = p->q.ld,
+        .out = dptr(p->out, 2),
+        .ldo = p->out.ld,
+        .k_pool = p->k_cache->ptr,
+        .v_pool = p->v_cache->ptr,
+        .block_table = p->block_table->ptr,
+        .max_blocks = p->max_blocks,
+        .block = ENG_KV_BLOCK,
+        .n_heads = p->n_heads,
+        .n_kv_heads = p->n_kv_heads,
+        .head_dim = hd,
+        .scale = p->scale,
+        .items = (const struct krn_cuda_attn_item *)(lc->dev + kv_bytes),
+        .n_items = n_items,
+        .groups = (const struct krn_cuda_attn_group *)(lc->dev + kv_bytes + items_used),
+        .n_groups = n_groups,
+        .partials = (float *)c->scratch,
+        .decode = decode};
+    KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
+    written(p->out.buf);
+    written(p->k_cache);
+    written(p->v_cache);
+    return INF_OK;
+}
+
+static inf_status_t cu_attn_prefill(struct eng_backend *be, const struct eng_attn_params *p,
+                                    struct inf_err *err)
+{
+    return cu_attn(be, p, false, err);
+}
+
+static inf_status_t cu_attn_decode(struct eng_backend *be, const struct eng_attn_params *p,
+                                   struct inf_err *err)
+{
+    return cu_attn(be, p, true, err);
+}
+
+/* ---- table and lifetime -------------------------------------------------------- */
+static void ctx_free(struct cu_ctx *c)
+{
+    if (cudaSetDevice(c->device) == cudaSuccess) {
+        if (c->stream)
+            (void)cudaStreamSynchronize(c->stream);
+        if (c->blas)
+            (void)cublasDestroy(c->blas);
+        (void)cudaFree(c->ws);
+        (void)cudaFree(c->blas_ws);
+        (void)cudaFree(c->small);
+        (void)cudaFree(c->gemm_ws);
+        if (c->staging)
+            (void)cudaFreeHost(c->staging);
+        if (c->stream)
+            (void)cudaStreamDestroy(c->stream);
+    }
+    for (int i = 0; i < 2; i++)
+        free(c->lists[i].host);
+    free(c->h_list);
+    free(c);
+}
+
+static void cu_destroy(struct eng_backend *be)
+{
+    ctx_free(be->ctx);
+    free(be);
+}
+
+static const struct eng_backend_iface cuda_iface = {
+    .name = "cuda",
+    .destroy = cu_destroy,
+    .buf_alloc = cu_buf_alloc,
+    .buf_free = cu_buf_free,
+    .buf_upload = cu_buf_upload,
+    .buf_download = cu_buf_download,
+    .weight_q4_create = cu_weight_q4_create,
+    .weight_q4_destroy = cu_weight_q4_destroy,
+    .linear_q4 = cu_linear_q4,
+    .linear_fp = cu_linear_fp,
+    .embedding = cu_embedding,
+    .rmsnorm_add = cu_rmsnorm_add,
+    .rope = cu_rope,
+    .attn_prefill = cu_attn_prefill,
+    .attn_decode = cu_attn_decode,
+    .silu_mul = cu_silu_mul,
+    .rows_gather = cu_rows_gather,
+    .all_reduce = NULL,
+};
+
+#undef CU
+#define CU(c, call, what)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            st =                                                                                   \
+                e_ == cudaErrorMemoryAllocation                                                    \
+                    ? inf_err_set(err, INF_E_NOMEM, "CUDA %s: out of memory", what)                \
+                    : inf_err_set(err, INF_E_DEVICE, "CUDA %s: %s", what, cudaGetErrorString(e_)); \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
+                                     struct eng_backend **out, struct inf_err *err)
+{
+    *out = NULL;
+    int32_t dev = opts ? opts->device : 0;
+    size_t ws = opts && opts->workspace_bytes ? opts->workspace_bytes : DEFAULT_WORKSPACE;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend cuda: no usable GPU (%s)",
+                           cudaGetErrorString(e));
+    }
+    if (count == 0)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend cuda: no GPU found");
+    if (dev < 0 || dev >= count)
+        return inf_err_set(err, INF_E_INVALID, "CUDA device %d out of range (%d devices)", dev,
+                           count);
+    if (ws < ((size_t)4 << 20))
+        return inf_err_set(err, INF_E_INVALID, "CUDA workspace of %zu bytes: at least 4 MiB", ws);
+    struct cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+    if (prop.major * 10 + prop.minor < 75)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "CUDA device %d (%s) has compute capability %d.%d; the CUDA backend "
+                           "needs 8.0 or newer (7.5 with the INT4 GEMM fallback)",
+                           dev, prop.name, prop.major, prop.minor);
+
+    inf_status_t st = INF_OK;
+    struct eng_backend *be = calloc(1, sizeof *be);
+    struct cu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory creating the CUDA backend");
+    }
+    c->device = dev;
+    c->sms = prop.multiProcessorCount;
+    CU(c, cudaSetDevice(dev), "cudaSetDevice");
+    CU(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream");
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        st = inf_err_set(err, INF_E_DEVICE, "cublasCreate: %s", blas_msg(bs));
+        goto fail;
+    }
+    CU(c, cudaMalloc(&c->blas_ws, BLAS_WORKSPACE), "cuBLAS workspace");
+    if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetWorkspace(c->blas, c->blas_ws, BLAS_WORKSPACE)) != CUBLAS_STATUS_SUCCESS) {
+        st = inf_err_set(err, INF_E_DEVICE, "cuBLAS setup: %s", blas_msg(bs));
+        goto fail;
+    }
+    CU(c, cudaMalloc((void **)&c->ws, ws), "workspace");
+    c->ws_bytes = ws;
+    /* An eighth of the workspace holds each cached work list. */
+    c->list_bytes = ws / 16 / 256 * 256;
+    c->lists[0].dev = c->ws;
+    c->lists[1].dev = c->ws + c->list_bytes;
+    c->scratch = c->ws + 2 * c->list_bytes;
+    c->scratch_bytes = ws - 2 * c->list_bytes;
+    for (int i = 0; i < 2; i++)
+        if (!(c->lists[i].host = malloc(c->list_bytes))) {
+            st = inf_err_set(err, INF_E_NOMEM, "out of memory creating the CUDA backend");
+            goto fail;
+        }
+    CU(c, cudaMalloc((void **)&c->small, 4096), "cudaMalloc");
+    c->d_bad = (int32_t *)c->small;
+    c->d_inv_freq = (float *)(c->small + 256);
+    CU(c, cudaMemsetAsync(c->small, 0, 4096, c->stream), "cudaMemset");
+    CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
+       "pinned staging");
+    /* Probe: a build without kernels for this device fails here, clearly. */
+    {
+        struct inf_err le = {0};
+        inf_status_t ps = krn_cuda_bias_add(c->small + 2048, true, 1, (const float *)c->small, 1, 1,
+                                            c->stream, &le);
+        if (ps == INF_OK)
+            ps = cudaStreamSynchronize(c->stream) == cudaSuccess ? INF_OK : INF_E_DEVICE;
+        if (ps != INF_OK) {
+            (void)cudaGetLastError();
+            st = inf_err_set(err, INF_E_UNSUPPORTED,
+                             "CUDA device %d (%s, compute capability %d.%d): this build has no "
+                             "kernels for it (CMAKE_CUDA_ARCHITECTURES)",
+                             dev, prop.name, prop.major, prop.minor);
+            goto fail;
+        }
+    }
+    be->iface = &cuda_iface;
+    be->act_dtype = ENG_ACT_F16;
+    be->kv_dtype = ENG_ACT_F16;
+    be->ctx = c;
+    inf_log(INFO, "CUDA backend on device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB", dev,
+            prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+            (double)prop.totalGlobalMem / (double)(1u << 30));
+    *out = be;
+    return INF_OK;
+fail:
+    ctx_free(c);
+    free(be);
+    return st;
+}
+
+#else /* !INT4SERVE_HAVE_CUDA */
+
+inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
+                                     struct eng_backend **out, struct inf_err *err)
+{
+    (void)opts;
+    *out = NULL;
+    return inf_err_set(err, INF_E_UNSUPPORTED,
+                       "backend cuda: this build has no CUDA support (configure with nvcc "
+                       "available and INT4SERVE_CUDA=ON)");
+}
+
+#endif

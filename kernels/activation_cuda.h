@@ -1,0 +1,38 @@
+#pragma once
+/* kernels/activation_cuda.h — SwiGLU's SiLU(gate) * up on fp16 rows, and the
+ * fp16/fp32 conversions and bias adds the CUDA backend needs around cuBLAS.
+ * Device pointers; launched on stream; never allocate or synchronize.
+ * Errors: INF_E_INVALID (sizes), INF_E_DEVICE (launch failure). */
+#include "common/inf.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[r][i] = fp16(g / (1 + exp(-g)) * u), g = gate[r][i], u = up[r][i] in
+ * fp32, i < dim, r < m. */
+inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t *up, int64_t ldu,
+                               uint16_t *out, int64_t ldo, int32_t dim, int32_t m, void *stream,
+                               struct inf_err *err);
+
+/* Strided fp16 -> fp32: dst[r][c] = src[r][c], r < rows, c < cols. */
+inf_status_t krn_cuda_f16_to_f32(const uint16_t *src, int64_t lds, float *dst, int64_t ldd,
+                                 int32_t cols, int32_t rows, void *stream, struct inf_err *err);
+
+/* Strided fp32 -> fp16 with an optional fp32 bias per column:
+ * dst[r][c] = fp16(src[r][c] + bias[c]). */
+inf_status_t krn_cuda_f32_to_f16(const float *src, int64_t lds, const float *bias, uint16_t *dst,
+                                 int64_t ldd, int32_t cols, int32_t rows, void *stream,
+                                 struct inf_err *err);
+
+/* In place: y[r][c] += bias[c]; y fp32 (y_f32) or fp16 (sum in fp32, rounded
+ * once). */
+inf_status_t krn_cuda_bias_add(void *y, bool y_f32, int64_t ldy, const float *bias, int32_t cols,
+                               int32_t rows, void *stream, struct inf_err *err);
+
+#ifdef __cplusplus
+}
+#endif

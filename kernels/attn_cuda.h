@@ -1,0 +1,87 @@
+#pragma once
+/* kernels/attn_cuda.h — paged attention on the GPU: fp16 queries, fp16 K/V
+ * pools, fp32 softmax and accumulation.
+ *
+ * Pool layout (one layer, K and V alike): [n_blocks][block][n_kv_heads]
+ * [head_dim] fp16; position p of a sequence lives in block
+ * block_table[slot][p / block], row p % block.
+ *
+ * Work is described by the caller as a list of items (built on the host from
+ * the batch tables, uploaded to the device). An item is one block's work:
+ * up to krn_cuda_attn_rows(head_dim, decode) query rows that share one KV
+ * head, attending over keys [k0, k1) of one sequence. Query row rr of a
+ * sequence (rr = token index in the sequence * G + head index in the group,
+ * G = n_heads / n_kv_heads) is token t_first + rr / G at position
+ * p_first + rr / G, query head kvh * G + rr % G, and sees keys
+ * 0..its position (causal). An item either covers all of a row set's keys
+ * and writes out directly (part < 0), or is one split of several and writes
+ * its unnormalized partial (acc, max, sum) to partial slot `part`; a group
+ * then names the consecutive items of one row set and is combined into out.
+ * Device pointers; launched on stream; kernels never allocate or
+ * synchronize. Errors: INF_E_UNSUPPORTED (head_dim not a multiple of 8 or
+ * above 256), INF_E_INVALID (counts), INF_E_DEVICE. */
+#include "common/inf.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct krn_cuda_attn_item {
+    int32_t t_first; /* batch row of the sequence's first token */
+    int32_t p_first; /* its position */
+    int32_t slot;    /* block-table row */
+    int32_t kvh;     /* KV head */
+    int32_t row0;    /* first query row of this item (in the sequence's rows) */
+    int32_t nrows;   /* rows in this item, <= krn_cuda_attn_rows() */
+    int32_t k0, k1;  /* key positions [k0, k1) */
+    int32_t part;    /* partial slot, or -1: write out directly */
+    int32_t pad[3];
+};
+
+struct krn_cuda_attn_group {
+    int32_t item;     /* first item of the group (its row set) */
+    int32_t n_splits; /* consecutive items, each with its partial slot */
+};
+
+struct krn_cuda_attn_params {
+    const uint16_t *q; /* token t, head h at q + t * ldq + h * head_dim */
+    int64_t ldq;
+    uint16_t *out; /* token t, head h at out + t * ldo + h * head_dim */
+    int64_t ldo;
+    const uint16_t *k_pool, *v_pool;
+    const int32_t *block_table; /* [n_slots][max_blocks] */
+    int32_t max_blocks;
+    int32_t block; /* tokens per KV block */
+    int32_t n_heads, n_kv_heads, head_dim;
+    float scale;
+    const struct krn_cuda_attn_item *items;
+    int32_t n_items;
+    const struct krn_cuda_attn_group *groups;
+    int32_t n_groups;
+    float *partials; /* [slots][rows][head_dim + 2] */
+    bool decode;     /* selects the decode-shaped configuration */
+};
+
+/* Query rows per item and keys per tile of the configuration that serves
+ * head_dim (0 when unsupported). Split boundaries should be multiples of
+ * the tile. */
+int32_t krn_cuda_attn_rows(int32_t head_dim, bool decode);
+int32_t krn_cuda_attn_tile(int32_t head_dim);
+
+/* Run every item, then combine every group. */
+inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p, void *stream,
+                                struct inf_err *err);
+
+/* Write K and V rows: for i < n, token dst[2i] of the batch (k + t * ldk,
+ * v + t * ldv, row_elems fp16 each) goes to pool row dst[2i + 1] (element
+ * offset dst[2i + 1] * row_elems). */
+inf_status_t krn_cuda_kv_write(const uint16_t *k, int64_t ldk, const uint16_t *v, int64_t ldv,
+                               uint16_t *k_pool, uint16_t *v_pool, int32_t row_elems,
+                               const int32_t *dst, int32_t n, void *stream, struct inf_err *err);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,127 @@
+/*
+ * activation.cu — SiLU·mul, fp16/fp32 conversions and bias adds
+ * (kernels/activation_cuda.h).
+ * Mapping  grid-stride loops over (row, column) pairs, consecutive threads on
+ *          consecutive columns (coalesced for any row stride).
+ * Numerics fp32 arithmetic, precise expf, one rounding to fp16 at the end.
+ * Arch     any.
+ */
+#include "kernels/activation_cuda.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void silu_mul_kernel(const __half *gate, int64_t ldg, /* [m][dim] */
+                                const __half *up, int64_t ldu,   /* [m][dim] */
+                                __half *out, int64_t ldo,        /* [m][dim] */
+                                int32_t dim, int32_t m)
+{
+    const int64_t n = (int64_t)m * dim;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / dim, c = i % dim;
+        float g = __half2float(gate[r * ldg + c]), u = __half2float(up[r * ldu + c]);
+        out[r * ldo + c] = __float2half_rn(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+__global__ void f16_to_f32_kernel(const __half *src, int64_t lds, float *dst, int64_t ldd,
+                                  int32_t cols, int32_t rows)
+{
+    const int64_t n = (int64_t)rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i % cols;
+        dst[r * ldd + c] = __half2float(src[r * lds + c]);
+    }
+}
+
+__global__ void f32_to_f16_kernel(const float *src, int64_t lds, const float *bias, __half *dst,
+                                  int64_t ldd, int32_t cols, int32_t rows)
+{
+    const int64_t n = (int64_t)rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i % cols;
+        float v = src[r * lds + c];
+        if (bias)
+            v += bias[c];
+        dst[r * ldd + c] = __float2half_rn(v);
+    }
+}
+
+template <typename T>
+__global__ void bias_add_kernel(T *y, int64_t ldy, const float *bias, int32_t cols, int32_t rows)
+{
+    const int64_t n = (int64_t)rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i % cols;
+        if constexpr (sizeof(T) == 4)
+            y[r * ldy + c] += bias[c];
+        else
+            y[r * ldy + c] = __float2half_rn(__half2float(y[r * ldy + c]) + bias[c]);
+    }
+}
+
+} // namespace
+
+#define KRN_CHECK_2D(op, cols, rows)                                                             \
+    do {                                                                                         \
+        if ((cols) < 0 || (rows) < 0)                                                            \
+            return inf_err_set(err, INF_E_INVALID, op ": %d x %d", (int)(rows), (int)(cols));    \
+        if ((cols) == 0 || (rows) == 0)                                                          \
+            return INF_OK;                                                                       \
+    } while (0)
+
+extern "C" inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t *up,
+                                          int64_t ldu, uint16_t *out, int64_t ldo, int32_t dim,
+                                          int32_t m, void *stream, struct inf_err *err)
+{
+    KRN_CHECK_2D("silu_mul", dim, m);
+    silu_mul_kernel<<<krncuda::grid_for((int64_t)m * dim, kThreads), kThreads, 0,
+                      static_cast<cudaStream_t>(stream)>>>(
+        reinterpret_cast<const __half *>(gate), ldg, reinterpret_cast<const __half *>(up), ldu,
+        reinterpret_cast<__half *>(out), ldo, dim, m);
+    return krncuda::launched("silu_mul", err);
+}
+
+extern "C" inf_status_t krn_cuda_f16_to_f32(const uint16_t *src, int64_t lds, float *dst,
+                                            int64_t ldd, int32_t cols, int32_t rows,
+                                            void *stream, struct inf_err *err)
+{
+    KRN_CHECK_2D("f16_to_f32", cols, rows);
+    f16_to_f32_kernel<<<krncuda::grid_for((int64_t)rows * cols, kThreads), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(
+        reinterpret_cast<const __half *>(src), lds, dst, ldd, cols, rows);
+    return krncuda::launched("f16_to_f32", err);
+}
+
+extern "C" inf_status_t krn_cuda_f32_to_f16(const float *src, int64_t lds, const float *bias,
+                                            uint16_t *dst, int64_t ldd, int32_t cols,
+                                            int32_t rows, void *stream, struct inf_err *err)
+{
+    KRN_CHECK_2D("f32_to_f16", cols, rows);
+    f32_to_f16_kernel<<<krncuda::grid_for((int64_t)rows * cols, kThreads), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(
+        src, lds, bias, reinterpret_cast<__half *>(dst), ldd, cols, rows);
+    return krncuda::launched("f32_to_f16", err);
+}
+
+extern "C" inf_status_t krn_cuda_bias_add(void *y, bool y_f32, int64_t ldy, const float *bias,
+                                          int32_t cols, int32_t rows, void *stream,
+                                          struct inf_err *err)
+{
+    KRN_CHECK_2D("bias_add", cols, rows);
+    unsigned grid = krncuda::grid_for((int64_t)rows * cols, kThreads);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (y_f32)
+        bias_add_kernel<float><<<grid, kThreads, 0, s>>>(static_cast<float *>(y), ldy, bias, cols,
+                                                         rows);
+    else
+        bias_add_kernel<__half><<<grid, kThreads, 0, s>>>(static_cast<__half *>(y), ldy, bias,
+                                                          cols, rows);
+    return krncuda::launched("bias_add", err);
+}

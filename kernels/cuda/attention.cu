@@ -1,0 +1,554 @@
+/*
+ * attention.cu — paged attention for prefill chunks and decode steps
+ * (kernels/attn_cuda.h), flash-decoding style.
+ * Work     one block per item of the caller's list: up to R query rows that
+ *          share a KV head (a decode token's whole query group, or a few
+ *          prefill tokens times their group), over keys [k0, k1) of one
+ *          sequence. Long contexts are split into several items whose
+ *          partials (unnormalized acc, running max, running sum) a second
+ *          kernel combines, one block per row set.
+ * Mapping  NT threads (128 decode, 256 prefill); R = NT * 8 / HDP rows, so
+ *          each thread owns 8 (row, dim) accumulators in registers. Keys are
+ *          walked in tiles of TILE positions:
+ *            1. K and V tiles -> shared memory with 16-byte loads (the block
+ *               table is looked up per row of the tile);
+ *            2. scores S[r][p] = q_r . k_p (q pre-scaled), causal mask per
+ *               row: lanes of a warp take consecutive p, so the K reads walk
+ *               rows whose stride (HDP + 8 halves = an odd number of 16-byte
+ *               units) keeps them free of bank conflicts;
+ *            3. online softmax, one warp per row: new max, rescale factor,
+ *               probabilities written back over S;
+ *            4. acc = acc * rescale + P . V, lanes on consecutive dims.
+ *          Prefill with head_dim <= 128 runs the tensor-core kernel below
+ *          instead (64 rows per block, mma.sync m16n8k16).
+ * Numerics fp16 inputs, fp32 scores, softmax and accumulation (precise expf);
+ *          the tensor-core kernel rounds the probabilities to fp16 for P.V;
+ *          one rounding to fp16 at the output.
+ * Arch     sm_80+ (mma.sync m16n8k16; static shared memory under 48 KB).
+ */
+#include "kernels/attn_cuda.h"
+#include "kernels/cuda/launch.cuh"
+
+#include <math.h>
+
+namespace {
+
+constexpr int kAcc = 8; /* accumulators per thread */
+
+template <int HDP> struct tile_of {
+    static constexpr int value = HDP > 128 ? 32 : 64;
+};
+
+template <int HDP, int NT>
+__global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
+{
+    constexpr int R = NT * kAcc / HDP;   /* query rows per block */
+    constexpr int TILE = tile_of<HDP>::value;
+    constexpr int KS = HDP + 8;          /* shared row stride (halves) */
+    constexpr int NW = NT / 32;
+    __shared__ __align__(16) __half k_s[TILE][KS];
+    __shared__ __align__(16) __half v_s[TILE][KS];
+    __shared__ __align__(16) float q_s[R][HDP];
+    __shared__ float s_s[R][TILE];
+    __shared__ float m_s[R], l_s[R], c_s[R];
+
+    const krn_cuda_attn_item it = p.items[blockIdx.x];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hd = p.head_dim;
+    const int G = p.n_heads / p.n_kv_heads;
+    const int64_t kv_row = (int64_t)p.n_kv_heads * hd;
+    const int32_t *bt = p.block_table + (int64_t)it.slot * p.max_blocks;
+    const __half *qg = reinterpret_cast<const __half *>(p.q);
+
+    for (int e = tid; e < R * HDP; e += NT) {
+        int r = e / HDP, d = e % HDP;
+        float v = 0.0f;
+        if (r < it.nrows && d < hd) {
+            int rr = it.row0 + r;
+            int64_t t = it.t_first + rr / G;
+            int h = it.kvh * G + rr % G;
+            v = __half2float(qg[t * p.ldq + (int64_t)h * hd + d]) * p.scale;
+        }
+        q_s[r][d] = v;
+    }
+    if (tid < R) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.0f;
+    }
+    float acc[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; i++)
+        acc[i] = 0.0f;
+
+    const int cpr = hd / 8; /* 16-byte chunks per K/V row */
+    for (int kt = it.k0; kt < it.k1; kt += TILE) {
+        const int nk = min(TILE, it.k1 - kt);
+        __syncthreads(); /* the previous tile's readers are done; q_s, m_s ready */
+        for (int c = tid; c < nk * cpr; c += NT) {
+            int pr = c / cpr, cc = c % cpr;
+            int kp = kt + pr;
+            int64_t blk = bt[kp / p.block];
+            int64_t off = (blk * p.block + kp % p.block) * kv_row + (int64_t)it.kvh * hd + cc * 8;
+            *reinterpret_cast<uint4 *>(&k_s[pr][cc * 8]) =
+                *reinterpret_cast<const uint4 *>(p.k_pool + off);
+            *reinterpret_cast<uint4 *>(&v_s[pr][cc * 8]) =
+                *reinterpret_cast<const uint4 *>(p.v_pool + off);
+        }
+        __syncthreads();
+        for (int e = tid; e < R * TILE; e += NT) {
+            int r = e / TILE, pp = e % TILE;
+            float s = -INFINITY;
+            int lim = it.p_first + (it.row0 + r) / G + 1;
+            if (r < it.nrows && pp < nk && kt + pp < lim) {
+                s = 0.0f;
+                for (int d = 0; d < hd; d += 8) {
+                    float kf[8];
+                    krncuda::unpack8(*reinterpret_cast<const uint4 *>(&k_s[pp][d]), kf);
+                    const float4 qa = *reinterpret_cast<const float4 *>(&q_s[r][d]);
+                    const float4 qb = *reinterpret_cast<const float4 *>(&q_s[r][d + 4]);
+                    s += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
+                         qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                }
+            }
+            s_s[r][pp] = s;
+        }
+        __syncthreads();
+        for (int r = warp; r < R; r += NW) {
+            float mx = -INFINITY;
+            for (int pp = lane; pp < TILE; pp += 32)
+                mx = fmaxf(mx, s_s[r][pp]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float m_old = m_s[r];
+            const float m_new = fmaxf(m_old, mx);
+            float sum = 0.0f, corr = 1.0f;
+            if (m_new == -INFINITY) {
+                for (int pp = lane; pp < TILE; pp += 32)
+                    s_s[r][pp] = 0.0f;
+            } else {
+                corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+                for (int pp = lane; pp < TILE; pp += 32) {
+                    float s = s_s[r][pp];
+                    float e = s == -INFINITY ? 0.0f : expf(s - m_new);
+                    s_s[r][pp] = e;
+                    sum += e;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            __syncwarp();
+            if (lane == 0) {
+                m_s[r] = m_new;
+                l_s[r] = l_s[r] * corr + sum;
+                c_s[r] = corr;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < kAcc; i++) {
+            const int e = tid + i * NT;
+            const int r = e / HDP, d = e % HDP;
+            float a = acc[i] * c_s[r];
+            if (d < hd)
+                for (int pp = 0; pp < nk; pp++)
+                    a += s_s[r][pp] * __half2float(v_s[pp][d]);
+            acc[i] = a;
+        }
+    }
+    __syncthreads();
+    __half *og = reinterpret_cast<__half *>(p.out);
+#pragma unroll
+    for (int i = 0; i < kAcc; i++) {
+        const int e = tid + i * NT;
+        const int r = e / HDP, d = e % HDP;
+        if (r >= it.nrows || d >= hd)
+            continue;
+        if (it.part < 0) {
+            int rr = it.row0 + r;
+            int64_t t = it.t_first + rr / G;
+            int h = it.kvh * G + rr % G;
+            og[t * p.ldo + (int64_t)h * hd + d] = __float2half_rn(acc[i] / l_s[r]);
+        } else {
+            float *slot = p.partials + ((int64_t)it.part * R + r) * (hd + 2);
+            slot[d] = acc[i];
+            if (d == 0) {
+                slot[hd] = m_s[r];
+                slot[hd + 1] = l_s[r];
+            }
+        }
+    }
+}
+
+/* One block per group: out = sum_j w_j acc_j / sum_j w_j l_j, w_j = exp(m_j - M). */
+__global__ void combine_kernel(const krn_cuda_attn_params p, int R)
+{
+    const krn_cuda_attn_group g = p.groups[blockIdx.x];
+    const krn_cuda_attn_item it = p.items[g.item];
+    const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
+    __half *og = reinterpret_cast<__half *>(p.out);
+    for (int e = threadIdx.x; e < it.nrows * hd; e += blockDim.x) {
+        const int r = e / hd, d = e % hd;
+        float M = -INFINITY;
+        for (int j = 0; j < g.n_splits; j++) {
+            const float *slot =
+                p.partials + ((int64_t)p.items[g.item + j].part * R + r) * (hd + 2);
+            M = fmaxf(M, slot[hd]);
+        }
+        float num = 0.0f, den = 0.0f;
+        for (int j = 0; j < g.n_splits; j++) {
+            const float *slot =
+                p.partials + ((int64_t)p.items[g.item + j].part * R + r) * (hd + 2);
+            float m = slot[hd];
+            if (m == -INFINITY)
+                continue;
+            float w = expf(m - M);
+            num += w * slot[d];
+            den += w * slot[hd + 1];
+        }
+        int rr = it.row0 + r;
+        int64_t t = it.t_first + rr / G;
+        int h = it.kvh * G + rr % G;
+        og[t * p.ldo + (int64_t)h * hd + d] = __float2half_rn(num / den);
+    }
+}
+
+/* ---- tensor-core prefill ------------------------------------------------
+ * One block of 4 warps per item of up to 64 query rows (each warp owns 16
+ * rows), HDP <= 128. Per tile of 64 keys (K, V in shared memory, rows past
+ * the range and dims past head_dim zero-filled):
+ *   S = Q K^T   mma.sync m16n8k16, Q fragments held in registers for the
+ *               whole item, K read as B fragments with 32-bit shared loads
+ *               (row stride HDP + 8 halves: the 8 rows x 4 words of a
+ *               fragment land in 32 different banks);
+ *   online softmax on the S accumulators (each row lives in one quad of
+ *               lanes: max and sum are two xor-shuffles), P rounded to fp16
+ *               and reused in place as the A fragments of
+ *   O += P V    mma.sync, V's B fragments assembled from 16-bit shared loads
+ *               (the two keys of a register are consecutive rows).
+ * Accumulators: S 8x4 and O (HDP/8)x4 fp32 registers per thread. */
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); /* m16n8k16 needs sm_80; the build's architectures are 80 and 90 */
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi)
+{
+    __half2 h = __halves2half2(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+template <int HDP>
+__global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params p)
+{
+    constexpr int TILE = 64, KS = HDP + 8, KSTEPS = HDP / 16, NT_O = HDP / 8;
+    __shared__ __align__(16) __half k_s[TILE][KS];
+    __shared__ __align__(16) __half v_s[TILE][KS];
+
+    const krn_cuda_attn_item it = p.items[blockIdx.x];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
+    const int64_t kv_row = (int64_t)p.n_kv_heads * hd;
+    const int32_t *bt = p.block_table + (int64_t)it.slot * p.max_blocks;
+    const __half *qg = reinterpret_cast<const __half *>(p.q);
+    const __half zero = __float2half_rn(0.0f);
+
+    /* This thread's two rows (h = 0: row g, h = 1: row g + 8 of the warp). */
+    int lim[2];
+    int64_t qoff[2];
+    bool live[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = warp * 16 + g + 8 * h;
+        int rr = it.row0 + r;
+        live[h] = r < it.nrows;
+        lim[h] = it.p_first + rr / G + 1;
+        qoff[h] = (int64_t)(it.t_first + rr / G) * p.ldq + (int64_t)(it.kvh * G + rr % G) * hd;
+    }
+    uint32_t qa[KSTEPS][4];
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int h = i & 1, d = ks * 16 + 2 * t + (i >> 1) * 8;
+            __half lo = zero, hi = zero;
+            if (live[h] && d < hd) { /* hd % 8 == 0: d + 1 < hd too */
+                lo = qg[qoff[h] + d];
+                hi = qg[qoff[h] + d + 1];
+            }
+            qa[ks][i] = pack_halves(lo, hi);
+        }
+    }
+    float o[NT_O][4];
+#pragma unroll
+    for (int n = 0; n < NT_O; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+    const int cpr = HDP / 8; /* 16-byte chunks per shared row */
+    for (int kt = it.k0; kt < it.k1; kt += TILE) {
+        const int nk = min(TILE, it.k1 - kt);
+        __syncthreads(); /* the previous tile's readers are done */
+        for (int c = tid; c < TILE * cpr; c += 128) {
+            const int pr = c / cpr, cc = c % cpr;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (pr < nk && cc * 8 < hd) {
+                const int kp = kt + pr;
+                const int64_t blk = bt[kp / p.block];
+                const int64_t off =
+                    (blk * p.block + kp % p.block) * kv_row + (int64_t)it.kvh * hd + cc * 8;
+                kv = *reinterpret_cast<const uint4 *>(p.k_pool + off);
+                vv = *reinterpret_cast<const uint4 *>(p.v_pool + off);
+            }
+            *reinterpret_cast<uint4 *>(&k_s[pr][cc * 8]) = kv;
+            *reinterpret_cast<uint4 *>(&v_s[pr][cc * 8]) = vv;
+        }
+        __syncthreads();
+
+        float sc[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS; ks++) {
+                const __half *kr = &k_s[j * 8 + g][ks * 16 + 2 * t];
+                mma16816(sc[j], qa[ks], *reinterpret_cast<const uint32_t *>(kr),
+                         *reinterpret_cast<const uint32_t *>(kr + 8));
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, col = j * 8 + 2 * t + (e & 1), kp = kt + col;
+                const float v = (col < nk && kp < lim[h]) ? sc[j][e] * p.scale : -INFINITY;
+                sc[j][e] = v;
+                mx[h] = fmaxf(mx[h], v);
+            }
+        float corr[2], m_new[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            m_new[h] = fmaxf(m_run[h], mx[h]);
+            corr[h] = m_new[h] == -INFINITY ? 1.0f
+                      : m_run[h] == -INFINITY ? 0.0f
+                                              : expf(m_run[h] - m_new[h]);
+        }
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1;
+                const float v = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m_new[h]);
+                sc[j][e] = v;
+                sum[h] += v;
+            }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+            sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+            l_run[h] = l_run[h] * corr[h] + sum[h];
+            m_run[h] = m_new[h];
+        }
+#pragma unroll
+        for (int n = 0; n < NT_O; n++) {
+            o[n][0] *= corr[0];
+            o[n][1] *= corr[0];
+            o[n][2] *= corr[1];
+            o[n][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < TILE / 16; kk++) {
+            uint32_t pa[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]),
+                              pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const int k0r = kk * 16 + 2 * t;
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                const int d = n * 8 + g;
+                uint32_t b0 = pack_halves(v_s[k0r][d], v_s[k0r + 1][d]);
+                uint32_t b1 = pack_halves(v_s[k0r + 8][d], v_s[k0r + 9][d]);
+                mma16816(o[n], pa, b0, b1);
+            }
+        }
+    }
+
+    __half *og = reinterpret_cast<__half *>(p.out);
+    constexpr int R = 64;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!live[h])
+            continue;
+        const int r = warp * 16 + g + 8 * h;
+        if (it.part < 0) {
+            const int rr = it.row0 + r;
+            const int64_t ooff =
+                (int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd;
+            const float inv = 1.0f / l_run[h];
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                const int d = n * 8 + 2 * t;
+                if (d < hd) {
+                    og[ooff + d] = __float2half_rn(o[n][2 * h] * inv);
+                    og[ooff + d + 1] = __float2half_rn(o[n][2 * h + 1] * inv);
+                }
+            }
+        } else {
+            float *slot = p.partials + ((int64_t)it.part * R + r) * (hd + 2);
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                const int d = n * 8 + 2 * t;
+                if (d < hd) {
+                    slot[d] = o[n][2 * h];
+                    slot[d + 1] = o[n][2 * h + 1];
+                }
+            }
+            if (t == 0) {
+                slot[hd] = m_run[h];
+                slot[hd + 1] = l_run[h];
+            }
+        }
+    }
+}
+
+template <bool VEC>
+__global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
+                                const __half *v, int64_t ldv,
+                                __half *k_pool, __half *v_pool, /* [rows][row_elems] */
+                                int32_t row_elems,
+                                const int32_t *dst) /* [n][2]: batch token, pool row */
+{
+    const int64_t t = dst[2 * blockIdx.x], row = dst[2 * blockIdx.x + 1];
+    const __half *ks = k + t * ldk, *vs = v + t * ldv;
+    __half *kd = k_pool + row * row_elems, *vd = v_pool + row * row_elems;
+    if (VEC) {
+        for (int i = threadIdx.x; i < row_elems / 8; i += blockDim.x) {
+            reinterpret_cast<uint4 *>(kd)[i] = reinterpret_cast<const uint4 *>(ks)[i];
+            reinterpret_cast<uint4 *>(vd)[i] = reinterpret_cast<const uint4 *>(vs)[i];
+        }
+    } else {
+        for (int i = threadIdx.x; i < row_elems; i += blockDim.x) {
+            kd[i] = ks[i];
+            vd[i] = vs[i];
+        }
+    }
+}
+
+/* Configurations: decode, SIMT 128 threads; prefill with head_dim <= 128,
+ * tensor cores, 64 rows; prefill with head_dim 256, SIMT 256 threads. */
+template <int HDP> constexpr bool use_tc(bool decode)
+{
+    return !decode && HDP <= 128;
+}
+
+template <int HDP> constexpr int rows_of(bool decode)
+{
+    return use_tc<HDP>(decode) ? 64 : (decode ? 128 : 256) * kAcc / HDP;
+}
+
+template <int HDP>
+cudaError_t launch(const krn_cuda_attn_params &p, cudaStream_t s)
+{
+    if (p.decode)
+        attn_kernel<HDP, 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
+    else if (use_tc<HDP>(false))
+        attn_tc_kernel<HDP <= 128 ? HDP : 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
+    else
+        attn_kernel<HDP, 256><<<(unsigned)p.n_items, 256, 0, s>>>(p);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && p.n_groups > 0)
+        combine_kernel<<<(unsigned)p.n_groups, 128, 0, s>>>(p, rows_of<HDP>(p.decode));
+    return e;
+}
+
+int hdp_of(int32_t head_dim)
+{
+    if (head_dim <= 0 || head_dim % 8 || head_dim > 256)
+        return 0;
+    return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+}
+
+} // namespace
+
+extern "C" int32_t krn_cuda_attn_rows(int32_t head_dim, bool decode)
+{
+    switch (hdp_of(head_dim)) {
+    case 64: return rows_of<64>(decode);
+    case 128: return rows_of<128>(decode);
+    case 256: return rows_of<256>(decode);
+    default: return 0;
+    }
+}
+
+extern "C" int32_t krn_cuda_attn_tile(int32_t head_dim)
+{
+    int hdp = hdp_of(head_dim);
+    return hdp == 0 ? 0 : hdp > 128 ? 32 : 64;
+}
+
+extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p, void *stream,
+                                           struct inf_err *err)
+{
+    int hdp = hdp_of(p->head_dim);
+    if (!hdp)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: head_dim %d (the CUDA kernels take multiples of 8 up to "
+                           "256)",
+                           p->head_dim);
+    if (p->n_items < 0 || p->n_groups < 0 || p->n_heads <= 0 || p->n_kv_heads <= 0 ||
+        p->n_heads % p->n_kv_heads || p->block <= 0)
+        return inf_err_set(err, INF_E_INVALID, "attention: bad counts");
+    if (p->n_items == 0)
+        return INF_OK;
+    if (p->n_items > 0x7fffffff / 2 || ((uintptr_t)p->k_pool | (uintptr_t)p->v_pool) % 16)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "attention: %d items or unaligned pools",
+                           p->n_items);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaError_t e = hdp == 64 ? launch<64>(*p, s) : hdp == 128 ? launch<128>(*p, s)
+                                                               : launch<256>(*p, s);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "attention: %s", cudaGetErrorString(e));
+    return krncuda::launched("attention combine", err);
+}
+
+extern "C" inf_status_t krn_cuda_kv_write(const uint16_t *k, int64_t ldk, const uint16_t *v,
+                                          int64_t ldv, uint16_t *k_pool, uint16_t *v_pool,
+                                          int32_t row_elems, const int32_t *dst, int32_t n,
+                                          void *stream, struct inf_err *err)
+{
+    if (n < 0 || row_elems <= 0)
+        return inf_err_set(err, INF_E_INVALID, "kv_write: n=%d row=%d", n, row_elems);
+    if (n == 0)
+        return INF_OK;
+    const bool vec = row_elems % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 &&
+                     ((uintptr_t)k | (uintptr_t)v | (uintptr_t)k_pool | (uintptr_t)v_pool) % 16 ==
+                         0;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const __half *kh = reinterpret_cast<const __half *>(k), *vh = reinterpret_cast<const __half *>(v);
+    __half *kp = reinterpret_cast<__half *>(k_pool), *vp = reinterpret_cast<__half *>(v_pool);
+    if (vec)
+        kv_write_kernel<true><<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, kp, vp, row_elems, dst);
+    else
+        kv_write_kernel<false><<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, kp, vp, row_elems,
+                                                           dst);
+    return krncuda::launched("kv_write", err);
+}

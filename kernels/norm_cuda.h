@@ -1,0 +1,23 @@
+#pragma once
+/* kernels/norm_cuda.h — RMSNorm fused with the residual add, fp16 rows.
+ * For each row r < m: if delta, x[r] += delta[r] (the sum rounded to fp16 and
+ * stored back: x is the residual stream); then
+ * out[r][i] = fp16(x[r][i] / sqrt(mean_i(x[r]^2) + eps) * w[i]), i < dim,
+ * the mean accumulated in fp32 over the stored fp16 values. w is fp32.
+ * out may alias neither x nor delta. Device pointers; launched on stream.
+ * Errors: INF_E_INVALID (sizes), INF_E_DEVICE (launch failure). */
+#include "common/inf.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uint16_t *delta, int64_t ldd,
+                                  const float *w, float eps, uint16_t *out, int64_t ldo,
+                                  int32_t dim, int32_t m, void *stream, struct inf_err *err);
+
+#ifdef __cplusplus
+}
+#endif

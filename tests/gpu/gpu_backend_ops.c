@@ -1,0 +1,797 @@
+/* GPU test: every op of the CUDA backend against the CPU backend (the
+ * reference) on fresh random data, through the public wrappers of
+ * engine/backend.h.
+ *
+ * Inputs are drawn in fp32, rounded to fp16 (what the GPU holds), and the
+ * same rounded values are given to the CPU backend in fp32, so the only
+ * differences are the GPU's fp16 outputs and its summation order.
+ * Tolerances (relative Frobenius error, ||gpu - cpu|| / ||cpu||):
+ *   embedding (fp16 table), rows_gather, K/V cache writes   exact (0)
+ *   embedding (fp32 table)                                  <= 1e-3 (fp16 rounding)
+ *   rmsnorm_add, rope, silu_mul                             <= 2e-3
+ *   linear_q4, linear_fp (fp16 and fp32 weights)            <= 3e-3
+ *   attention prefill and decode                            <= 3e-3
+ * Each output is poisoned (0xff bytes: fp16 NaN) before the op, so an
+ * element the GPU forgets to write fails the check. Shapes cover M = 1 and
+ * larger M, strided views, K not a multiple of the group, GQA, head_dim 48,
+ * 64, 128 and 256, several sequences of different lengths spanning several
+ * KV blocks with shuffled block tables, a prefill chunk on top of existing
+ * KV, and decode over 3000 positions with one or two sequences (few row
+ * sets on a 132-SM GPU: the backend splits the keys and combines).
+ * Fresh seed each run, printed; INT4SERVE_TEST_SEED replays one.
+ * Prints "SKIPPED: no GPU" and exits 0 without a GPU. */
+#include "common/inf.h"
+#include "engine/backend.h"
+#include "engine/batch.h"
+#include "engine/quant.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int g_fail, g_checks;
+static uint64_t g_rng;
+static struct eng_backend *g_cpu, *g_gpu;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi), rounded to fp16. */
+static float urand(float lo, float hi)
+{
+    float u = (float)((double)(rnd() >> 11) * 0x1p-53);
+    return inf_f16_to_f32(inf_f32_to_f16(lo + (hi - lo) * u));
+}
+
+static float *frand(int64_t n, float lo, float hi)
+{
+    float *p = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        p[i] = urand(lo, hi);
+    return p;
+}
+
+#define DIE_IF(st, what)                                                                           \
+    do {                                                                                           \
+        if ((st) != INF_OK) {                                                                      \
+            fprintf(stderr, "FATAL %s:%d %s: %s\n", __FILE__, __LINE__, what, err.msg);            \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* A pair of buffers holding the same values: fp32 on the CPU, act dtype
+ * (fp16) on the GPU. */
+struct pair {
+    struct eng_buf *c, *g;
+    int64_t n;
+};
+
+static struct pair pair_make(const float *v, int64_t n)
+{
+    struct inf_err err = {0};
+    struct pair p = {.n = n};
+    DIE_IF(eng_buf_alloc(g_cpu, (size_t)n * 4, &p.c, &err), "alloc");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)n * 2, &p.g, &err), "alloc");
+    uint16_t *h = malloc((size_t)n * 2);
+    if (v) {
+        DIE_IF(eng_buf_upload(g_cpu, p.c, 0, v, (size_t)n * 4, &err), "upload");
+        for (int64_t i = 0; i < n; i++)
+            h[i] = inf_f32_to_f16(v[i]);
+    } else {
+        memset(h, 0xff, (size_t)n * 2);
+    }
+    DIE_IF(eng_buf_upload(g_gpu, p.g, 0, h, (size_t)n * 2, &err), "upload");
+    free(h);
+    return p;
+}
+
+static void pair_free(struct pair *p)
+{
+    eng_buf_free(g_cpu, p->c);
+    eng_buf_free(g_gpu, p->g);
+}
+
+/* The same int32 data on both backends. */
+static void ints_make(const int32_t *v, int64_t n, struct eng_buf **c, struct eng_buf **g)
+{
+    struct inf_err err = {0};
+    DIE_IF(eng_buf_from_host(g_cpu, v, (size_t)n * 4, c, &err), "ints");
+    DIE_IF(eng_buf_from_host(g_gpu, v, (size_t)n * 4, g, &err), "ints");
+}
+
+/* Compare rows x cols of view (off, ld) of a pair; returns the relative
+ * Frobenius error, counts non-finite GPU values as failures. */
+static double compare_view(const char *what, struct pair *p, int64_t off, int64_t ld, int64_t rows,
+                           int64_t cols, double tol)
+{
+    struct inf_err err = {0};
+    float *c = malloc((size_t)p->n * 4);
+    uint16_t *g = malloc((size_t)p->n * 2);
+    DIE_IF(eng_buf_download(g_cpu, p->c, 0, c, (size_t)p->n * 4, &err), "download");
+    DIE_IF(eng_buf_download(g_gpu, p->g, 0, g, (size_t)p->n * 2, &err), "download");
+    double d2 = 0, r2 = 0;
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t i = off + r * ld + j;
+            double gv = inf_f16_to_f32(g[i]);
+            if (!isfinite(gv)) {
+                bad++;
+                continue;
+            }
+            d2 += (gv - c[i]) * (gv - c[i]);
+            r2 += (double)c[i] * c[i];
+        }
+    double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+    g_checks++;
+    bool ok = bad == 0 && rel <= tol;
+    if (!ok)
+        g_fail++;
+    printf("%-4s %-58s rel %.3e (tol %.0e)%s\n", ok ? "ok" : "FAIL", what, rel, tol,
+           bad ? " NON-FINITE OUTPUT" : "");
+    free(c);
+    free(g);
+    return rel;
+}
+
+static double compare(const char *what, struct pair *p, double tol)
+{
+    return compare_view(what, p, 0, p->n, 1, p->n, tol);
+}
+
+static void expect_status(const char *what, inf_status_t got, inf_status_t want,
+                          const struct inf_err *err)
+{
+    g_checks++;
+    bool ok = got == want;
+    if (!ok)
+        g_fail++;
+    printf("%-4s %-58s %s (%s)\n", ok ? "ok" : "FAIL", what, inf_status_name(got),
+           err ? err->msg : "");
+}
+
+/* ---- ops ------------------------------------------------------------------------ */
+static void test_embedding(int32_t vocab, int32_t dim, int32_t m, bool f16)
+{
+    struct inf_err err = {0};
+    float *t = frand((int64_t)vocab * dim, -1, 1);
+    int32_t *ids = malloc((size_t)m * 4);
+    for (int32_t i = 0; i < m; i++)
+        ids[i] = (int32_t)(rnd() % (uint64_t)vocab);
+    struct eng_buf *tc, *tg, *ic, *ig;
+    if (f16) {
+        uint16_t *h = malloc((size_t)vocab * dim * 2);
+        for (int64_t i = 0; i < (int64_t)vocab * dim; i++)
+            h[i] = inf_f32_to_f16(t[i]);
+        DIE_IF(eng_buf_from_host(g_cpu, h, (size_t)vocab * dim * 2, &tc, &err), "table");
+        DIE_IF(eng_buf_from_host(g_gpu, h, (size_t)vocab * dim * 2, &tg, &err), "table");
+        free(h);
+    } else {
+        /* fp32 table values off the fp16 grid: the GPU rounds them. */
+        for (int64_t i = 0; i < (int64_t)vocab * dim; i++)
+            t[i] += 1e-4f * (float)(i % 7);
+        DIE_IF(eng_buf_from_host(g_cpu, t, (size_t)vocab * dim * 4, &tc, &err), "table");
+        DIE_IF(eng_buf_from_host(g_gpu, t, (size_t)vocab * dim * 4, &tg, &err), "table");
+    }
+    ints_make(ids, m, &ic, &ig);
+    int64_t ld = dim + 5;
+    struct pair out = pair_make(NULL, (int64_t)m * ld);
+    enum eng_wdtype wdt = f16 ? ENG_W_F16 : ENG_W_F32;
+    DIE_IF(
+        eng_op_embedding(g_cpu, tc, wdt, vocab, dim, ic, (struct eng_mat){out.c, 0, ld}, m, &err),
+        "cpu embedding");
+    DIE_IF(
+        eng_op_embedding(g_gpu, tg, wdt, vocab, dim, ig, (struct eng_mat){out.g, 0, ld}, m, &err),
+        "gpu embedding");
+    char what[128];
+    snprintf(what, sizeof what, "embedding %s vocab %d dim %d m %d", f16 ? "f16" : "f32", vocab,
+             dim, m);
+    compare_view(what, &out, 0, ld, m, dim, f16 ? 0.0 : 1e-3);
+    /* An id outside the vocabulary is refused. */
+    int32_t badid = vocab;
+    DIE_IF(eng_buf_upload(g_gpu, ig, 0, &badid, 4, &err), "upload");
+    inf_status_t st =
+        eng_op_embedding(g_gpu, tg, wdt, vocab, dim, ig, (struct eng_mat){out.g, 0, ld}, m, &err);
+    expect_status("embedding: id = vocab refused", st, INF_E_INVALID, &err);
+    pair_free(&out);
+    eng_buf_free(g_cpu, tc);
+    eng_buf_free(g_gpu, tg);
+    eng_buf_free(g_cpu, ic);
+    eng_buf_free(g_gpu, ig);
+    free(t);
+    free(ids);
+}
+
+static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta)
+{
+    struct inf_err err = {0};
+    int64_t ld = dim + 3;
+    float *xv = frand((int64_t)m * ld, -2, 2), *dv = frand((int64_t)m * ld, -1, 1);
+    float *wv = frand(dim, 0.5f, 1.5f);
+    struct pair x = pair_make(xv, (int64_t)m * ld), d = pair_make(dv, (int64_t)m * ld);
+    struct pair out = pair_make(NULL, (int64_t)m * dim);
+    struct eng_buf *wc, *wg;
+    DIE_IF(eng_buf_from_host(g_cpu, wv, (size_t)dim * 4, &wc, &err), "w");
+    DIE_IF(eng_buf_from_host(g_gpu, wv, (size_t)dim * 4, &wg, &err), "w");
+    struct eng_mat dc = {d.c, 0, ld}, dg = {d.g, 0, ld};
+    DIE_IF(eng_op_rmsnorm_add(g_cpu, (struct eng_mat){x.c, 0, ld}, with_delta ? &dc : NULL, wc,
+                              1e-5f, (struct eng_mat){out.c, 0, dim}, dim, m, &err),
+           "cpu rmsnorm");
+    DIE_IF(eng_op_rmsnorm_add(g_gpu, (struct eng_mat){x.g, 0, ld}, with_delta ? &dg : NULL, wg,
+                              1e-5f, (struct eng_mat){out.g, 0, dim}, dim, m, &err),
+           "gpu rmsnorm");
+    char what[128];
+    snprintf(what, sizeof what, "rmsnorm%s dim %d m %d: out", with_delta ? "+add" : "", dim, m);
+    compare(what, &out, 2e-3);
+    snprintf(what, sizeof what, "rmsnorm%s dim %d m %d: residual", with_delta ? "+add" : "", dim,
+             m);
+    compare_view(what, &x, 0, ld, m, dim, 2e-3);
+    pair_free(&x);
+    pair_free(&d);
+    pair_free(&out);
+    eng_buf_free(g_cpu, wc);
+    eng_buf_free(g_gpu, wg);
+    free(xv);
+    free(dv);
+    free(wv);
+}
+
+static void test_rope(int32_t n_heads, int32_t hd, int32_t m, bool llama3, int32_t max_pos)
+{
+    struct inf_err err = {0};
+    int64_t ld = (int64_t)n_heads * hd + 16;
+    float *xv = frand((int64_t)m * ld, -1, 1);
+    int32_t *pos = malloc((size_t)m * 4);
+    for (int32_t i = 0; i < m; i++)
+        pos[i] = (int32_t)(rnd() % (uint64_t)max_pos);
+    struct pair x = pair_make(xv, (int64_t)m * ld);
+    struct eng_buf *pc, *pg;
+    ints_make(pos, m, &pc, &pg);
+    struct eng_rope_params rp = {.theta = llama3 ? 500000.0f : 10000.0f,
+                                 .llama3 = llama3,
+                                 .factor = 8.0f,
+                                 .low_freq = 1.0f,
+                                 .high_freq = 4.0f,
+                                 .orig_max_pos = 8192};
+    DIE_IF(eng_op_rope(g_cpu, (struct eng_mat){x.c, 0, ld}, n_heads, hd, pc, &rp, m, &err),
+           "cpu rope");
+    DIE_IF(eng_op_rope(g_gpu, (struct eng_mat){x.g, 0, ld}, n_heads, hd, pg, &rp, m, &err),
+           "gpu rope");
+    char what[128];
+    snprintf(what, sizeof what, "rope heads %d hd %d m %d%s pos < %d", n_heads, hd, m,
+             llama3 ? " llama3" : "", max_pos);
+    compare_view(what, &x, 0, ld, m, (int64_t)n_heads * hd, 2e-3);
+    pair_free(&x);
+    eng_buf_free(g_cpu, pc);
+    eng_buf_free(g_gpu, pg);
+    free(xv);
+    free(pos);
+}
+
+static void test_silu(int32_t dim, int32_t m)
+{
+    struct inf_err err = {0};
+    int64_t ld = 2 * (int64_t)dim; /* gate | up side by side, as the model lays them */
+    float *gu = frand((int64_t)m * ld, -6, 6);
+    struct pair in = pair_make(gu, (int64_t)m * ld), out = pair_make(NULL, (int64_t)m * dim);
+    DIE_IF(eng_op_silu_mul(g_cpu, (struct eng_mat){in.c, 0, ld}, (struct eng_mat){in.c, dim, ld},
+                           (struct eng_mat){out.c, 0, dim}, dim, m, &err),
+           "cpu silu");
+    DIE_IF(eng_op_silu_mul(g_gpu, (struct eng_mat){in.g, 0, ld}, (struct eng_mat){in.g, dim, ld},
+                           (struct eng_mat){out.g, 0, dim}, dim, m, &err),
+           "gpu silu");
+    char what[128];
+    snprintf(what, sizeof what, "silu_mul dim %d m %d", dim, m);
+    compare(what, &out, 2e-3);
+    pair_free(&in);
+    pair_free(&out);
+    free(gu);
+}
+
+static void test_gather(int32_t dim, int32_t rows, int32_t m)
+{
+    struct inf_err err = {0};
+    float *xv = frand((int64_t)rows * dim, -3, 3);
+    int32_t *idx = malloc((size_t)m * 4);
+    for (int32_t i = 0; i < m; i++)
+        idx[i] = (int32_t)(rnd() % (uint64_t)rows);
+    struct pair x = pair_make(xv, (int64_t)rows * dim), out = pair_make(NULL, (int64_t)m * dim);
+    struct eng_buf *ic, *ig;
+    ints_make(idx, m, &ic, &ig);
+    DIE_IF(eng_op_rows_gather(g_cpu, (struct eng_mat){x.c, 0, dim}, ic,
+                              (struct eng_mat){out.c, 0, dim}, dim, m, &err),
+           "cpu gather");
+    DIE_IF(eng_op_rows_gather(g_gpu, (struct eng_mat){x.g, 0, dim}, ig,
+                              (struct eng_mat){out.g, 0, dim}, dim, m, &err),
+           "gpu gather");
+    char what[128];
+    snprintf(what, sizeof what, "rows_gather dim %d rows %d m %d", dim, rows, m);
+    compare(what, &out, 0.0);
+    int32_t bad = rows;
+    DIE_IF(eng_buf_upload(g_gpu, ig, 0, &bad, 4, &err), "upload");
+    inf_status_t st = eng_op_rows_gather(g_gpu, (struct eng_mat){x.g, 0, dim}, ig,
+                                         (struct eng_mat){out.g, 0, dim}, dim, m, &err);
+    expect_status("rows_gather: row past the buffer refused", st, INF_E_INVALID, &err);
+    pair_free(&x);
+    pair_free(&out);
+    eng_buf_free(g_cpu, ic);
+    eng_buf_free(g_gpu, ig);
+    free(xv);
+    free(idx);
+}
+
+/* INT4 linear; x_pad / y_pad add columns to the row strides (strided views). */
+static void test_linear_q4(int32_t m, int32_t n, int32_t k, int32_t group, bool sym, bool bias,
+                           int32_t x_pad, int32_t y_pad)
+{
+    struct inf_err err = {0};
+    float *wv = frand((int64_t)n * k, -1, 1);
+    struct krn_q4_weight q;
+    DIE_IF(eng_q4_quantize(wv, n, k, group, sym, &q, &err), "quantize");
+    struct eng_q4w *wc, *wg;
+    DIE_IF(eng_weight_q4_create(g_cpu, &q, &wc, &err), "cpu q4");
+    DIE_IF(eng_weight_q4_create(g_gpu, &q, &wg, &err), "gpu q4");
+    eng_q4_free(&q);
+    int64_t ldx = k + x_pad, ldy = n + y_pad;
+    float *xv = frand((int64_t)m * ldx, -1, 1);
+    struct pair x = pair_make(xv, (int64_t)m * ldx), y = pair_make(NULL, (int64_t)m * ldy);
+    struct eng_buf *bc = NULL, *bg = NULL;
+    float *bv = NULL;
+    if (bias) {
+        bv = frand(n, -0.5f, 0.5f);
+        DIE_IF(eng_buf_from_host(g_cpu, bv, (size_t)n * 4, &bc, &err), "bias");
+        DIE_IF(eng_buf_from_host(g_gpu, bv, (size_t)n * 4, &bg, &err), "bias");
+    }
+    DIE_IF(eng_op_linear_q4(g_cpu, wc, bc, (struct eng_mat){x.c, 0, ldx},
+                            (struct eng_mat){y.c, 0, ldy}, m, &err),
+           "cpu linear_q4");
+    DIE_IF(eng_op_linear_q4(g_gpu, wg, bg, (struct eng_mat){x.g, 0, ldx},
+                            (struct eng_mat){y.g, 0, ldy}, m, &err),
+           "gpu linear_q4");
+    char what[128];
+    snprintf(what, sizeof what, "linear_q4 m %d n %d k %d g %d %s%s%s", m, n, k, group,
+             sym ? "sym" : "asym", bias ? " bias" : "", x_pad || y_pad ? " strided" : "");
+    compare_view(what, &y, 0, ldy, m, n, 3e-3);
+    pair_free(&x);
+    pair_free(&y);
+    eng_buf_free(g_cpu, bc);
+    eng_buf_free(g_gpu, bg);
+    eng_weight_q4_destroy(g_cpu, wc);
+    eng_weight_q4_destroy(g_gpu, wg);
+    free(wv);
+    free(xv);
+    free(bv);
+}
+
+static void test_linear_fp(int32_t m, int32_t n, int32_t k, bool w16, bool y32, bool bias)
+{
+    struct inf_err err = {0};
+    float *wv = frand((int64_t)n * k, -1, 1);
+    struct eng_buf *wc, *wg;
+    enum eng_wdtype wdt = w16 ? ENG_W_F16 : ENG_W_F32;
+    if (w16) {
+        uint16_t *h = malloc((size_t)n * k * 2);
+        for (int64_t i = 0; i < (int64_t)n * k; i++)
+            h[i] = inf_f32_to_f16(wv[i]);
+        DIE_IF(eng_buf_from_host(g_cpu, h, (size_t)n * k * 2, &wc, &err), "w");
+        DIE_IF(eng_buf_from_host(g_gpu, h, (size_t)n * k * 2, &wg, &err), "w");
+        free(h);
+    } else {
+        DIE_IF(eng_buf_from_host(g_cpu, wv, (size_t)n * k * 4, &wc, &err), "w");
+        DIE_IF(eng_buf_from_host(g_gpu, wv, (size_t)n * k * 4, &wg, &err), "w");
+    }
+    float *xv = frand((int64_t)m * k, -1, 1);
+    struct pair x = pair_make(xv, (int64_t)m * k);
+    struct eng_buf *bc = NULL, *bg = NULL;
+    float *bv = NULL;
+    if (bias) {
+        bv = frand(n, -0.5f, 0.5f);
+        DIE_IF(eng_buf_from_host(g_cpu, bv, (size_t)n * 4, &bc, &err), "bias");
+        DIE_IF(eng_buf_from_host(g_gpu, bv, (size_t)n * 4, &bg, &err), "bias");
+    }
+    char what[128];
+    snprintf(what, sizeof what, "linear_fp m %d n %d k %d w %s y %s%s", m, n, k,
+             w16 ? "f16" : "f32", y32 ? "f32" : "f16", bias ? " bias" : "");
+    int64_t ny = (int64_t)m * n;
+    struct eng_buf *yc, *yg;
+    DIE_IF(eng_buf_alloc(g_cpu, (size_t)ny * 4, &yc, &err), "y");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)ny * (y32 ? 4 : 2), &yg, &err), "y");
+    void *poison = malloc((size_t)ny * 4);
+    memset(poison, 0xff, (size_t)ny * 4);
+    DIE_IF(eng_buf_upload(g_gpu, yg, 0, poison, (size_t)ny * (y32 ? 4 : 2), &err), "poison");
+    DIE_IF(eng_op_linear_fp(g_cpu, wc, wdt, n, k, bc, (struct eng_mat){x.c, 0, k},
+                            (struct eng_mat){yc, 0, n}, y32, m, &err),
+           "cpu linear_fp");
+    DIE_IF(eng_op_linear_fp(g_gpu, wg, wdt, n, k, bg, (struct eng_mat){x.g, 0, k},
+                            (struct eng_mat){yg, 0, n}, y32, m, &err),
+           "gpu linear_fp");
+    float *c = malloc((size_t)ny * 4), *g = malloc((size_t)ny * 4);
+    DIE_IF(eng_buf_download(g_cpu, yc, 0, c, (size_t)ny * 4, &err), "download");
+    if (y32) {
+        DIE_IF(eng_buf_download(g_gpu, yg, 0, g, (size_t)ny * 4, &err), "download");
+    } else {
+        uint16_t *h = poison;
+        DIE_IF(eng_buf_download(g_gpu, yg, 0, h, (size_t)ny * 2, &err), "download");
+        for (int64_t i = 0; i < ny; i++)
+            g[i] = inf_f16_to_f32(h[i]);
+    }
+    double d2 = 0, r2 = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        if (!isfinite(g[i])) {
+            bad++;
+            continue;
+        }
+        d2 += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
+        r2 += (double)c[i] * c[i];
+    }
+    double rel = sqrt(d2 / r2);
+    g_checks++;
+    bool ok = bad == 0 && rel <= 3e-3;
+    g_fail += !ok;
+    printf("%-4s %-58s rel %.3e (tol 3e-03)%s\n", ok ? "ok" : "FAIL", what, rel,
+           bad ? " NON-FINITE OUTPUT" : "");
+    free(c);
+    free(g);
+    free(poison);
+    pair_free(&x);
+    eng_buf_free(g_cpu, yc);
+    eng_buf_free(g_gpu, yg);
+    eng_buf_free(g_cpu, wc);
+    eng_buf_free(g_gpu, wg);
+    eng_buf_free(g_cpu, bc);
+    eng_buf_free(g_gpu, bg);
+    free(wv);
+    free(xv);
+    free(bv);
+}
+
+/* ---- attention ---------------------------------------------------------------- */
+struct seq_spec {
+    int32_t before; /* positions already in the cache */
+    int32_t n_new;  /* tokens in this step */
+};
+
+static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int32_t hd,
+                           const struct seq_spec *sp, int32_t n_seqs, bool decode)
+{
+    struct inf_err err = {0};
+    int32_t max_blocks = 0, n_tok = 0;
+    for (int32_t s = 0; s < n_seqs; s++) {
+        int32_t need = (sp[s].before + sp[s].n_new + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
+        max_blocks = need > max_blocks ? need : max_blocks;
+        n_tok += sp[s].n_new;
+    }
+    int32_t n_slots = n_seqs + 1; /* one unused slot */
+    int32_t n_blocks = n_slots * max_blocks + 3;
+    /* Block tables: a shuffled pool, -1 past each sequence's end. */
+    int32_t *perm = malloc((size_t)n_blocks * 4);
+    for (int32_t i = 0; i < n_blocks; i++)
+        perm[i] = i;
+    for (int32_t i = n_blocks - 1; i > 0; i--) {
+        int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *bt = malloc((size_t)n_slots * max_blocks * 4);
+    int32_t used = 0;
+    for (int32_t s = 0; s < n_slots; s++)
+        for (int32_t b = 0; b < max_blocks; b++) {
+            /* slot s holds sequence n_seqs - 1 - s; the last slot is unused */
+            int32_t q = n_seqs - 1 - s;
+            int32_t need =
+                q >= 0 ? (sp[q].before + sp[q].n_new + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK : 0;
+            bt[s * max_blocks + b] = b < need ? perm[used++] : -1;
+        }
+    /* Batch: sequence s uses slot n_seqs - 1 - s (slots out of order). */
+    int32_t *seqs = malloc((size_t)n_seqs * 12), *pos = malloc((size_t)n_tok * 4);
+    int32_t t = 0;
+    for (int32_t s = 0; s < n_seqs; s++) {
+        seqs[3 * s] = t;
+        seqs[3 * s + 1] = sp[s].n_new;
+        seqs[3 * s + 2] = n_seqs - 1 - s;
+        for (int32_t i = 0; i < sp[s].n_new; i++)
+            pos[t++] = sp[s].before + i;
+    }
+    /* Existing KV: random rows at positions < before of each sequence,
+     * written straight into both pools (fp16 values). */
+    int64_t row = (int64_t)n_kv * hd, pool = (int64_t)n_blocks * ENG_KV_BLOCK * row;
+    float *kpool = frand(pool, -1, 1), *vpool = frand(pool, -1, 1);
+    struct pair kc = pair_make(kpool, pool), vc = pair_make(vpool, pool);
+    /* q | k | v in one row, as the model lays them out. */
+    int64_t ldq = (int64_t)(n_heads + 2 * n_kv) * hd;
+    float *qkv = frand((int64_t)n_tok * ldq, -2, 2);
+    struct pair in = pair_make(qkv, (int64_t)n_tok * ldq);
+    int64_t ldo = (int64_t)n_heads * hd;
+    struct pair out = pair_make(NULL, (int64_t)n_tok * ldo);
+    struct eng_buf *sc, *sg, *pc, *pg, *bc, *bg;
+    ints_make(seqs, (int64_t)n_seqs * 3, &sc, &sg);
+    ints_make(pos, n_tok, &pc, &pg);
+    ints_make(bt, (int64_t)n_slots * max_blocks, &bc, &bg);
+    struct eng_attn_params a = {.n_heads = n_heads,
+                                .n_kv_heads = n_kv,
+                                .head_dim = hd,
+                                .scale = 1.0f / sqrtf((float)hd),
+                                .n_seqs = n_seqs,
+                                .n_slots = n_slots,
+                                .max_blocks = max_blocks,
+                                .n_blocks = n_blocks};
+    struct eng_attn_params ac = a, ag = a;
+    ac.q = (struct eng_mat){in.c, 0, ldq};
+    ac.k = (struct eng_mat){in.c, (int64_t)n_heads * hd, ldq};
+    ac.v = (struct eng_mat){in.c, (int64_t)(n_heads + n_kv) * hd, ldq};
+    ac.out = (struct eng_mat){out.c, 0, ldo};
+    ac.pos = pc;
+    ac.seqs = sc;
+    ac.block_table = bc;
+    ac.k_cache = kc.c;
+    ac.v_cache = vc.c;
+    ag.q = (struct eng_mat){in.g, 0, ldq};
+    ag.k = (struct eng_mat){in.g, (int64_t)n_heads * hd, ldq};
+    ag.v = (struct eng_mat){in.g, (int64_t)(n_heads + n_kv) * hd, ldq};
+    ag.out = (struct eng_mat){out.g, 0, ldo};
+    ag.pos = pg;
+    ag.seqs = sg;
+    ag.block_table = bg;
+    ag.k_cache = kc.g;
+    ag.v_cache = vc.g;
+    inf_status_t (*op)(struct eng_backend *, const struct eng_attn_params *, struct inf_err *) =
+        decode ? eng_op_attn_decode : eng_op_attn_prefill;
+    DIE_IF(op(g_cpu, &ac, &err), "cpu attention");
+    DIE_IF(op(g_gpu, &ag, &err), "gpu attention");
+    char what[160];
+    snprintf(what, sizeof what, "attn %s %s h %d/%d hd %d: out", decode ? "decode" : "prefill",
+             name, n_heads, n_kv, hd);
+    compare(what, &out, 3e-3);
+    /* The K/V rows this step wrote, compared exactly (the whole pools:
+     * untouched rows must stay as uploaded too). */
+    snprintf(what, sizeof what, "attn %s %s: K cache", decode ? "decode" : "prefill", name);
+    compare(what, &kc, 0.0);
+    snprintf(what, sizeof what, "attn %s %s: V cache", decode ? "decode" : "prefill", name);
+    compare(what, &vc, 0.0);
+    pair_free(&kc);
+    pair_free(&vc);
+    pair_free(&in);
+    pair_free(&out);
+    eng_buf_free(g_cpu, sc);
+    eng_buf_free(g_gpu, sg);
+    eng_buf_free(g_cpu, pc);
+    eng_buf_free(g_gpu, pg);
+    eng_buf_free(g_cpu, bc);
+    eng_buf_free(g_gpu, bg);
+    free(perm);
+    free(bt);
+    free(seqs);
+    free(pos);
+    free(kpool);
+    free(vpool);
+    free(qkv);
+}
+
+/* GPU only, information: time attention on serving shapes (n_seqs
+ * sequences of ctx positions, n_new tokens each in this step; Llama-3-8B
+ * heads). Prints the time per call, the K/V bytes read (at least once) and
+ * the attention FLOPs (2 matmuls, causal). */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void time_attention(int32_t n_seqs, int32_t ctx, int32_t n_new, bool decode)
+{
+    struct inf_err err = {0};
+    const int32_t nh = 32, nkv = 8, hd = 128;
+    int32_t per_seq = (ctx + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
+    int32_t n_blocks = n_seqs * per_seq, n_tok = n_seqs * n_new;
+    int64_t row = (int64_t)nkv * hd, pool = (int64_t)n_blocks * ENG_KV_BLOCK * row;
+    int64_t ldq = (int64_t)(nh + 2 * nkv) * hd;
+    struct eng_buf *kc, *vc, *in, *out, *sg, *pg, *bg, *probe;
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)pool * 2, &kc, &err), "k");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)pool * 2, &vc, &err), "v");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)n_tok * ldq * 2, &in, &err), "in");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)n_tok * nh * hd * 2, &out, &err), "out");
+    /* Fill the pools and inputs with small fp16 values (0x2000 ~ 0.0078). */
+    uint16_t *fill = malloc((size_t)(pool > n_tok * ldq ? pool : n_tok * ldq) * 2);
+    for (int64_t i = 0; i < (pool > n_tok * ldq ? pool : n_tok * ldq); i++)
+        fill[i] = (uint16_t)(0x2000 + (rnd() & 0x3ff));
+    DIE_IF(eng_buf_upload(g_gpu, kc, 0, fill, (size_t)pool * 2, &err), "fill");
+    DIE_IF(eng_buf_upload(g_gpu, vc, 0, fill, (size_t)pool * 2, &err), "fill");
+    DIE_IF(eng_buf_upload(g_gpu, in, 0, fill, (size_t)n_tok * ldq * 2, &err), "fill");
+    free(fill);
+    int32_t *seqs = malloc((size_t)n_seqs * 12), *pos = malloc((size_t)n_tok * 4);
+    int32_t *bt = malloc((size_t)n_blocks * 4);
+    for (int32_t s = 0; s < n_seqs; s++) {
+        seqs[3 * s] = s * n_new;
+        seqs[3 * s + 1] = n_new;
+        seqs[3 * s + 2] = s;
+        for (int32_t i = 0; i < n_new; i++)
+            pos[s * n_new + i] = ctx - n_new + i;
+    }
+    for (int32_t i = 0; i < n_blocks; i++)
+        bt[i] = i;
+    DIE_IF(eng_buf_from_host(g_gpu, seqs, (size_t)n_seqs * 12, &sg, &err), "seqs");
+    DIE_IF(eng_buf_from_host(g_gpu, pos, (size_t)n_tok * 4, &pg, &err), "pos");
+    DIE_IF(eng_buf_from_host(g_gpu, bt, (size_t)n_blocks * 4, &bg, &err), "bt");
+    DIE_IF(eng_buf_alloc(g_gpu, 4, &probe, &err), "probe");
+    struct eng_attn_params a = {.n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+                                .scale = 1.0f / sqrtf((float)hd), .q = {in, 0, ldq},
+                                .k = {in, (int64_t)nh * hd, ldq},
+                                .v = {in, (int64_t)(nh + nkv) * hd, ldq},
+                                .out = {out, 0, (int64_t)nh * hd}, .pos = pg, .seqs = sg,
+                                .n_seqs = n_seqs, .block_table = bg, .n_slots = n_seqs,
+                                .max_blocks = per_seq, .k_cache = kc, .v_cache = vc,
+                                .n_blocks = n_blocks};
+    inf_status_t (*op)(struct eng_backend *, const struct eng_attn_params *, struct inf_err *) =
+        decode ? eng_op_attn_decode : eng_op_attn_prefill;
+    int32_t word;
+    DIE_IF(op(g_gpu, &a, &err), "warm-up");
+    DIE_IF(eng_buf_download(g_gpu, probe, 0, &word, 4, &err), "sync");
+    const int iters = 20;
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++)
+        DIE_IF(op(g_gpu, &a, &err), "attention");
+    DIE_IF(eng_buf_download(g_gpu, probe, 0, &word, 4, &err), "sync");
+    double dt = (now_s() - t0) / iters;
+    double kv_bytes = 2.0 * n_seqs * (double)ctx * row * 2;
+    double keys = 0; /* (query, key) pairs per head */
+    for (int32_t i = 0; i < n_new; i++)
+        keys += ctx - n_new + i + 1;
+    double flops = 4.0 * n_seqs * keys * nh * hd;
+    printf("info attn %-7s seqs %3d ctx %5d new %4d (32/8 heads, hd 128): %8.3f ms  "
+           "%7.1f GB/s K/V  %6.1f TFLOP/s\n",
+           decode ? "decode" : "prefill", n_seqs, ctx, n_new, dt * 1e3, kv_bytes / dt / 1e9,
+           flops / dt / 1e12);
+    eng_buf_free(g_gpu, kc);
+    eng_buf_free(g_gpu, vc);
+    eng_buf_free(g_gpu, in);
+    eng_buf_free(g_gpu, out);
+    eng_buf_free(g_gpu, sg);
+    eng_buf_free(g_gpu, pg);
+    eng_buf_free(g_gpu, bg);
+    eng_buf_free(g_gpu, probe);
+    free(seqs);
+    free(pos);
+    free(bt);
+}
+
+static void test_attention_errors(void)
+{
+    struct inf_err err = {0};
+    /* A block table entry past the pool is refused before any work. */
+    int32_t seqs[3] = {0, 1, 0}, pos[1] = {20}, bt[2] = {0, 7};
+    struct eng_buf *sg, *pg, *bg;
+    DIE_IF(eng_buf_from_host(g_gpu, seqs, 12, &sg, &err), "seqs");
+    DIE_IF(eng_buf_from_host(g_gpu, pos, 4, &pg, &err), "pos");
+    DIE_IF(eng_buf_from_host(g_gpu, bt, 8, &bg, &err), "bt");
+    struct eng_buf *act, *kc, *vc;
+    DIE_IF(eng_buf_alloc(g_gpu, 4 * 64 * 2, &act, &err), "act");
+    DIE_IF(eng_buf_alloc(g_gpu, 4 * 16 * 64 * 2, &kc, &err), "k");
+    DIE_IF(eng_buf_alloc(g_gpu, 4 * 16 * 64 * 2, &vc, &err), "v");
+    struct eng_attn_params a = {.n_heads = 1,
+                                .n_kv_heads = 1,
+                                .head_dim = 64,
+                                .scale = 0.125f,
+                                .q = {act, 0, 64},
+                                .k = {act, 64, 64},
+                                .v = {act, 128, 64},
+                                .out = {act, 192, 64},
+                                .pos = pg,
+                                .seqs = sg,
+                                .n_seqs = 1,
+                                .block_table = bg,
+                                .n_slots = 1,
+                                .max_blocks = 2,
+                                .k_cache = kc,
+                                .v_cache = vc,
+                                .n_blocks = 4};
+    inf_status_t st = eng_op_attn_decode(g_gpu, &a, &err);
+    expect_status("attention: block id past the pool refused", st, INF_E_INVALID, &err);
+    /* head_dim 20 is not a multiple of 8: unsupported, said so. */
+    a.head_dim = 20;
+    a.q.ld = a.k.ld = a.v.ld = a.out.ld = 20;
+    a.k.off = 20;
+    a.v.off = 40;
+    a.out.off = 60;
+    bt[1] = 1;
+    DIE_IF(eng_buf_upload(g_gpu, bg, 0, bt, 8, &err), "bt");
+    st = eng_op_attn_decode(g_gpu, &a, &err);
+    expect_status("attention: head_dim 20 unsupported", st, INF_E_UNSUPPORTED, &err);
+    eng_buf_free(g_gpu, sg);
+    eng_buf_free(g_gpu, pg);
+    eng_buf_free(g_gpu, bg);
+    eng_buf_free(g_gpu, act);
+    eng_buf_free(g_gpu, kc);
+    eng_buf_free(g_gpu, vc);
+}
+
+int main(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("SKIPPED: no GPU\n");
+        return 0;
+    }
+    const char *s = getenv("INT4SERVE_TEST_SEED");
+    g_rng = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    printf("seed %llu (INT4SERVE_TEST_SEED replays it)\n", (unsigned long long)g_rng);
+    struct inf_err err = {0};
+    struct eng_backend_cpu_opts co = {.n_threads = 0};
+    DIE_IF(eng_backend_cpu_create(&co, &g_cpu, &err), "cpu backend");
+    struct eng_backend_cuda_opts go = {.device = 0, .workspace_bytes = 0};
+    DIE_IF(eng_backend_cuda_create(&go, &g_gpu, &err), "cuda backend");
+
+    struct eng_backend *bad = NULL;
+    struct eng_backend_cuda_opts gbad = {.device = n};
+    inf_status_t st = eng_backend_cuda_create(&gbad, &bad, &err);
+    expect_status("create: device ordinal out of range", st, INF_E_INVALID, &err);
+
+    test_embedding(1000, 288, 1, true);
+    test_embedding(1000, 288, 67, true);
+    test_embedding(513, 512, 33, false);
+    test_rmsnorm(288, 1, false);
+    test_rmsnorm(288, 37, true);
+    test_rmsnorm(4096, 130, true);
+    test_rope(8, 64, 1, false, 4096);
+    test_rope(14, 128, 45, true, 131072);
+    test_rope(6, 48, 33, false, 2048);
+    test_silu(768, 1);
+    test_silu(1408, 77);
+    test_gather(512, 100, 1);
+    test_gather(288, 512, 32);
+
+    test_linear_q4(1, 768, 288, 128, false, false, 0, 0);
+    test_linear_q4(37, 2816, 512, 128, false, true, 0, 0);
+    test_linear_q4(300, 500, 1000, 32, true, false, 0, 0);
+    test_linear_q4(16, 384, 288, 64, false, false, 24, 40);
+    test_linear_q4(513, 1024, 4096, 128, false, false, 0, 0);
+    test_linear_q4(5000, 256, 256, 0, false, true, 0, 0); /* per-channel; two GEMM chunks */
+    test_linear_q4(1000, 4096, 4096, 128, false, true, 0, 0);
+    test_linear_q4(64, 4096, 4096, 128, false, true, 0, 0);
+    test_linear_fp(1, 1024, 288, true, true, false);
+    test_linear_fp(32, 2048, 512, true, true, false);
+    test_linear_fp(7, 768, 288, true, false, true);
+    test_linear_fp(9, 500, 300, false, false, true);
+    test_linear_fp(3, 1000, 288, false, true, false);
+
+    const struct seq_spec dec_short[5] = {{0, 1}, {15, 1}, {16, 1}, {17, 1}, {100, 1}};
+    test_attention("5 seqs ctx 1..101", 8, 2, 64, dec_short, 5, true);
+    test_attention("5 seqs ctx 1..101", 8, 8, 128, dec_short, 5, true);
+    const struct seq_spec pre_fresh[3] = {{0, 37}, {0, 5}, {0, 64}};
+    test_attention("3 fresh prompts", 8, 8, 128, pre_fresh, 3, false);
+    test_attention("3 fresh prompts", 6, 6, 48, pre_fresh, 3, false);
+    const struct seq_spec pre_chunk[3] = {{40, 25}, {100, 3}, {7, 70}};
+    test_attention("chunks on existing KV", 16, 4, 128, pre_chunk, 3, false);
+    test_attention("chunks on existing KV", 8, 2, 64, pre_chunk, 3, false);
+    test_attention("chunks on existing KV", 8, 4, 256, pre_chunk, 3, false);
+    const struct seq_spec dec_long1[1] = {{2999, 1}};
+    test_attention("1 seq ctx 3000 (split)", 32, 4, 128, dec_long1, 1, true);
+    test_attention("1 seq ctx 3000 (split)", 8, 2, 64, dec_long1, 1, true);
+    const struct seq_spec dec_long2[2] = {{1999, 1}, {700, 1}};
+    test_attention("2 seqs ctx 2000, 701 (split)", 32, 8, 128, dec_long2, 2, true);
+    test_attention("2 seqs ctx 2000, 701 (split)", 4, 2, 256, dec_long2, 2, true);
+    const struct seq_spec pre_long[1] = {{1500, 300}};
+    test_attention("1 chunk of 300 on 1500", 8, 2, 64, pre_long, 1, false);
+    test_attention_errors();
+    if (!getenv("INT4SERVE_TEST_NO_TIMING")) {
+        time_attention(1, 32768, 1, true);
+        time_attention(64, 2048, 1, true);
+        time_attention(128, 1024, 1, true);
+        time_attention(1, 2048, 2048, false);
+        time_attention(4, 4096, 512, false);
+    }
+
+    eng_backend_destroy(g_gpu);
+    eng_backend_destroy(g_cpu);
+    printf("%s: %d of %d checks failed\n", g_fail ? "FAILED" : "PASSED", g_fail, g_checks);
+    return g_fail ? 1 : 0;
+}

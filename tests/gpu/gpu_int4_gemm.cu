@@ -1,0 +1,452 @@
+/* GPU test of the INT4 GEMM (kernels/int4_gemm.h) against a reference: the
+ * canonical weights are dequantized on the host to fp16 exactly as q4.h
+ * defines them, and a naive GPU kernel accumulates A · Wᵀ in fp64 (one
+ * thread per output, nothing clever). Pass: relative Frobenius error <= 2e-3,
+ * every output written (C is poisoned with NaN before each launch), the same
+ * bits when a launch is repeated, and errors for unsupported arguments.
+ * Fresh random inputs each run; the seed is printed (INT4SERVE_TEST_SEED
+ * replays one). INT4SERVE_GEMM_TEST_QUICK=1 runs a reduced list (for
+ * compute-sanitizer). Prints "SKIPPED: no GPU" where there is none. */
+#include "common/inf.h"
+#include "kernels/int4_gemm.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static int g_failures, g_checks;
+static uint64_t g_seed;
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- reference and helpers on the GPU ---------------------------------- */
+
+__global__ void fill_random_half(half *x, int64_t n, uint64_t seed, float lo, float hi)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) / (float)(1u << 24);
+        x[i] = __float2half(lo + (hi - lo) * u);
+    }
+}
+
+/* ref[m][n] = bias[n] + sum_k A[m][k] * W[n][k], fp64 accumulation. A block
+ * is 32 columns x 8 rows so the 32 W rows a warp walks stay in L1. */
+__global__ void reference_gemm(const half *a, const half *w, const half *bias, double *ref, int m,
+                               int n, int k)
+{
+    int col = blockIdx.x * 32 + threadIdx.x;
+    int row = blockIdx.y * 8 + threadIdx.y;
+    if (row >= m || col >= n)
+        return;
+    double acc = 0.0;
+    for (int j = 0; j < k; j++)
+        acc += (double)__half2float(a[(int64_t)row * k + j]) *
+               (double)__half2float(w[(int64_t)col * k + j]);
+    if (bias)
+        acc += (double)__half2float(bias[col]);
+    ref[(int64_t)row * n + col] = acc;
+}
+
+/* sums[0] += (c - ref)^2, sums[1] += ref^2, sums[2] += #non-finite c */
+__global__ void compare(const half *c, const double *ref, int64_t count, double *sums)
+{
+    double d2 = 0, r2 = 0, bad = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = __half2float(c[i]);
+        if (!isfinite(v)) {
+            bad += 1;
+            continue;
+        }
+        double d = (double)v - ref[i];
+        d2 += d * d;
+        r2 += ref[i] * ref[i];
+    }
+    atomicAdd(&sums[0], d2);
+    atomicAdd(&sums[1], r2);
+    atomicAdd(&sums[2], bad);
+}
+
+/* ---- one weight on the device ------------------------------------------ */
+
+struct dev_weight {
+    struct krn_int4_gemm_layout lay;
+    void *packed; /* repacked buffer */
+    half *dq;     /* [n][k] reference fp16 weights */
+    half *bias;   /* [n] */
+    void *ws;
+    size_t ws_bytes;
+};
+
+static void weight_make(struct dev_weight *dw, int32_t n, int32_t k, int32_t group, bool sym,
+                        int32_t max_m, uint64_t *rng)
+{
+    struct krn_q4_weight w;
+    memset(&w, 0, sizeof w);
+    w.n = n;
+    w.k = k;
+    bool per_channel = group == 0;
+    w.group = per_channel ? k : group;
+    w.kp = per_channel ? k : (k + group - 1) / group * group;
+    w.symmetric = sym;
+    int32_t ng = w.kp / w.group;
+    w.q = (uint8_t *)calloc((size_t)n * (size_t)(w.kp / 2), 1);
+    w.scale = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n * ng);
+    w.zero = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n * ng);
+    if (!w.q || !w.scale || !w.zero) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    for (int64_t i = 0; i < (int64_t)n * ng; i++) {
+        uint64_t r = splitmix(rng);
+        /* scales spread over two decades so large and small groups mix */
+        w.scale[i] = inf_f32_to_f16((float)(0.002 + 0.02 * (double)(r % 1000) / 1000.0));
+        w.zero[i] = inf_f32_to_f16(sym ? 8.0f : (float)((r >> 20) % 16));
+    }
+    for (int32_t r = 0; r < n; r++) {
+        uint8_t *row = w.q + (int64_t)r * (w.kp / 2);
+        uint64_t bits = 0;
+        for (int32_t j = 0; j < w.kp; j++) {
+            if (j % 16 == 0)
+                bits = splitmix(rng);
+            unsigned code = j < k ? (unsigned)(bits >> (4 * (j % 16))) & 0xf
+                                  : (unsigned)inf_f16_to_f32(w.zero[r * ng + j / w.group]);
+            row[j / 2] |= (uint8_t)((j & 1) ? code << 4 : code);
+        }
+    }
+    struct inf_err err;
+    if (krn_int4_gemm_plan(&w, &dw->lay, &err) != INF_OK) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        exit(2);
+    }
+    void *host = malloc(dw->lay.bytes);
+    if (krn_int4_gemm_repack(&w, &dw->lay, host, dw->lay.bytes, &err) != INF_OK) {
+        fprintf(stderr, "repack: %s\n", err.msg);
+        exit(2);
+    }
+    CK(cudaMalloc(&dw->packed, dw->lay.bytes));
+    CK(cudaMemcpy(dw->packed, host, dw->lay.bytes, cudaMemcpyHostToDevice));
+    free(host);
+    /* reference weights: fp16((code - zero) * scale) */
+    uint16_t *dq = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n * k);
+    for (int32_t r = 0; r < n; r++)
+        for (int32_t j = 0; j < k; j++) {
+            int32_t g = j / w.group;
+            float s = inf_f16_to_f32(w.scale[r * ng + g]);
+            float z = inf_f16_to_f32(w.zero[r * ng + g]);
+            dq[(int64_t)r * k + j] = inf_f32_to_f16(((float)krn_q4_code(&w, r, j) - z) * s);
+        }
+    CK(cudaMalloc((void **)&dw->dq, sizeof(half) * (size_t)n * k));
+    CK(cudaMemcpy(dw->dq, dq, sizeof(half) * (size_t)n * k, cudaMemcpyHostToDevice));
+    free(dq);
+    CK(cudaMalloc((void **)&dw->bias, sizeof(half) * (size_t)n));
+    fill_random_half<<<64, 256>>>(dw->bias, n, splitmix(rng), -0.5f, 0.5f);
+    CK(cudaGetLastError());
+    dw->ws_bytes = krn_int4_gemm_workspace_size(&dw->lay, max_m);
+    if (dw->ws_bytes == 0) {
+        fprintf(stderr, "workspace size query failed\n");
+        exit(2);
+    }
+    CK(cudaMalloc(&dw->ws, dw->ws_bytes));
+    CK(cudaMemset(dw->ws, 0, dw->ws_bytes));
+    free(w.q);
+    free(w.scale);
+    free(w.zero);
+}
+
+static void weight_free(struct dev_weight *dw)
+{
+    cudaFree(dw->packed);
+    cudaFree(dw->dq);
+    cudaFree(dw->bias);
+    cudaFree(dw->ws);
+}
+
+/* ---- one check ------------------------------------------------------------ */
+
+struct bufs {
+    half *a, *c, *c2;
+    double *ref, *sums;
+    size_t a_elems, c_elems;
+};
+
+static void bufs_make(struct bufs *b, size_t a_elems, size_t c_elems)
+{
+    b->a_elems = a_elems;
+    b->c_elems = c_elems;
+    CK(cudaMalloc((void **)&b->a, sizeof(half) * (a_elems + 16)));
+    CK(cudaMalloc((void **)&b->c, sizeof(half) * c_elems));
+    CK(cudaMalloc((void **)&b->c2, sizeof(half) * c_elems));
+    CK(cudaMalloc((void **)&b->ref, sizeof(double) * c_elems));
+    CK(cudaMalloc((void **)&b->sums, sizeof(double) * 3));
+}
+
+static void bufs_free(struct bufs *b)
+{
+    cudaFree(b->a);
+    cudaFree(b->c);
+    cudaFree(b->c2);
+    cudaFree(b->ref);
+    cudaFree(b->sums);
+}
+
+/* Run one GEMM (config -1 = automatic, flags) and compare with the reference.
+ * a_shift offsets A by that many elements (exercises the unaligned path). */
+static void check_case(struct dev_weight *dw, struct bufs *b, int m, int config, uint32_t flags,
+                       bool use_bias, int a_shift, uint64_t *rng, const char *label)
+{
+    const int n = dw->lay.n, k = dw->lay.k;
+    half *a = b->a + a_shift;
+    fill_random_half<<<256, 256>>>(a, (int64_t)m * k, splitmix(rng), -1.0f, 1.0f);
+    CK(cudaGetLastError());
+    CK(cudaMemset(b->c, 0xff, sizeof(half) * (size_t)m * n)); /* NaN poison */
+    struct krn_int4_gemm_args args;
+    memset(&args, 0, sizeof args);
+    args.lay = &dw->lay;
+    args.b = dw->packed;
+    args.a = (const uint16_t *)a;
+    args.bias = use_bias ? (const uint16_t *)dw->bias : NULL;
+    args.c = (uint16_t *)b->c;
+    args.m = m;
+    args.workspace = dw->ws;
+    args.workspace_bytes = dw->ws_bytes;
+    args.stream = NULL;
+    args.flags = flags;
+    args.config = config;
+    struct inf_err err;
+    inf_err_clear(&err);
+    g_checks++;
+    inf_status_t st = krn_int4_gemm(&args, &err);
+    if (st != INF_OK) {
+        printf("FAIL %s m=%d n=%d k=%d cfg=%d: launcher returned %s (%s)\n", label, m, n, k, config,
+               inf_status_name(st), err.msg);
+        g_failures++;
+        return;
+    }
+    CK(cudaDeviceSynchronize());
+    /* the same launch again must give the same bits (no race, fixed order) */
+    CK(cudaMemset(b->c2, 0xff, sizeof(half) * (size_t)m * n));
+    args.c = (uint16_t *)b->c2;
+    st = krn_int4_gemm(&args, &err);
+    CK(cudaDeviceSynchronize());
+    dim3 rb(32, 8), rg((n + 31) / 32, (m + 7) / 8);
+    reference_gemm<<<rg, rb>>>(a, dw->dq, use_bias ? dw->bias : NULL, b->ref, m, n, k);
+    CK(cudaGetLastError());
+    CK(cudaMemset(b->sums, 0, sizeof(double) * 3));
+    compare<<<256, 256>>>(b->c, b->ref, (int64_t)m * n, b->sums);
+    CK(cudaGetLastError());
+    double sums[3];
+    CK(cudaMemcpy(sums, b->sums, sizeof sums, cudaMemcpyDeviceToHost));
+    int same = 1;
+    {
+        size_t bytes = sizeof(half) * (size_t)m * n;
+        unsigned char *h1 = (unsigned char *)malloc(bytes), *h2 = (unsigned char *)malloc(bytes);
+        CK(cudaMemcpy(h1, b->c, bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h2, b->c2, bytes, cudaMemcpyDeviceToHost));
+        same = st == INF_OK && memcmp(h1, h2, bytes) == 0;
+        free(h1);
+        free(h2);
+    }
+    double rel = sqrt(sums[0]) / (sqrt(sums[1]) + 1e-300);
+    bool ok = sums[2] == 0 && rel <= 2e-3 && same;
+    if (!ok) {
+        printf("FAIL %s m=%d n=%d k=%d group=%d sym=%d cfg=%d flags=%u bias=%d shift=%d: rel=%.3e "
+               "unwritten=%.0f repeat_same=%d\n",
+               label, m, n, k, dw->lay.group, dw->lay.symmetric, config, flags, use_bias, a_shift,
+               rel, sums[2], same);
+        g_failures++;
+    } else if (getenv("INT4SERVE_GEMM_TEST_VERBOSE")) {
+        printf("ok   %s m=%d n=%d k=%d group=%d sym=%d cfg=%d rel=%.3e\n", label, m, n, k,
+               dw->lay.group, dw->lay.symmetric, config, rel);
+    }
+}
+
+/* ---- argument checks ----------------------------------------------------- */
+
+static void expect_status(inf_status_t got, inf_status_t want, const char *what)
+{
+    g_checks++;
+    if (got != want) {
+        printf("FAIL args: %s returned %s, want %s\n", what, inf_status_name(got),
+               inf_status_name(want));
+        g_failures++;
+    }
+}
+
+static void check_arguments(struct dev_weight *dw, struct bufs *b)
+{
+    struct krn_int4_gemm_args args;
+    memset(&args, 0, sizeof args);
+    args.lay = &dw->lay;
+    args.b = dw->packed;
+    args.a = (const uint16_t *)b->a;
+    args.c = (uint16_t *)b->c;
+    args.m = 4;
+    args.workspace = dw->ws;
+    args.workspace_bytes = dw->ws_bytes;
+    args.config = -1;
+    struct krn_int4_gemm_args x;
+    x = args;
+    x.m = -1;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_INVALID, "m = -1");
+    x = args;
+    x.c = NULL;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_INVALID, "c = NULL");
+    x = args;
+    x.workspace_bytes = 16;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_INVALID, "workspace too small");
+    x = args;
+    x.a = (const uint16_t *)((const char *)b->a + 1);
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_UNSUPPORTED, "odd A address");
+    x = args;
+    x.b = (const char *)dw->packed + 8;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_UNSUPPORTED, "weights not 16-byte aligned");
+    x = args;
+    x.config = 1000;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_UNSUPPORTED, "config 1000");
+    struct krn_int4_gemm_layout bad = dw->lay;
+    bad.k_pad += 8;
+    x = args;
+    x.lay = &bad;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_UNSUPPORTED, "k_pad not a multiple of 128");
+    /* m = 0 is a no-op that leaves C alone */
+    CK(cudaMemset(b->c, 0x3c, 16));
+    x = args;
+    x.m = 0;
+    expect_status(krn_int4_gemm(&x, NULL), INF_OK, "m = 0");
+    unsigned char h[16];
+    CK(cudaMemcpy(h, b->c, 16, cudaMemcpyDeviceToHost));
+    g_checks++;
+    for (int i = 0; i < 16; i++)
+        if (h[i] != 0x3c) {
+            printf("FAIL args: m = 0 wrote C\n");
+            g_failures++;
+            break;
+        }
+    g_checks++;
+    if (krn_int4_gemm_config_count() < 2 || !krn_int4_gemm_config_name(0) ||
+        krn_int4_gemm_config_name(krn_int4_gemm_config_count())) {
+        printf("FAIL config names\n");
+        g_failures++;
+    }
+}
+
+/* ---- the case list ---------------------------------------------------- */
+
+struct wcase {
+    int32_t k, n, group; /* group 0 = per-channel */
+    bool sym;
+    const int *ms;
+    int n_ms;
+    bool sweep; /* also every compiled configuration and the fallback */
+};
+
+static const int M_ALL[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 128, 129, 256, 1000};
+static const int M_SOME[] = {1, 3, 16, 33, 129};
+static const int M_BIG[] = {1, 8, 17, 64, 128, 256, 1000};
+static const int M_QUICK[] = {1, 17, 64, 129};
+static const int M_DEEP[] = {1, 17};
+#define LEN(x) ((int)(sizeof(x) / sizeof((x)[0])))
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no GPU\n");
+        return 0;
+    }
+    const char *seed_env = getenv("INT4SERVE_TEST_SEED");
+    g_seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) * 2654435761ull;
+    printf("seed %llu (INT4SERVE_TEST_SEED replays it)\n", (unsigned long long)g_seed);
+    uint64_t rng = g_seed;
+    bool quick = getenv("INT4SERVE_GEMM_TEST_QUICK") != NULL;
+
+    static const struct wcase full[] = {
+        {4096, 4096, 128, false, M_ALL, LEN(M_ALL), true},
+        {4096, 4096, 128, true, M_ALL, LEN(M_ALL), false},
+        {4096, 4096, 32, false, M_SOME, LEN(M_SOME), false},
+        {4096, 4096, 64, true, M_SOME, LEN(M_SOME), false},
+        {4096, 4096, 256, false, M_SOME, LEN(M_SOME), false},
+        {4096, 4096, 0, false, M_SOME, LEN(M_SOME), false},
+        {4096, 4096, 0, true, M_SOME, LEN(M_SOME), false},
+        {4096, 12288, 128, false, M_BIG, LEN(M_BIG), false},
+        {11008, 4096, 128, true, M_BIG, LEN(M_BIG), false},
+        {11008, 4096, 64, false, M_SOME, LEN(M_SOME), false},
+        {288, 288, 256, false, M_ALL, LEN(M_ALL), true},
+        {288, 288, 256, true, M_SOME, LEN(M_SOME), false},
+        {4096, 11, 128, false, M_ALL, LEN(M_ALL), true},
+        {4096, 11, 32, true, M_SOME, LEN(M_SOME), false},
+        {100, 4096, 32, false, M_ALL, LEN(M_ALL), true},
+        {100, 4096, 32, true, M_SOME, LEN(M_SOME), false},
+        {14336, 4096, 128, false, M_BIG, LEN(M_BIG), false},
+    };
+    static const struct wcase small[] = {
+        {288, 288, 256, false, M_QUICK, LEN(M_QUICK), true},
+        {512, 300, 32, true, M_QUICK, LEN(M_QUICK), true},
+        {100, 520, 32, false, M_QUICK, LEN(M_QUICK), false},
+        {1024, 11, 0, false, M_QUICK, LEN(M_QUICK), false},
+        /* blocks with more units than pipeline stages, so the in-loop
+         * prefetch and the split-K reduction run too */
+        {16384, 1024, 128, false, M_DEEP, LEN(M_DEEP), false},
+    };
+    const struct wcase *cases = quick ? small : full;
+    int n_cases = quick ? LEN(small) : LEN(full);
+    int n_cfg = krn_int4_gemm_config_count();
+
+    for (int ci = 0; ci < n_cases; ci++) {
+        const struct wcase *wc = &cases[ci];
+        int max_m = 0;
+        for (int i = 0; i < wc->n_ms; i++)
+            max_m = wc->ms[i] > max_m ? wc->ms[i] : max_m;
+        struct dev_weight dw;
+        weight_make(&dw, wc->n, wc->k, wc->group, wc->sym, max_m, &rng);
+        struct bufs b;
+        bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
+        int f0 = g_failures;
+        for (int i = 0; i < wc->n_ms; i++) {
+            int m = wc->ms[i];
+            check_case(&dw, &b, m, -1, 0, i % 2 == 0, 0, &rng, "auto");
+            if (i % 3 == 0)
+                check_case(&dw, &b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, 0, &rng, "sm75");
+            if (i % 4 == 1)
+                check_case(&dw, &b, m, -1, 0, true, 1, &rng, "a+1");
+            if (wc->sweep && (m == 1 || m == 17 || m == 64 || m == 129 || m == 1000))
+                for (int c = 0; c < n_cfg; c++)
+                    check_case(&dw, &b, m, c, 0, true, 0, &rng, krn_int4_gemm_config_name(c));
+        }
+        if (ci == 0)
+            check_arguments(&dw, &b);
+        printf("%s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL", wc->k,
+               wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
+        fflush(stdout);
+        bufs_free(&b);
+        weight_free(&dw);
+    }
+    printf("%s: %d checks, %d failures (seed %llu)\n", g_failures ? "FAILED" : "PASSED", g_checks,
+           g_failures, (unsigned long long)g_seed);
+    return g_failures ? 1 : 0;
+}
