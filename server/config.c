@@ -96,7 +96,7 @@ const struct srv_config_key srv_config_keys[] = {
 
     {.section = "limits", .name = "max_queue", .type = SRV_CFG_INT, .offset = OFF(max_queue),
      .min = 1, .max = 1048576, .def = "256",
-     .help = "requests waiting for admission; more are answered 503"},
+     .help = "requests waiting for admission; more are answered 429"},
     {.section = "limits", .name = "body_limit", .type = SRV_CFG_SIZE, .offset = OFF(body_limit),
      .min = 1024, .max = 1073741824, .def = "\"2MiB\"",
      .help = "largest request body; larger ones are answered 413"},

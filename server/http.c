@@ -354,8 +354,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * is answered 413 at once (libmicrohttpd then reads nothing more and closes).
  * libmicrohttpd 0.9.75 answers a Content-Length that is not a number, or does
  * not fit in 64 bits, itself (400 / 413 with its own HTML body, and it writes
- * that answer's header block twice) before this handler is called; the checks
- * here cover what it lets through (leading blanks, values it accepted). */
+ * that answer's header block twice) before this handler is called, and no
+ * callback runs in between that could answer instead (docs/API.md, "Known
+ * limitations", says what was tried); the checks here cover what it lets
+ * through (leading blanks, values it accepted). */
 static bool check_content_length(struct srv_req *r)
 {
     const char *cl =
