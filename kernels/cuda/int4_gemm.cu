@@ -371,18 +371,23 @@ __global__ void __launch_bounds__(kThreads, BPS)
     const int ng = max(1, KSTEPS >> p.gshift);
     const bool s_copy = tid < ng * NCH * 8;
     const int s_off = ((tid / 8) % NCH) * p.groups * 8 + (tid / (NCH * 8)) * 8 + (tid % 8);
-    /* A: this thread's chunks (row r, 16-byte column kc) and their swizzled
-     * places in the tile; the same for every unit. */
-    int a_r[A_ITERS], a_kc[A_ITERS], a_soff[A_ITERS];
+    /* A: this thread's chunks (row r, 16-byte column kc), their offsets in
+     * the rows of A (r * k + 8 kc < 2^31: BM <= 128, k <= 2^24) and their
+     * swizzled places in the tile; the same for every unit. */
+    int a_r[A_ITERS], a_kc8[A_ITERS], a_soff[A_ITERS];
+    uint32_t a_goff[A_ITERS];
 #pragma unroll
     for (int i = 0; i < A_ITERS; i++) {
         const int idx = tid + i * kThreads;
         a_r[i] = idx / A_ROW_CHUNKS;
-        a_kc[i] = idx % A_ROW_CHUNKS;
-        a_soff[i] = B_BYTES + (a_r[i] * BK + ((a_kc[i] ^ (a_r[i] & 7)) * 8)) * 2;
+        const int kc = idx % A_ROW_CHUNKS;
+        a_kc8[i] = kc * 8;
+        a_goff[i] = (uint32_t)a_r[i] * (uint32_t)p.k + (uint32_t)(kc * 8);
+        a_soff[i] = B_BYTES + (a_r[i] * BK + ((kc ^ (a_r[i] & 7)) * 8)) * 2;
     }
 
-    /* Load cursor: coordinates of the next unit to fetch. */
+    /* Load cursor: coordinates of the next unit to fetch, and the pointers
+     * that follow it (advanced per unit, recomputed when a tile ends). */
     int l_kk, l_m, l_n;
     {
         const int t0 = u_begin / p.k_tiles;
@@ -391,8 +396,20 @@ __global__ void __launch_bounds__(kThreads, BPS)
         l_m = t0 - l_n * p.m_tiles;
     }
     int c_kk = l_kk, c_m = l_m, c_n = l_n; /* compute cursor */
-    /* this thread's first W piece of the load cursor's unit */
-    const uint4 *w_ptr = p.q + ((int64_t)l_n * NCH * ksteps_total + l_kk * KSTEPS) * 32 + w_off0;
+    const uint4 *w_ptr; /* this thread's first W piece of the unit */
+    const uint4 *s_ptr; /* this thread's scale piece of the n tile's group 0 */
+    const uint4 *z_ptr; /* same for the zeros */
+    const half *a_ptr;  /* row 0 of the m tile, column 0 of the unit */
+    int a_rows;         /* rows of the m tile that exist */
+    auto cursor_pointers = [&]() {
+        w_ptr = p.q + ((int64_t)l_n * NCH * ksteps_total + l_kk * KSTEPS) * 32 + w_off0;
+        const int64_t s_n = (int64_t)l_n * NCH * p.groups * 8 + s_off;
+        s_ptr = p.scales + s_n;
+        z_ptr = ZP ? p.zeros + s_n : p.scales;
+        a_ptr = p.a + (int64_t)l_m * BM * p.k + l_kk * BK;
+        a_rows = min(BM, p.m - l_m * BM);
+    };
+    cursor_pointers();
 
     /* Issue the copies of the load cursor's unit into ring slot s, then
      * advance the cursor. */
@@ -404,36 +421,32 @@ __global__ void __launch_bounds__(kThreads, BPS)
             cp_async16(st + (tid + i * kThreads) * 16, w_ptr + i * (8 / NCH) * 32);
         /* Scales (and zeros) of the groups this k tile touches. */
         if (s_copy) {
-            const int64_t off =
-                (int64_t)l_n * NCH * p.groups * 8 + ((l_kk * KSTEPS) >> p.gshift) * 8 + s_off;
-            cp_async16(st + B_BYTES + A_BYTES + tid * 16, p.scales + off);
+            const int goff = ((l_kk * KSTEPS) >> p.gshift) * 8;
+            cp_async16(st + B_BYTES + A_BYTES + tid * 16, s_ptr + goff);
             if (ZP)
-                cp_async16(st + B_BYTES + A_BYTES + S_BYTES + tid * 16, p.zeros + off);
+                cp_async16(st + B_BYTES + A_BYTES + S_BYTES + tid * 16, z_ptr + goff);
         }
         /* A: BM x BK fp16. The 16-byte chunk index is XOR-swizzled with the row
          * so that ldmatrix's eight row addresses hit eight different bank
          * groups (rows are 128 or 256 bytes apart, which would all map to the
          * same banks). */
-        const int row0 = l_m * BM;
         if (AVEC) {
             /* Only the rows that exist are copied (M = 1 moves one row, not
              * 16); the rows past M keep whatever they hold — zeros from the
              * start or another tile's rows — and only feed outputs that are
              * never stored, since row r of C depends on row r of A alone. */
-            const int rows = min(BM, p.m - row0);
 #pragma unroll
             for (int i = 0; i < A_ITERS; i++) {
-                if (a_r[i] < rows) {
-                    const int gk = l_kk * BK + a_kc[i] * 8;
-                    const bool ok = gk < p.k;
-                    const half *src = ok ? p.a + (int64_t)(row0 + a_r[i]) * p.k + gk : p.a;
-                    cp_async16_zfill(st + a_soff[i], src, ok);
+                if (a_r[i] < a_rows) {
+                    const bool ok = l_kk * BK + a_kc8[i] < p.k;
+                    cp_async16_zfill(st + a_soff[i], ok ? a_ptr + a_goff[i] : p.a, ok);
                 }
             }
         } else {
             /* Rows of A not 16-byte aligned (k % 8 != 0 or an offset pointer):
              * element loads. Only odd shapes take this path; correct, not fast. */
             half *sa = reinterpret_cast<half *>(st + B_BYTES);
+            const int row0 = l_m * BM;
             for (int idx = tid; idx < BM * BK; idx += kThreads) {
                 const int r = idx / BK, kx = idx % BK;
                 const int gr = row0 + r, gk = l_kk * BK + kx;
@@ -449,9 +462,10 @@ __global__ void __launch_bounds__(kThreads, BPS)
                 l_m = 0;
                 l_n++;
             }
-            w_ptr = p.q + (int64_t)l_n * NCH * ksteps_total * 32 + w_off0;
+            cursor_pointers();
         } else {
             w_ptr += KSTEPS * 32;
+            a_ptr += BK;
         }
     };
 
@@ -608,11 +622,15 @@ const Config kConfigs[] = {
     INT4GEMM_CONFIG("sm80 m64 n128 k128 w8 s4", 4, 8, 2, 8, 4, 2),
     INT4GEMM_CONFIG("sm80 m128 n128 k128 w8 s3", 8, 8, 2, 8, 3, 1),
     INT4GEMM_CONFIG("sm80 m32 n256 k128 w8 s4", 2, 8, 4, 8, 4, 2),
+    INT4GEMM_CONFIG("sm80 m16 n256 k128 w8 s4", 1, 8, 4, 8, 4, 2),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 w8 s4", 1, 8, 2, 8, 4, 2),
 };
 constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
 
-/* Automatic choice by M, from the H200 sweep (docs/gemm-notes.md). */
+/* Automatic choice by M, from the H200 sweep (docs/gemm-notes.md, version
+ * 7): the 16-row tile up to M = 16, the 32-row tile up to 32, the 64-row
+ * tile beyond (two or more m tiles, each dequantizing the weights again). */
 int auto_config(int m)
 {
     if (m <= 16)
