@@ -7,7 +7,9 @@
  * Shapes   any M >= 1 (tiles of 16/32/64 rows), any N, K (padded at repack to
  *          256 / 128; A is read as zero past K, C written only inside N).
  * Mapping  grid = #SMs x resident blocks (persistent), block = 256 threads =
- *          NWN warps along N x KW warps along K. The work is the list of units
+ *          NWN warps along N x KW warps along K; a warp owns 16/32/64 columns
+ *          (NF n8 fragments: all or part of a lane's 16-byte W word) and KPW
+ *          consecutive k16 steps of each k tile. The work is the list of units
  *          (m tile, n tile, k tile) in the order n tile, m tile, k tile; block b
  *          takes the contiguous stripe [b*U/G, (b+1)*U/G), so every block gets
  *          the same number of k tiles (±1) whatever the shape: all 132 SMs stay
@@ -15,14 +17,15 @@
  * Reduce   A tile finished inside one block is written straight to C. A tile
  *          shared by several blocks (a stripe boundary falls inside it) is
  *          split-K: each writes its fp32 partial to the workspace, the last
- *          to arrive (atomic counter) sums them in block order — deterministic —
- *          adds the bias, writes C and resets the counter for the next launch.
+ *          to arrive (one acq_rel atomic per block) sums them in block order —
+ *          deterministic, loads eight contributors at a time — adds the bias,
+ *          writes C and resets the counter for the next launch.
  * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros), all
  *          16-byte cp.async.cg (no L1 allocation); A is staged
  *          in shared memory once per k tile and reused by every warp along N.
  *          The dequantization of a k step is plain ALU work (LOP3, HSUB2/HFMA2,
  *          HMUL2) that the scheduler interleaves with the tensor-core mma of
- *          the step before: both k steps of a warp are unrolled together.
+ *          the step before: the KPW k steps of a warp are unrolled together.
  * Numerics fp32 accumulate; the dequantized weight is exactly the fp16 value
  *          the CPU reference uses; relative error ~1e-4 (fp16 output rounding).
  * Arch     sm_80+ (mma.sync m16n8k16, cp.async, ldmatrix) — runs on Hopper;
@@ -336,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, BPS)
     constexpr int BM = T::BM, KSTEPS = T::KSTEPS, BK = T::BK, NCH = T::NCH;
     constexpr int B_BYTES = T::B_BYTES, A_BYTES = T::A_BYTES, S_BYTES = T::S_BYTES;
     constexpr int STAGE_BYTES = T::STAGE_BYTES;
-    constexpr int NW = NF / 2; /* 32-bit words of a lane's W piece per warp */
+    constexpr int NW = NF / 2;            /* 32-bit words of a lane's W piece per warp */
     constexpr int A_CHUNKS = BM * BK / 8; /* 16-byte chunks of the A tile */
     constexpr int A_ROW_CHUNKS = BK / 8;
     constexpr int A_ITERS = (A_CHUNKS + kThreads - 1) / kThreads;
@@ -396,11 +399,11 @@ __global__ void __launch_bounds__(kThreads, BPS)
         l_m = t0 - l_n * p.m_tiles;
     }
     int c_kk = l_kk, c_m = l_m, c_n = l_n; /* compute cursor */
-    const uint4 *w_ptr; /* this thread's first W piece of the unit */
-    const uint4 *s_ptr; /* this thread's scale piece of the n tile's group 0 */
-    const uint4 *z_ptr; /* same for the zeros */
-    const half *a_ptr;  /* row 0 of the m tile, column 0 of the unit */
-    int a_rows;         /* rows of the m tile that exist */
+    const uint4 *w_ptr;                    /* this thread's first W piece of the unit */
+    const uint4 *s_ptr;                    /* this thread's scale piece of the n tile's group 0 */
+    const uint4 *z_ptr;                    /* same for the zeros */
+    const half *a_ptr;                     /* row 0 of the m tile, column 0 of the unit */
+    int a_rows;                            /* rows of the m tile that exist */
     auto cursor_pointers = [&]() {
         w_ptr = p.q + ((int64_t)l_n * NCH * ksteps_total + l_kk * KSTEPS) * 32 + w_off0;
         const int64_t s_n = (int64_t)l_n * NCH * p.groups * 8 + s_off;
@@ -495,11 +498,11 @@ __global__ void __launch_bounds__(kThreads, BPS)
 
     /* This warp's k steps and word range inside the tile. */
     const int ks0 = KPW * kw;
-    const int ch = (nw * NF) >> 3;                            /* 64-column chunk */
-    const int wbase = ((nw * NF) & 7) >> 1;                   /* first word of the lane's piece */
-    const int gmask = (1 << p.gshift) - 1;                    /* k steps per group - 1 */
-    const int q_word = (ch * 32 + lane) * 4 + wbase;          /* + ks * NCH * 128 */
-    const int s_word = (ch * 8 + (lane >> 2)) * 4 + wbase;    /* + group * NCH * 32 */
+    const int ch = (nw * NF) >> 3;                         /* 64-column chunk */
+    const int wbase = ((nw * NF) & 7) >> 1;                /* first word of the lane's piece */
+    const int gmask = (1 << p.gshift) - 1;                 /* k steps per group - 1 */
+    const int q_word = (ch * 32 + lane) * 4 + wbase;       /* + ks * NCH * 128 */
+    const int s_word = (ch * 8 + (lane >> 2)) * 4 + wbase; /* + group * NCH * 32 */
 
     for (int i = 0; i < n_units; i++) {
         /* Unit i has landed once at most STAGES - 2 younger groups are pending. */
