@@ -27,18 +27,24 @@ struct api_fault {
 
 /* The HTTP status that answers a status code: the one place this mapping
  * lives. 400 bad request, 401 auth, 404 not found, 405 method, 413 too big,
- * 503 busy or shutting down, 500 otherwise. Thread: any. */
+ * 429 busy (admission queue full; the server adds Retry-After), 503 shutting
+ * down, 500 otherwise. Thread: any. */
 int api_status_http(inf_status_t st);
 
-/* OpenAI's error "type" for a status: "invalid_request_error" for every 4xx
+/* OpenAI's error "type" for a status: "requests" for INF_E_BUSY (OpenAI's
+ * 429 for too many requests), "invalid_request_error" for every other 4xx
  * (OpenAI answers a bad API key with this type and code "invalid_api_key"),
  * "server_error" for 5xx. Thread: any. */
 const char *api_error_type(inf_status_t st);
 
+/* OpenAI's error "code" a status carries when the caller names none:
+ * "rate_limit_exceeded" for INF_E_BUSY, NULL (null) otherwise. Thread: any. */
+const char *api_error_code(inf_status_t st);
+
 /* Encode {"error":{"message":...,"type":...,"param":...,"code":...}} for st
  * into a NUL-terminated string in arena a; *out_len (may be NULL) gets its
- * length. message NULL uses inf_status_str(st); param or code NULL encode as
- * null. Invalid UTF-8 in message is replaced by U+FFFD.
+ * length. message NULL uses inf_status_str(st); param NULL encodes as null,
+ * code NULL as api_error_code(st). Invalid UTF-8 in message is replaced by U+FFFD.
  * Errors: INF_E_NOMEM (arena). */
 inf_status_t api_error_encode(inf_status_t st, const char *message, const char *param,
                               const char *code, struct inf_arena *a, char **out, size_t *out_len,
@@ -89,7 +95,7 @@ struct api_completion_req {
     int32_t top_k;               /* >= 1 (clamped to vocab), or API_TOP_K_OFF (default; 0 too) */
     float min_p;                 /* [0, 1], default 0 */
     uint32_t n;                  /* [1, max_n], default 1 */
-    uint32_t best_of;            /* [n, max_n], default n */
+    uint32_t best_of;            /* always n: only best_of == n (or absent) is accepted */
     const struct api_text *stop; /* <= max_stop strings, none empty */
     uint32_t n_stop;
     bool has_seed;
@@ -162,9 +168,14 @@ struct api_token_logprob {
 struct api_logprobs {
     const struct api_token_logprob *tokens;
     uint32_t n_tokens;
-    uint32_t text_offset0; /* characters (code points) of this choice's text that
-                            * precede the first token: 0 in a final response,
-                            * the text streamed so far in a chunk */
+    uint32_t text_offset0;        /* characters (code points) of this choice's text that
+                                   * precede the first token: 0 in a final response,
+                                   * the text streamed so far in a chunk */
+    const uint32_t *text_offsets; /* NULL: text_offset is text_offset0, then each
+                                   * token's characters added up; else
+                                   * [n_tokens] written as given (echoed prompt
+                                   * tokens, whose texts need not add up to the
+                                   * echoed text) */
 };
 
 struct api_choice {

@@ -38,11 +38,6 @@ inf_status_t jw_finish(struct jw *w, struct inf_arena *a, char **out, size_t *ou
  * when single): "2.5", "16.0", "1e-05", "1e+16". buf of >= 40 bytes. */
 void api_fmt_real(char *buf, size_t cap, double v, bool single);
 
-/* Decode one UTF-8 sequence at s[0..n) (n >= 1): returns the bytes it spans
- * and sets *valid. An invalid sequence spans its maximal valid prefix (at
- * least one byte), as Unicode's "substitution of maximal subparts". */
-size_t api_utf8_next(const unsigned char *s, size_t n, bool *valid);
-
 /* ---- parser pieces ---------------------------------------------------------- */
 /* Fail with INF_E_INVALID (or st), the message from fmt, and fault->param. */
 inf_status_t api_fail(struct api_fault *fault, struct inf_err *err, inf_status_t st,

@@ -362,8 +362,13 @@ static inf_status_t parse_fields(const json_t *root, const struct api_limits *li
         return api_fail(fault, err, INF_E_INVALID, "best_of", NULL,
                         "'best_of' must be at least 'n' (%" PRIu32 "), got %" JSON_INTEGER_FORMAT,
                         req->n, x);
-    if (has)
-        req->best_of = (uint32_t)x;
+    /* Generating more than n and keeping the best is not supported (vLLM's
+     * current engine refuses it too): best_of may only repeat n. */
+    if (has && x > (json_int_t)req->n)
+        return api_fail(fault, err, INF_E_INVALID, "best_of", NULL,
+                        "'best_of' greater than 'n' is not supported: it must equal 'n' (%" PRIu32
+                        ") or be left out, got %" JSON_INTEGER_FORMAT,
+                        req->n, x);
 
     TRY(parse_stop(root, lim, arena, req, fault, err));
 
@@ -373,9 +378,6 @@ static inf_status_t parse_fields(const json_t *root, const struct api_limits *li
         req->seed = x;
 
     TRY(api_get_bool(root, "stream", &req->stream, fault, err));
-    if (req->stream && req->best_of != req->n)
-        return api_fail(fault, err, INF_E_INVALID, "best_of", NULL,
-                        "'best_of' must equal 'n' when 'stream' is true");
 
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {

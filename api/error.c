@@ -21,7 +21,8 @@ int api_status_http(inf_status_t st)
         return 405;
     case INF_E_TOOBIG:
         return 413;
-    case INF_E_BUSY:     /* the submit queue is full: try again later */
+    case INF_E_BUSY: /* the admission queue is full: try again later */
+        return 429;
     case INF_E_SHUTDOWN: /* draining after SIGTERM */
         return 503;
     default:
@@ -31,11 +32,19 @@ int api_status_http(inf_status_t st)
 
 const char *api_error_type(inf_status_t st)
 {
+    /* OpenAI's wire: a 429 for too many requests is type "requests" (its
+     * token-rate twin is "tokens"); every other client error, a bad API key
+     * included, is an "invalid_request_error" told apart by its code; internal
+     * failures and draining are "server_error". */
+    if (st == INF_E_BUSY)
+        return "requests";
     int http = api_status_http(st);
-    /* OpenAI's wire: every client error, a bad API key included, is an
-     * "invalid_request_error" told apart by its code; overload and internal
-     * failures are "server_error". */
     return http >= 400 && http < 500 ? "invalid_request_error" : "server_error";
+}
+
+const char *api_error_code(inf_status_t st)
+{
+    return st == INF_E_BUSY ? "rate_limit_exceeded" : NULL;
 }
 
 inf_status_t api_error_encode(inf_status_t st, const char *message, const char *param,
@@ -51,7 +60,7 @@ inf_status_t api_error_encode(inf_status_t st, const char *message, const char *
     jw_lit(&w, ",\"param\":");
     jw_cstr(&w, param);
     jw_lit(&w, ",\"code\":");
-    jw_cstr(&w, code);
+    jw_cstr(&w, code ? code : api_error_code(st));
     jw_lit(&w, "}}");
     return jw_finish(&w, a, out, out_len, err);
 }

@@ -24,20 +24,10 @@ static bool jw_reserve(struct jw *w, size_t n)
         return false;
     if (n <= w->cap - w->len)
         return true;
-    if (n > SIZE_MAX / 4 - w->len) {
+    if (n > SIZE_MAX / 4 - w->len || !inf_grow(&w->buf, &w->cap, w->len + n, 256)) {
         w->oom = true;
         return false;
     }
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap - w->len < n)
-        cap *= 2;
-    char *p = realloc(w->buf, cap);
-    if (!p) {
-        w->oom = true;
-        return false;
-    }
-    w->buf = p;
-    w->cap = cap;
     return true;
 }
 
@@ -54,53 +44,13 @@ void jw_lit(struct jw *w, const char *s)
     jw_raw(w, s, strlen(s));
 }
 
-size_t api_utf8_next(const unsigned char *s, size_t n, bool *valid)
-{
-    unsigned char c = s[0];
-    *valid = false;
-    if (c < 0x80) {
-        *valid = true;
-        return 1;
-    }
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* no overlong forms */
-        else if (c == 0xED)
-            hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F; /* nothing above U+10FFFF */
-    } else {
-        return 1; /* a stray continuation byte, C0, C1, F5..FF */
-    }
-    size_t i = 1;
-    for (; i < need && i < n; i++) {
-        unsigned char b = s[i];
-        unsigned char l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
-        if (b < l || b > h)
-            return i;
-    }
-    if (i < need)
-        return i; /* truncated at the end of the input */
-    *valid = true;
-    return need;
-}
-
 size_t api_utf8_chars(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t chars = 0;
     for (size_t i = 0; i < len; chars++) {
         bool valid;
-        i += api_utf8_next(p + i, len - i, &valid);
+        i += inf_utf8_next(p + i, len - i, &valid);
     }
     return chars;
 }
@@ -118,7 +68,7 @@ void jw_esc(struct jw *w, const char *s, size_t n)
             continue;
         }
         bool valid = true;
-        size_t span = c < 0x80 ? 1 : api_utf8_next(p + i, n - i, &valid);
+        size_t span = c < 0x80 ? 1 : inf_utf8_next(p + i, n - i, &valid);
         if (c >= 0x80 && valid) {
             i += span;
             continue;

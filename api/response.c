@@ -78,7 +78,7 @@ static void put_logprobs(struct jw *w, const struct api_logprobs *lp)
     for (uint32_t i = 0; i < lp->n_tokens; i++) {
         if (i)
             jw_raw(w, ",", 1);
-        jw_u64(w, off);
+        jw_u64(w, lp->text_offsets ? lp->text_offsets[i] : off);
         const struct api_text *t = &lp->tokens[i].token;
         off += t->s ? api_utf8_chars(t->s, t->len) : 0;
     }

@@ -225,6 +225,32 @@ const struct inf_toml_node *inf_toml_find(const struct inf_toml_node *root,
 /* "table", "string", "integer", "float", "boolean", "array". */
 const char *inf_toml_type_name(enum inf_toml_type t);
 
+/* ---- UTF-8 ----------------------------------------------------------------- */
+/* The character at s[0..n), n >= 1, checked against RFC 3629 (no overlong
+ * forms, no surrogates, nothing past U+10FFFF). Returns its length with
+ * *valid true; for an ill-formed sequence, *valid false and the length of
+ * its maximal valid-so-far prefix, at least 1 (what one U+FFFD replaces, as
+ * Python's and Rust's lossy decoders count). Thread: any. */
+size_t inf_utf8_next(const void *s, size_t n, bool *valid);
+/* Write the UTF-8 form of cp (a Unicode scalar value, <= U+10FFFF) to out;
+ * returns its length, 1 to 4. Thread: any. */
+size_t inf_utf8_encode(uint32_t cp, char out[4]);
+
+/* ---- growing byte buffers ------------------------------------------------- */
+/* Make the heap block *p of *cap bytes hold at least need bytes: the
+ * capacity doubles, from min when it is 0, until it does, and *p is
+ * realloc'd. On false (need past SIZE_MAX / 2, or out of memory) *p and *cap
+ * are unchanged and *p still belongs to the caller. Thread: any. */
+bool inf_grow(char **p, size_t *cap, size_t need, size_t min);
+
+/* ---- integer lists ----------------------------------------------------------- */
+/* Parse s, decimal integers separated by commas ("0,1, 2": spaces around an
+ * item are allowed; "" is the empty list), storing the first cap of them in
+ * out (out may be NULL when cap is 0: counting only). Returns the number of
+ * items in s, which may be more than cap, or -1 when s is not such a list
+ * (an empty item, a non-integer, a value outside int64_t). Thread: any. */
+long inf_int_list_parse(const char *s, int64_t *out, size_t cap);
+
 /* ---- time ------------------------------------------------------------------ */
 /* Monotonic time in nanoseconds. Thread: any. */
 uint64_t inf_now_ns(void);

@@ -61,59 +61,6 @@ static inf_status_t nomem(struct parser *ps)
     return inf_err_set(ps->err, INF_E_NOMEM, "out of memory while reading TOML");
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes available), 0 if invalid:
- * overlong forms, surrogates and code points past U+10FFFF are refused. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    uint32_t cp, min;
-    size_t len;
-    if (s[0] < 0x80)
-        return 1;
-    if ((s[0] & 0xE0) == 0xC0) {
-        len = 2, cp = s[0] & 0x1Fu, min = 0x80;
-    } else if ((s[0] & 0xF0) == 0xE0) {
-        len = 3, cp = s[0] & 0x0Fu, min = 0x800;
-    } else if ((s[0] & 0xF8) == 0xF0) {
-        len = 4, cp = s[0] & 0x07u, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3Fu);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
-static size_t utf8_put(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 static inf_status_t check_utf8(struct parser *ps)
 {
     const char *q = ps->p;
@@ -123,8 +70,9 @@ static inf_status_t check_utf8(struct parser *ps)
             ps->line_start = ++q;
             continue;
         }
-        size_t n = utf8_len((const unsigned char *)q, (size_t)(ps->end - q));
-        if (n == 0)
+        bool valid;
+        size_t n = inf_utf8_next(q, (size_t)(ps->end - q), &valid);
+        if (!valid)
             return fail(ps, q, "invalid UTF-8");
         q += n;
     }
@@ -279,7 +227,7 @@ static inf_status_t parse_string(struct parser *ps, const char **out, size_t *ou
                 return fail(ps, esc, "U+0000 is not supported in strings");
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
                 return fail(ps, esc, "escape is not a Unicode scalar value");
-            n += utf8_put(cp, buf + n);
+            n += inf_utf8_encode(cp, buf + n);
             break;
         }
         default:

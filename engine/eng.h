@@ -79,6 +79,8 @@ struct eng_request {
     char *stop[ENG_MAX_STOP]; /* NUL-terminated, owned */
     bool stream;              /* send text deltas as they come (else one final event per choice) */
     bool echo;                /* prompt text is prepended by the server, not the engine */
+    bool prompt_logprobs;     /* with sampling.logprobs >= 0: also score the prompt's tokens,
+                               * sent once in an ENG_EV_PROMPT event (see there) */
 };
 
 /* A zeroed request with defaults (n 1, max_tokens 16, temperature 1, top_p 1,
@@ -107,6 +109,12 @@ enum eng_event_kind {
     ENG_EV_DELTA,  /* new text and tokens for one choice (maybe with its finish) */
     ENG_EV_DONE,   /* the whole request is finished: usage; the last event for an id */
     ENG_EV_ERROR,  /* the request failed: status and message; the last event for an id */
+    ENG_EV_PROMPT, /* the prompt's logprobs (requests with prompt_logprobs), once, before the
+                    * request's first DELTA: n_tokens = n_prompt entries, tokens[i] for
+                    * prompt[i] given prompt[0..i) from the raw logits as for generated
+                    * tokens, with sampling.logprobs alternatives; tokens[0] has no context:
+                    * logprob NaN, n_top 0. choice 0, no text. A request cancelled or failed
+                    * before its prompt is computed has none. Shared by all n choices. */
 };
 
 struct eng_event {
@@ -116,7 +124,7 @@ struct eng_event {
     int32_t choice;             /* DELTA: which of the n choices */
     char *text;                 /* DELTA: UTF-8 delta, never ending inside a character */
     size_t text_len;
-    int32_t n_tokens;           /* DELTA: tokens this delta covers */
+    int32_t n_tokens;           /* DELTA: tokens this delta covers; PROMPT: n_prompt */
     struct eng_token_info *tokens;
     enum eng_finish finish;     /* DELTA: the choice's finish, or NONE */
     int32_t prompt_tokens;      /* DONE */

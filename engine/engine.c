@@ -389,19 +389,8 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
     st = eng_tok_load(cfg->model_dir, &eng->tok, err);
     if (st != INF_OK)
         goto fail_be;
-    struct eng_lm_model_opts lo = {
-        .dir = cfg->model_dir,
-        .quantize = cfg->quantize,
-        .group_size = cfg->group_size,
-        .symmetric = cfg->symmetric,
-        .fuse_qkv = cfg->fuse_qkv,
-        .keep_fp16 = cfg->keep_fp16,
-        .n_keep_fp16 = cfg->n_keep_fp16,
-        .max_tokens = cfg->max_batched_tokens,
-        .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
-        .max_batch = cfg->max_batch,
-        .max_model_len = cfg->max_model_len,
-    };
+    struct eng_lm_model_opts lo;
+    eng_lm_model_opts_from_config(cfg, &lo);
     st = eng_lm_model_create(&lo, be, &eng->lm, err);
     if (st != INF_OK)
         goto fail_tok;

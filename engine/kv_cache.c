@@ -9,6 +9,7 @@ struct eng_kv_cache {
     int32_t n_blocks, n_slots, max_blocks;
     int32_t *free_list; /* stack of free block ids, [n_blocks] */
     int32_t n_free;
+    int32_t *ref;   /* [n_blocks] holders of each block, 0 when free */
     int32_t *table; /* [n_slots][max_blocks] */
     int32_t *count; /* [n_slots] blocks held */
 };
@@ -17,15 +18,20 @@ inf_status_t eng_kv_cache_create(int32_t n_blocks, int32_t n_slots, int32_t max_
                                  eng_kv_cache_t **out, struct inf_err *err)
 {
     *out = NULL;
-    if (n_blocks <= 0 || n_slots <= 0 || max_blocks <= 0)
+    if (n_slots == 0)
+        max_blocks = 1; /* block calls only: a one-entry table nobody reads */
+    if (n_blocks <= 0 || n_slots < 0 || max_blocks <= 0)
         return inf_err_set(err, INF_E_INVALID, "KV cache needs blocks, slots and max_blocks > 0");
+    /* calloc(0) may answer NULL: keep every array at least one entry long. */
+    size_t n_rows = n_slots > 0 ? (size_t)n_slots : 1;
     eng_kv_cache_t *kv = calloc(1, sizeof *kv);
     if (!kv)
         goto fail;
     kv->free_list = malloc((size_t)n_blocks * sizeof(int32_t));
-    kv->table = malloc((size_t)n_slots * (size_t)max_blocks * sizeof(int32_t));
-    kv->count = calloc((size_t)n_slots, sizeof(int32_t));
-    if (!kv->free_list || !kv->table || !kv->count)
+    kv->ref = calloc((size_t)n_blocks, sizeof(int32_t));
+    kv->table = malloc(n_rows * (size_t)max_blocks * sizeof(int32_t));
+    kv->count = calloc(n_rows, sizeof(int32_t));
+    if (!kv->free_list || !kv->ref || !kv->table || !kv->count)
         goto fail;
     kv->n_blocks = n_blocks;
     kv->n_slots = n_slots;
@@ -34,7 +40,7 @@ inf_status_t eng_kv_cache_create(int32_t n_blocks, int32_t n_slots, int32_t max_
     for (int32_t i = 0; i < n_blocks; i++)
         kv->free_list[i] = n_blocks - 1 - i;
     kv->n_free = n_blocks;
-    for (int64_t i = 0; i < (int64_t)n_slots * max_blocks; i++)
+    for (int64_t i = 0; i < (int64_t)n_rows * max_blocks; i++)
         kv->table[i] = -1;
     *out = kv;
     return INF_OK;
@@ -48,6 +54,7 @@ void eng_kv_cache_destroy(eng_kv_cache_t *kv)
     if (!kv)
         return;
     free(kv->free_list);
+    free(kv->ref);
     free(kv->table);
     free(kv->count);
     free(kv);
@@ -71,6 +78,29 @@ int32_t eng_kv_cache_n_slots(const eng_kv_cache_t *kv)
 int32_t eng_kv_cache_max_blocks(const eng_kv_cache_t *kv)
 {
     return kv->max_blocks;
+}
+
+int32_t eng_kv_block_alloc(eng_kv_cache_t *kv)
+{
+    if (kv->n_free == 0)
+        return -1;
+    int32_t b = kv->free_list[--kv->n_free];
+    INF_ASSERT(kv->ref[b] == 0);
+    kv->ref[b] = 1;
+    return b;
+}
+
+void eng_kv_block_ref(eng_kv_cache_t *kv, int32_t b)
+{
+    INF_ASSERT(b >= 0 && b < kv->n_blocks && kv->ref[b] > 0);
+    kv->ref[b]++;
+}
+
+void eng_kv_block_unref(eng_kv_cache_t *kv, int32_t b)
+{
+    INF_ASSERT(b >= 0 && b < kv->n_blocks && kv->ref[b] > 0);
+    if (--kv->ref[b] == 0)
+        kv->free_list[kv->n_free++] = b;
 }
 
 int32_t eng_kv_seq_blocks_needed(const eng_kv_cache_t *kv, int32_t slot, int32_t n_tokens)
@@ -98,7 +128,7 @@ inf_status_t eng_kv_seq_reserve(eng_kv_cache_t *kv, int32_t slot, int32_t n_toke
         return inf_err_set(err, INF_E_BUSY, "%d KV blocks needed, %d free", need, kv->n_free);
     int32_t *row = kv->table + (int64_t)slot * kv->max_blocks;
     while (kv->count[slot] < want)
-        row[kv->count[slot]++] = kv->free_list[--kv->n_free];
+        row[kv->count[slot]++] = eng_kv_block_alloc(kv);
     return INF_OK;
 }
 
@@ -108,8 +138,7 @@ void eng_kv_seq_free(eng_kv_cache_t *kv, int32_t slot)
         return;
     int32_t *row = kv->table + (int64_t)slot * kv->max_blocks;
     while (kv->count[slot] > 0) {
-        int32_t b = row[--kv->count[slot]];
-        kv->free_list[kv->n_free++] = b;
+        eng_kv_block_unref(kv, row[--kv->count[slot]]);
         row[kv->count[slot]] = -1;
     }
 }

@@ -24,9 +24,9 @@
  *      for the running decodes);
  *   4. one model forward; sampling, detokenization, stop checks, events.
  *
- * Blocks. The pool is the scheduler's own: a stack of free block ids and a
- * reference count per block (engine/kv_cache.h keeps one private block list
- * per slot and cannot share a block between choices). Slot k of a step's
+ * Blocks. The pool is engine/kv_cache.h's, used through its block calls
+ * (reference-counted blocks); the scheduler keeps each sequence's block list
+ * itself, since a sequence holds blocks only while running. Slot k of a step's
  * batch is the k-th sequence scheduled in it; its block_table row is that
  * sequence's block list.
  *
@@ -48,9 +48,20 @@
  * and neither it nor anything after it is returned (OpenAI). Stop strings and
  * EOS count only once min_tokens tokens exist (EOS is masked before). Streaming
  * choices get a DELTA whenever text is released (or tokens with logprobs);
- * others one DELTA at their end. DONE follows the last choice's final DELTA. */
+ * others one DELTA at their end. DONE follows the last choice's final DELTA.
+ *
+ * Prompt logprobs (eng_request.prompt_logprobs). While choice 0 prefills, the
+ * batch also wants logits at every prompt position p < n_prompt - 1 not yet
+ * scored (row p scores prompt[p+1]); they are turned into raw log-softmax
+ * logprobs with top-n at once, and the whole list goes out in one
+ * ENG_EV_PROMPT event just before the request's first token is sampled. The
+ * logits buffer holds PROMPT_ROWS such rows per step beyond the one row per
+ * sequence, so a scored prefill advances at most PROMPT_ROWS positions a step
+ * (the oldest scored prefill first); a recompute after preemption scores
+ * nothing again. */
 #define INF_LOG_MODULE "eng"
 #include "engine/scheduler_impl.h"
+#include "engine/kv_cache.h"
 #include "engine/sampler.h"
 #include "engine/backend.h"
 
@@ -62,16 +73,8 @@
 /* ---- byte strings -------------------------------------------------------------- */
 inf_status_t eng_strbuf_append(struct eng_strbuf *sb, const char *s, size_t n)
 {
-    if (sb->len + n + 1 > sb->cap) {
-        size_t cap = sb->cap ? sb->cap : 32;
-        while (cap < sb->len + n + 1)
-            cap *= 2;
-        char *p = realloc(sb->p, cap);
-        if (!p)
-            return INF_E_NOMEM;
-        sb->p = p;
-        sb->cap = cap;
-    }
+    if (!inf_grow(&sb->p, &sb->cap, sb->len + n + 1, 32))
+        return INF_E_NOMEM;
     if (n)
         memcpy(sb->p + sb->len, s, n);
     sb->len += n;
@@ -118,6 +121,9 @@ struct choice {
     bool ended;
 };
 
+/* Logits rows per step for prompt logprobs, beyond one per sequence. */
+#define PROMPT_ROWS 64
+
 struct sreq {
     struct eng_request *req;
     uint64_t t_submit, t_first_sched, t_first_token;
@@ -125,7 +131,11 @@ struct sreq {
     bool forked;         /* choices 1..n-1 exist (or n == 1 and prefill done) */
     inf_status_t failed; /* set during a step; the request is ended after it */
     int32_t n_open;
-    struct choice *ch; /* [req->n] */
+    bool want_plp;              /* prompt_logprobs with logprobs >= 0 */
+    bool plp_sent;              /* its ENG_EV_PROMPT went out */
+    int32_t n_plp;              /* prompt positions scored: plp[1..n_plp] are filled */
+    struct eng_token_info *plp; /* [n_prompt] until sent */
+    struct choice *ch;          /* [req->n] */
     struct sreq *prev, *next;
 };
 
@@ -139,10 +149,7 @@ struct eng_sched {
     int32_t watermark;  /* free blocks admission leaves: 1% of the pool */
     uint64_t seed_counter;
 
-    /* block pool */
-    int32_t *free_blocks; /* stack */
-    int32_t n_free;
-    int32_t *ref; /* [kv_blocks] */
+    eng_kv_cache_t *kv; /* the block pool (no slots: lists are in struct seq) */
 
     struct seq **running; /* [max_batch], oldest first */
     int32_t n_running;
@@ -158,7 +165,8 @@ struct eng_sched {
     int32_t *b_tok, *b_pos, *b_slot; /* [max_batched_tokens] */
     uint8_t *b_want;
     int32_t *b_table; /* [max_batch * max_blocks] */
-    float *logits;    /* [max_batch * vocab] */
+    float *logits;    /* [(max_batch + PROMPT_ROWS) * vocab] */
+    int32_t plp_left; /* prompt-logprob rows still free in the step being planned */
     float *scratch;   /* [vocab] */
     /* sampling on the device (lm->forward_sample) */
     struct eng_sample_row *rows;  /* [max_batch] */
@@ -174,12 +182,8 @@ struct eng_sched {
 /* ---- blocks -------------------------------------------------------------------- */
 static void seq_release_blocks(eng_sched_t *s, struct seq *q)
 {
-    for (int32_t i = 0; i < q->n_blocks; i++) {
-        int32_t b = q->blocks[i];
-        INF_ASSERT(s->ref[b] > 0);
-        if (--s->ref[b] == 0)
-            s->free_blocks[s->n_free++] = b;
-    }
+    for (int32_t i = 0; i < q->n_blocks; i++)
+        eng_kv_block_unref(s->kv, q->blocks[i]);
     q->n_blocks = 0;
     q->n_computed = 0;
 }
@@ -187,7 +191,8 @@ static void seq_release_blocks(eng_sched_t *s, struct seq *q)
 /* Tokens q could add at its current blocks plus every free block. */
 static int32_t seq_fit(const eng_sched_t *s, const struct seq *q)
 {
-    return q->n_blocks * ENG_KV_BLOCK - q->n_computed + s->n_free * ENG_KV_BLOCK;
+    return q->n_blocks * ENG_KV_BLOCK - q->n_computed +
+           eng_kv_cache_free_blocks(s->kv) * ENG_KV_BLOCK;
 }
 
 /* Give q the blocks for positions [0, upto). Caller checked seq_fit. */
@@ -196,9 +201,8 @@ static void seq_grow(eng_sched_t *s, struct seq *q, int32_t upto)
     int32_t need = (upto + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
     INF_ASSERT(need <= s->max_blocks);
     while (q->n_blocks < need) {
-        INF_ASSERT(s->n_free > 0);
-        int32_t b = s->free_blocks[--s->n_free];
-        s->ref[b] = 1;
+        int32_t b = eng_kv_block_alloc(s->kv);
+        INF_ASSERT(b >= 0);
         q->blocks[q->n_blocks++] = b;
     }
 }
@@ -371,6 +375,7 @@ static void req_free(eng_sched_t *s, struct sreq *r)
     if (r->next)
         r->next->prev = r->prev;
     free(r->ch);
+    free(r->plp);
     eng_request_destroy(r->req);
     free(r);
 }
@@ -629,7 +634,7 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
         }
         for (int32_t b = 0; b < full; b++) {
             q->blocks[b] = parent->blocks[b];
-            s->ref[q->blocks[b]]++;
+            eng_kv_block_ref(s->kv, q->blocks[b]);
         }
         q->n_blocks = full;
         q->n_computed = full * ENG_KV_BLOCK;
@@ -661,6 +666,85 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
         return accept_pick(s, parent, &picks[0]);
     memcpy(s->scratch, row, sizeof *row * (size_t)vocab);
     return sample_and_accept(s, parent, s->scratch);
+}
+
+/* ---- prompt logprobs ------------------------------------------------------------------- */
+/* Logits rows q's chunk at [c0, c0 + chunk) needs to score prompt tokens:
+ * positions from max(c0, n_plp) up to n_prompt - 1 (excluded), of choice 0
+ * only. */
+static int32_t plp_rows(const struct seq *q, int32_t c0, int32_t chunk)
+{
+    const struct sreq *r = q->r;
+    if (!r->want_plp || q->choice != 0)
+        return 0;
+    int32_t lo = c0 > r->n_plp ? c0 : r->n_plp;
+    int32_t hi = c0 + chunk < r->req->n_prompt - 1 ? c0 + chunk : r->req->n_prompt - 1;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* chunk, shortened so that its scoring rows fit in what the step has left
+ * (0 when nothing fits). */
+static int32_t plp_clamp(const eng_sched_t *s, const struct seq *q, int32_t chunk)
+{
+    if (plp_rows(q, q->n_computed, chunk) <= s->plp_left)
+        return chunk;
+    int32_t lo = q->n_computed > q->r->n_plp ? q->n_computed : q->r->n_plp;
+    return lo + s->plp_left - q->n_computed;
+}
+
+/* Score prompt[p + 1] from the logits row lg read at position p: raw
+ * log-softmax and the top alternatives, as the sampler reports them for
+ * generated tokens (most likely first, lowest id on ties). */
+static void plp_score(const eng_sched_t *s, struct sreq *r, int32_t p, const float *lg)
+{
+    int32_t V = s->lm->vocab, tok = r->req->prompt[p + 1];
+    double mx = -INFINITY, sum = 0.0;
+    for (int32_t v = 0; v < V; v++)
+        mx = lg[v] > mx ? lg[v] : mx;
+    if (isfinite(mx))
+        for (int32_t v = 0; v < V; v++)
+            sum += exp((double)lg[v] - mx);
+    double lse = mx + log(sum);
+    struct eng_token_info *ti = &r->plp[p + 1];
+    memset(ti, 0, sizeof *ti);
+    ti->id = tok;
+    ti->logprob = (float)((double)lg[tok] - lse);
+    int32_t k = r->req->sampling.logprobs;
+    if (k > 5)
+        k = 5;
+    if (k > V)
+        k = V;
+    for (int32_t i = 0; i < k; i++) {
+        int32_t best = -1;
+        for (int32_t v = 0; v < V; v++) {
+            bool taken = false;
+            for (int32_t j = 0; j < i && !taken; j++)
+                taken = ti->top_ids[j] == v;
+            if (!taken && (best < 0 || lg[v] > lg[best]))
+                best = v;
+        }
+        ti->top_ids[i] = best;
+        ti->top_logprobs[i] = (float)((double)lg[best] - lse);
+    }
+    ti->n_top = k;
+}
+
+/* Send r's prompt logprobs (all scored by now). Errors: INF_E_NOMEM. */
+static inf_status_t emit_prompt(eng_sched_t *s, struct sreq *r)
+{
+    INF_ASSERT(r->n_plp == r->req->n_prompt - 1);
+    struct eng_event *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return INF_E_NOMEM;
+    ev->kind = ENG_EV_PROMPT;
+    ev->req_id = r->req->id;
+    ev->choice = 0;
+    ev->n_tokens = r->req->n_prompt;
+    ev->tokens = r->plp; /* ownership moves to the event */
+    r->plp = NULL;
+    r->plp_sent = true;
+    emit(s, ev);
+    return INF_OK;
 }
 
 /* ---- scheduling ------------------------------------------------------------------------ */
@@ -696,6 +780,7 @@ static bool make_room(eng_sched_t *s, struct seq *q, bool allow_self, bool *pree
 
 static void schedule(eng_sched_t *s, struct seq *q, int32_t chunk, int32_t *n_step, int32_t *budget)
 {
+    s->plp_left -= plp_rows(q, q->n_computed, chunk);
     seq_grow(s, q, q->n_computed + chunk);
     q->sched_step = s->step_no;
     s->st_seq[*n_step] = q;
@@ -709,6 +794,7 @@ static int32_t plan_step(eng_sched_t *s)
 {
     int32_t budget = s->cfg.max_batched_tokens, n_step = 0;
     bool preempted = false;
+    s->plp_left = PROMPT_ROWS;
 
     /* Running sequences, oldest first: decodes, then prefill chunks. */
     for (int pass = 0; pass < 2; pass++) {
@@ -726,6 +812,9 @@ static int32_t plan_step(eng_sched_t *s)
             int32_t fit = seq_fit(s, q);
             if (chunk > fit)
                 chunk = fit;
+            chunk = plp_clamp(s, q, chunk);
+            if (chunk <= 0)
+                continue;
             schedule(s, q, chunk, &n_step, &budget);
         }
     }
@@ -744,6 +833,7 @@ static int32_t plan_step(eng_sched_t *s)
         int32_t fit = seq_fit(s, q) - s->watermark * ENG_KV_BLOCK;
         if (chunk > fit)
             chunk = fit;
+        chunk = plp_clamp(s, q, chunk);
         if (chunk <= 0)
             break;
         wait_remove(s, q);
@@ -818,7 +908,7 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         return INF_OK;
 
     /* The batch: slot k is the k-th scheduled sequence. */
-    int32_t nt = 0, n_logits = 0, cols = 1;
+    int32_t nt = 0, n_logits = 0, n_end = 0, cols = 1;
     for (int32_t k = 0; k < n_step; k++)
         if (s->st_seq[k]->n_blocks > cols)
             cols = s->st_seq[k]->n_blocks;
@@ -826,11 +916,16 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         struct seq *q = s->st_seq[k];
         int32_t chunk = s->st_chunk[k];
         bool ends = q->n_computed + chunk == q->len;
+        n_end += ends;
+        /* Scoring rows: positions [plo, plo + prows) of this chunk. */
+        int32_t prows = plp_rows(q, q->n_computed, chunk);
+        int32_t plo = q->n_computed > q->r->n_plp ? q->n_computed : q->r->n_plp;
         for (int32_t j = 0; j < chunk; j++) {
-            s->b_tok[nt] = q->tok[q->n_computed + j];
-            s->b_pos[nt] = q->n_computed + j;
+            int32_t p = q->n_computed + j;
+            s->b_tok[nt] = q->tok[p];
+            s->b_pos[nt] = p;
             s->b_slot[nt] = k;
-            s->b_want[nt] = ends && j == chunk - 1;
+            s->b_want[nt] = (ends && j == chunk - 1) || (p >= plo && p < plo + prows);
             n_logits += s->b_want[nt];
             nt++;
         }
@@ -849,7 +944,9 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         .n_slots = n_step,
         .max_blocks = cols,
     };
-    const bool dev = s->lm->forward_sample != NULL;
+    /* Sampling on the device when the model can and no prompt position is
+     * scored (scoring needs the whole logits rows on the host). */
+    const bool dev = s->lm->forward_sample != NULL && n_logits == n_end;
     inf_status_t st = dev ? forward_sample(s, &batch, n_step, err)
                           : s->lm->forward(s->lm->self, &batch, s->logits, err);
     if (st != INF_OK)
@@ -866,14 +963,31 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
     int32_t row = 0;
     for (int32_t k = 0; k < n_step; k++) {
         struct seq *q = s->st_seq[k];
+        struct sreq *r = q->r;
+        /* Scoring rows come first (they precede the chunk's last token).
+         * Only a prefill of choice 0 before the fork has them, so r is the
+         * only request of this sequence in the step and still alive. */
+        int32_t prows = plp_rows(q, q->n_computed, s->st_chunk[k]);
+        if (prows > 0) {
+            int32_t plo = q->n_computed > r->n_plp ? q->n_computed : r->n_plp;
+            for (int32_t i = 0; i < prows; i++, row++)
+                plp_score(s, r, plo + i, s->logits + (size_t)row * (size_t)s->lm->vocab);
+            r->n_plp = plo + prows;
+        }
         q->n_computed += s->st_chunk[k];
         if (q->n_computed != q->len)
             continue;
         float *lg = dev ? NULL : s->logits + (size_t)row * (size_t)s->lm->vocab;
         row++;
-        struct sreq *r = q->r;
         if (r->failed != INF_OK)
             continue;
+        if (r->want_plp && !r->plp_sent) {
+            st = emit_prompt(s, r);
+            if (st != INF_OK) {
+                r->failed = st;
+                continue;
+            }
+        }
         const struct eng_sample_out *picks = dev ? &s->picks[s->st_row[k]] : NULL;
         if (!r->forked && r->req->n > 1)
             st = fork_choices(s, q, lg, picks);
@@ -1020,6 +1134,16 @@ inf_status_t eng_sched_add(eng_sched_t *s, struct eng_request *req, uint64_t t_s
     r->req = req;
     r->t_submit = t_submit;
     r->n_open = req->n;
+    r->want_plp = req->prompt_logprobs && req->sampling.logprobs >= 0;
+    if (r->want_plp) {
+        r->plp = calloc((size_t)req->n_prompt, sizeof *r->plp);
+        if (!r->plp) {
+            st = inf_err_set(err, INF_E_NOMEM, "out of memory");
+            goto fail_ch;
+        }
+        r->plp[0].id = req->prompt[0];
+        r->plp[0].logprob = NAN; /* the first token has no context */
+    }
     uint64_t seed =
         req->sampling.has_seed ? req->sampling.seed : mix64(s->cfg.seed ^ mix64(++s->seed_counter));
     for (int32_t i = 0; i < req->n; i++) {
@@ -1053,6 +1177,7 @@ fail_ch:
             s->detok->close(r->ch[i].detok);
         eng_sampler_destroy(r->ch[i].smp);
     }
+    free(r->plp);
     free(r->ch);
 fail_r:
     free(r);
@@ -1096,7 +1221,7 @@ void eng_sched_stats(const eng_sched_t *s, struct eng_stats *st)
     st->running = s->n_running;
     st->waiting = s->n_waiting;
     st->kv_blocks_total = s->cfg.kv_blocks;
-    st->kv_blocks_used = s->cfg.kv_blocks - s->n_free;
+    st->kv_blocks_used = s->cfg.kv_blocks - eng_kv_cache_free_blocks(s->kv);
     st->failed = false;
 }
 
@@ -1137,10 +1262,8 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->user = user;
     s->max_blocks = max_blocks;
     s->watermark = cfg->kv_blocks / 100;
-    size_t mb = (size_t)cfg->max_batch, nb = (size_t)cfg->kv_blocks;
+    size_t mb = (size_t)cfg->max_batch;
     size_t nt = (size_t)cfg->max_batched_tokens, vocab = (size_t)lm->vocab;
-    s->free_blocks = malloc(sizeof *s->free_blocks * nb);
-    s->ref = calloc(nb, sizeof *s->ref);
     s->running = calloc(mb, sizeof *s->running);
     s->st_seq = calloc(mb, sizeof *s->st_seq);
     s->st_chunk = calloc(mb, sizeof *s->st_chunk);
@@ -1149,25 +1272,20 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->b_slot = malloc(sizeof *s->b_slot * nt);
     s->b_want = malloc(nt);
     s->b_table = malloc(sizeof *s->b_table * mb * (size_t)max_blocks);
-    s->logits = malloc(sizeof *s->logits * mb * vocab);
+    s->logits = malloc(sizeof *s->logits * (mb + PROMPT_ROWS) * vocab);
     s->scratch = malloc(sizeof *s->scratch * vocab);
     s->rows = malloc(sizeof *s->rows * mb);
     s->picks = malloc(sizeof *s->picks * mb);
     s->st_row = malloc(sizeof *s->st_row * mb);
-    if (!s->rows || !s->picks || !s->st_row) {
+    if (!s->running || !s->st_seq || !s->st_chunk || !s->b_tok || !s->b_pos || !s->b_slot ||
+        !s->b_want || !s->b_table || !s->logits || !s->scratch || !s->rows || !s->picks ||
+        !s->st_row) {
         eng_sched_destroy(s);
         return inf_err_set(err, INF_E_NOMEM, "out of memory for the scheduler");
     }
-    if (!s->free_blocks || !s->ref || !s->running || !s->st_seq || !s->st_chunk || !s->b_tok ||
-        !s->b_pos || !s->b_slot || !s->b_want || !s->b_table || !s->logits || !s->scratch) {
-        eng_sched_destroy(s);
-        return inf_err_set(err, INF_E_NOMEM, "out of memory for the scheduler");
-    }
-    /* Lowest block ids are handed out first. */
-    for (int32_t b = 0; b < cfg->kv_blocks; b++)
-        s->free_blocks[b] = cfg->kv_blocks - 1 - b;
-    s->n_free = cfg->kv_blocks;
-    inf_status_t st = lm->kv_reserve(lm->self, cfg->kv_blocks, err);
+    inf_status_t st = eng_kv_cache_create(cfg->kv_blocks, 0, 0, &s->kv, err);
+    if (st == INF_OK)
+        st = lm->kv_reserve(lm->self, cfg->kv_blocks, err);
     if (st != INF_OK) {
         eng_sched_destroy(s);
         return st;
@@ -1182,8 +1300,7 @@ void eng_sched_destroy(eng_sched_t *s)
         return;
     while (s->reqs)
         req_free(s, s->reqs);
-    free(s->free_blocks);
-    free(s->ref);
+    eng_kv_cache_destroy(s->kv);
     free(s->running);
     free(s->st_seq);
     free(s->st_chunk);

@@ -55,6 +55,8 @@ static inf_status_t make_keep(struct model_lm *x, const char *const *names, int3
 static inf_status_t model_kv_reserve(void *self, int32_t n_blocks, struct inf_err *err)
 {
     struct model_lm *x = self;
+    /* Pools taken at load are kept when they are the size asked; otherwise
+     * (none at load, or another size) they are taken now. */
     if (n_blocks == eng_model_n_kv_blocks(x->m))
         return INF_OK;
     return eng_model_kv_reserve(x->m, n_blocks, err);
@@ -84,6 +86,23 @@ static void model_destroy(void *self)
     eng_backend_destroy(x->be);
     free_keep(x);
     free(x);
+}
+
+void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_model_opts *o)
+{
+    *o = (struct eng_lm_model_opts){
+        .dir = cfg->model_dir,
+        .quantize = cfg->quantize,
+        .group_size = cfg->group_size,
+        .symmetric = cfg->symmetric,
+        .fuse_qkv = cfg->fuse_qkv,
+        .keep_fp16 = cfg->keep_fp16,
+        .n_keep_fp16 = cfg->n_keep_fp16,
+        .max_tokens = cfg->max_batched_tokens,
+        .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
+        .max_batch = cfg->max_batch,
+        .max_model_len = cfg->max_model_len,
+    };
 }
 
 inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,

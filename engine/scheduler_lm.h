@@ -20,9 +20,15 @@ struct eng_lm_model_opts {
     int32_t max_model_len; /* tokens of one sequence (idem) */
 };
 
+/* The opts of cfg's model (dir, quantization, fp16 layers, max_tokens from
+ * max_batched_tokens); kv_blocks from kv_cache_tokens; block tables planned
+ * from max_batch and max_model_len when both are set. */
+struct eng_config;
+void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_model_opts *o);
+
 /* Load the model onto be and fill lm. On INF_OK lm owns be (lm->destroy
  * frees the model, then be); on error the caller keeps be. lm->kv_reserve
- * (re)allocates the model's KV pools when asked for another size.
+ * keeps pools of the size asked and (re)takes them at any other size.
  * Errors: those of eng_model_load. */
 struct eng_backend;
 inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,

@@ -71,7 +71,6 @@ struct tok_mergemap {
 size_t eng_tok_utf8_valid_prefix(const char *s, size_t n);
 /* Decode one character of valid UTF-8 at s; returns its length. */
 size_t eng_tok_utf8_decode(const char *s, uint32_t *cp);
-size_t eng_tok_utf8_encode(uint32_t cp, char out[4]);
 /* Length of the character starting with lead byte c (1 for a non-lead byte). */
 size_t eng_tok_utf8_len(unsigned char c);
 bool eng_tok_is_whitespace(uint32_t cp); /* Unicode White_Space */

@@ -9,20 +9,7 @@
 /* ---- buffers ------------------------------------------------------------------ */
 bool eng_tok_buf_reserve(struct tok_buf *b, size_t extra)
 {
-    if (b->n + extra <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + extra) {
-        if (cap > SIZE_MAX / 2)
-            return false;
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p)
-        return false;
-    b->p = p;
-    b->cap = cap;
-    return true;
+    return extra <= SIZE_MAX - b->n && inf_grow(&b->p, &b->cap, b->n + extra, 256);
 }
 
 bool eng_tok_buf_put(struct tok_buf *b, const void *s, size_t n)
@@ -205,41 +192,6 @@ size_t eng_tok_utf8_len(unsigned char c)
     return 1;
 }
 
-/* Length of the valid character at s[0..n), 0 when invalid, or the negated
- * length of a valid-so-far but truncated prefix. */
-static long utf8_char(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    for (size_t i = 1; i < need; i++) {
-        if (i >= n)
-            return -(long)i;
-        unsigned char b = s[i];
-        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
-            return 0;
-    }
-    return (long)need;
-}
-
 size_t eng_tok_utf8_valid_prefix(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -249,10 +201,11 @@ size_t eng_tok_utf8_valid_prefix(const char *s, size_t n)
             i++;
             continue;
         }
-        long l = utf8_char(u + i, n - i);
-        if (l <= 0)
+        bool valid;
+        size_t l = inf_utf8_next(u + i, n - i, &valid);
+        if (!valid)
             return i;
-        i += (size_t)l;
+        i += l;
     }
     return i;
 }
@@ -277,30 +230,6 @@ size_t eng_tok_utf8_decode(const char *s, uint32_t *cp)
     return 4;
 }
 
-size_t eng_tok_utf8_encode(uint32_t cp, char out[4])
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 bool eng_tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
 {
     /* Rust's from_utf8_lossy: each maximal invalid prefix of a sequence (a
@@ -316,43 +245,18 @@ bool eng_tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t n)
         i = j;
         if (i >= n)
             break;
-        long l = utf8_char(s + i, n - i);
-        if (l > 0) {
-            if (!eng_tok_buf_put(out, s + i, (size_t)l))
+        bool valid;
+        size_t l = inf_utf8_next(s + i, n - i, &valid);
+        if (valid) {
+            if (!eng_tok_buf_put(out, s + i, l))
                 return false;
-            i += (size_t)l;
+            i += l;
             continue;
         }
         /* Invalid: skip the longest valid-so-far prefix (at least one byte). */
-        size_t skip = 1;
-        if (l < 0)
-            skip = (size_t)(-l);
-        else {
-            unsigned char c = s[i];
-            size_t need = eng_tok_utf8_len(c);
-            if (need > 1) {
-                unsigned char lo = 0x80, hi = 0xBF;
-                if (c == 0xE0)
-                    lo = 0xA0;
-                else if (c == 0xED)
-                    hi = 0x9F;
-                else if (c == 0xF0)
-                    lo = 0x90;
-                else if (c == 0xF4)
-                    hi = 0x8F;
-                size_t k = 1;
-                while (k < need && i + k < n) {
-                    unsigned char b = s[i + k];
-                    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
-                        break;
-                    k++;
-                }
-                skip = k;
-            }
-        }
         if (!eng_tok_buf_put(out, fffd, 3))
             return false;
-        i += skip;
+        i += l;
     }
     return true;
 }
@@ -394,7 +298,7 @@ static void bytelevel_build(void)
             cp = (uint32_t)b;
         else
             cp = 256 + (uint32_t)n++;
-        eng_tok_bl.enc_len[b] = (uint8_t)eng_tok_utf8_encode(cp, eng_tok_bl.enc[b]);
+        eng_tok_bl.enc_len[b] = (uint8_t)inf_utf8_encode(cp, eng_tok_bl.enc[b]);
         eng_tok_bl.dec[cp] = (int16_t)b;
     }
 }

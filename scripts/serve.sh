@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what is missing, build a Release int4serve in build/ (only what
-# changed), and start the daemon. Arguments go to int4serve; without any, the
+# changed), make the default model (models/tiny, a synthetic checkpoint made
+# by int4serve-mkmodel) when it is absent, and start the daemon. Arguments go to int4serve; without any, the
 # daemon reads ./config.toml when there is one, and its defaults otherwise.
 #   ./scripts/serve.sh --model /models/llama-3-8b --backend cuda --port 8000
 set -euo pipefail
@@ -12,7 +13,12 @@ if [ -f build/CMakeCache.txt ]; then
 else
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build build -j "${JOBS:-$(nproc)}" --target int4serve
+cmake --build build -j "${JOBS:-$(nproc)}" --target int4serve int4serve-mkmodel
+if [ ! -f models/tiny/config.json ]; then
+    echo "serve.sh: making the default model in models/tiny"
+    mkdir -p models
+    ./build/tools/mkmodel/int4serve-mkmodel --preset tiny --out models/tiny
+fi
 if [ "$#" -eq 0 ] && [ -f config.toml ]; then
     set -- --config config.toml
 fi

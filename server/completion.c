@@ -6,7 +6,16 @@
  * p*n + j of the response, as OpenAI numbers them. A non-streamed request
  * suspends its connection until the last engine event and then answers at
  * once; a streamed one queues an SSE response whose reader hands out what the
- * events appended and suspends the connection when it has nothing to send. */
+ * events appended and suspends the connection when it has nothing to send.
+ *
+ * echo. The prompt's text (as sent, or its ids decoded) comes first in each
+ * choice's text. With logprobs too, the engine scores the prompt
+ * (ENG_EV_PROMPT, before the first delta) and its tokens head each choice's
+ * logprobs, the first with null logprob and null top_logprobs; streamed, the
+ * echo is then sent when those arrive, in one event with them, instead of at
+ * once. An echoed prompt token's text_offset is where its text starts in the
+ * echoed prompt (see prompt_offsets); generated tokens continue after the
+ * echoed prompt. */
 #define INF_LOG_MODULE "srv"
 #include "api/api.h"
 #include "engine/tokenizer.h"
@@ -25,6 +34,14 @@ struct srv_choice {
     struct api_token_logprob *lp; /* non-streamed logprobs, token texts in the arena */
     uint32_t n_lp, cap_lp;
     size_t chars_sent; /* streamed: code points sent so far (text_offset) */
+    bool echo_sent;    /* streamed: the echoed prompt went out */
+};
+
+/* One prompt's logprobs (echo with logprobs), from its ENG_EV_PROMPT. */
+struct srv_prompt_lp {
+    struct api_token_logprob *toks; /* in the arena; NULL until the event */
+    uint32_t *offs;                 /* text_offset of each token in the echoed prompt */
+    uint32_t n;
 };
 
 struct srv_cmpl {
@@ -35,7 +52,8 @@ struct srv_cmpl {
     uint32_t n_subs, n_pending, n_choices;
     struct srv_sub *subs;
     struct srv_choice *choices;
-    struct api_text *echo; /* per prompt: the prompt text when echo */
+    struct api_text *echo;     /* per prompt: the prompt text when echo */
+    struct srv_prompt_lp *plp; /* per prompt: its logprobs when echo and logprobs */
     uint32_t prompt_tokens, completion_tokens;
     bool stream;
     bool over; /* the answer is decided (error or complete): later content is dropped */
@@ -129,6 +147,74 @@ static bool fill_logprob(struct srv_server *s, const struct eng_token_info *ti,
         out->n_top = (uint32_t)(ti->n_top < 5 ? ti->n_top : 5);
     }
     return true;
+}
+
+/* Decoding work (tokens) prompt_offsets may spend on exact offsets: a prompt
+ * of up to about 700 tokens. */
+#define OFFSET_EXACT_WORK (1u << 18)
+
+/* Where each of the n prompt tokens ti (texts t) starts in the echoed prompt,
+ * in characters, at most limit (the echo's length): the length of the text
+ * its predecessors decode to. The first lead tokens are not in the echoed
+ * text (the BOS the tokenizer added to a text prompt, which is echoed as
+ * sent) and count for nothing. Exact while the decoding work allows; past
+ * it, the text an incremental decoder has settled, which for a token inside
+ * a byte-fallback run is the run's start. Into arena a; NULL on out of
+ * memory. */
+static uint32_t *prompt_offsets(struct srv_server *s, const struct eng_token_info *ti,
+                                const struct api_token_logprob *t, uint32_t n, uint32_t lead,
+                                uint32_t limit, struct inf_arena *a)
+{
+    uint32_t *off = inf_arena_calloc(a, n ? n : 1, sizeof *off);
+    int32_t *ids = inf_arena_calloc(a, n ? n : 1, sizeof *ids);
+    if (!off || !ids)
+        return NULL;
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = ti[i].id;
+    eng_tok_t *tok = server_tok(s);
+    eng_tok_stream_t *ts = NULL;
+    if (!tok || eng_tok_stream_create(tok, NULL, &ts, NULL) != INF_OK)
+        ts = NULL;
+    uint64_t settled = 0, work = 0;
+    for (uint32_t i = lead < n ? lead : n; i < n; i++) {
+        uint64_t at = settled;
+        char *txt = NULL;
+        size_t len = 0;
+        if (tok && work + (i - lead) <= OFFSET_EXACT_WORK &&
+            eng_tok_decode(tok, ids + lead, i - lead, false, &txt, &len, NULL) == INF_OK) {
+            at = api_utf8_chars(txt, len);
+            work += i - lead;
+        }
+        free(txt);
+        off[i] = at < limit ? (uint32_t)at : limit;
+        const char *d = NULL;
+        size_t dl = 0;
+        if (ts && eng_tok_stream_push(ts, ids[i], &d, &dl, NULL) == INF_OK)
+            settled += api_utf8_chars(d, dl);
+        else if (!ts) /* no decoder: the tokens' own texts, added up */
+            settled += api_utf8_chars(t[i].token.s, t[i].token.len);
+    }
+    eng_tok_stream_destroy(ts);
+    return off;
+}
+
+/* Tokens the tokenizer puts before a text prompt's own (BOS), when ids
+ * starts with them: what encoding the empty text gives. */
+static uint32_t added_lead(struct srv_server *s, const struct eng_token_info *ti, uint32_t n)
+{
+    eng_tok_t *tok = server_tok(s);
+    struct eng_tok_ids e = {0};
+    struct eng_tok_encode_opts o = eng_tok_encode_defaults();
+    o.add_special = true;
+    uint32_t lead = 0;
+    if (tok && eng_tok_encode(tok, "", 0, &o, &e, NULL) == INF_OK && e.n <= n) {
+        lead = (uint32_t)e.n;
+        for (uint32_t i = 0; i < lead; i++)
+            if (e.ids[i] != ti[i].id)
+                lead = 0;
+    }
+    eng_tok_ids_fini(&e);
+    return lead;
 }
 
 /* ---- the stream ---------------------------------------------------------------------- */
@@ -241,9 +327,30 @@ static void respond_final(struct srv_req *r)
             chs[i].text = (struct api_text){ch->text.p ? ch->text.p : "", ch->text.len};
         }
         if (c->req.logprobs >= 0) {
+            uint32_t off0 = echo ? (uint32_t)api_utf8_chars(echo->s, echo->len) : 0;
+            const struct srv_prompt_lp *pl = echo ? &c->plp[i / c->req.n] : NULL;
             lps[i].tokens = ch->lp;
             lps[i].n_tokens = ch->n_lp;
-            lps[i].text_offset0 = echo ? (uint32_t)api_utf8_chars(echo->s, echo->len) : 0;
+            lps[i].text_offset0 = off0;
+            if (pl && pl->toks) {
+                /* The prompt's tokens, then the generated ones after the echo. */
+                uint32_t total = pl->n + ch->n_lp;
+                struct api_token_logprob *all = inf_arena_calloc(a, total, sizeof *all);
+                uint32_t *offs = inf_arena_calloc(a, total, sizeof *offs);
+                if (!all || !offs)
+                    goto nomem;
+                memcpy(all, pl->toks, pl->n * sizeof *all);
+                memcpy(offs, pl->offs, pl->n * sizeof *offs);
+                uint64_t off = off0;
+                for (uint32_t k = 0; k < ch->n_lp; k++) {
+                    all[pl->n + k] = ch->lp[k];
+                    offs[pl->n + k] = (uint32_t)off;
+                    off += api_utf8_chars(ch->lp[k].token.s, ch->lp[k].token.len);
+                }
+                lps[i].tokens = all;
+                lps[i].n_tokens = total;
+                lps[i].text_offsets = offs;
+            }
             chs[i].logprobs = &lps[i];
         }
     }
@@ -311,6 +418,48 @@ static void finish_request(struct srv_req *r)
         srv_daemon_check_drained(s);
 }
 
+/* ENG_EV_PROMPT: keep the prompt's logprobs for the final answer, or
+ * stream the echo of every choice of this prompt with them. */
+static void prompt_logprobs(struct srv_sub *sub, const struct eng_event *ev)
+{
+    struct srv_req *r = sub->r;
+    struct srv_cmpl *c = r->cmpl;
+    struct srv_server *s = r->srv;
+    struct srv_prompt_lp *pl = &c->plp[sub->index];
+    const struct api_text *echo = &c->echo[sub->index];
+    uint32_t n = (uint32_t)ev->n_tokens;
+    struct api_token_logprob *toks = inf_arena_calloc(&c->arena, n, sizeof *toks);
+    if (!toks) {
+        inf_log(ERROR, "req=%llu out of memory for the prompt's logprobs",
+                (unsigned long long)r->id);
+        return;
+    }
+    for (uint32_t k = 0; k < n; k++)
+        if (!fill_logprob(s, &ev->tokens[k], &toks[k], &c->arena))
+            return;
+    bool text = c->req.prompts[sub->index].text.s != NULL;
+    uint32_t lead = text && c->req.add_special_tokens ? added_lead(s, ev->tokens, n) : 0;
+    uint32_t *offs = prompt_offsets(s, ev->tokens, toks, n, lead,
+                                    (uint32_t)api_utf8_chars(echo->s, echo->len), &c->arena);
+    if (!offs)
+        return;
+    pl->toks = toks;
+    pl->offs = offs;
+    pl->n = n;
+    if (!c->stream)
+        return;
+    struct api_logprobs lp = {toks, n, 0, offs};
+    for (uint32_t j = 0; j < c->req.n; j++) {
+        uint32_t idx = sub->index * c->req.n + j;
+        if (c->choices[idx].echo_sent)
+            continue;
+        stream_chunk(r, idx, echo->s, echo->len, &lp, API_FINISH_NONE);
+        c->choices[idx].echo_sent = true;
+    }
+    inf_arena_reset(&c->scratch);
+    srv_req_resume(r);
+}
+
 void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
 {
     struct srv_req *r = sub->r;
@@ -329,6 +478,13 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
         if (c->over)
             break;
         bool want_lp = c->req.logprobs >= 0 && ev->tokens && ev->n_tokens > 0;
+        if (c->stream && c->req.echo && !ch->echo_sent) {
+            /* The prompt was not scored (cancelled before it was): echo
+             * its text alone. */
+            const struct api_text *e = &c->echo[sub->index];
+            stream_chunk(r, idx, e->s, e->len, NULL, API_FINISH_NONE);
+            ch->echo_sent = true;
+        }
         if (c->stream) {
             struct api_logprobs lp = {0};
             struct api_token_logprob *toks = NULL;
@@ -366,6 +522,11 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
         }
         break;
     }
+    case ENG_EV_PROMPT:
+        if (c->over || !c->req.echo || c->req.logprobs < 0 || !ev->tokens || ev->n_tokens < 1)
+            break;
+        prompt_logprobs(sub, ev);
+        break;
     case ENG_EV_DONE:
         sub->done = true;
         c->n_pending--;
@@ -401,8 +562,7 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
 static void respond_status(struct srv_req *r, inf_status_t st, const struct api_fault *f,
                            const struct inf_err *err)
 {
-    unsigned http = st == INF_E_BUSY ? 429 : 0;
-    srv_req_respond_error(r, http, st, f ? f->param : NULL, f ? f->code : NULL, "%s",
+    srv_req_respond_error(r, 0, st, f ? f->param : NULL, f ? f->code : NULL, "%s",
                           err && err->msg[0] ? err->msg : inf_status_str(st));
 }
 
@@ -460,6 +620,7 @@ static struct eng_request *build_request(struct srv_req *r, const struct srv_sub
     e->n = (int32_t)q->n;
     e->stream = q->stream;
     e->echo = q->echo;
+    e->prompt_logprobs = q->echo && q->logprobs >= 0;
     struct eng_sampling *sp = &e->sampling;
     sp->temperature = q->temperature;
     sp->top_p = q->top_p;
@@ -557,7 +718,8 @@ void srv_cmpl_handle(struct srv_req *r)
     c->subs = calloc(c->n_subs, sizeof *c->subs);
     c->choices = calloc(c->n_choices, sizeof *c->choices);
     c->echo = inf_arena_calloc(&c->arena, c->n_subs, sizeof *c->echo);
-    if (!c->subs || !c->choices || !c->echo) {
+    c->plp = inf_arena_calloc(&c->arena, c->n_subs, sizeof *c->plp);
+    if (!c->subs || !c->choices || !c->echo || !c->plp) {
         srv_req_respond_error(r, 500, INF_E_NOMEM, NULL, NULL, "out of memory");
         return;
     }
@@ -632,11 +794,13 @@ void srv_cmpl_handle(struct srv_req *r)
         srv_req_suspend(r);
         return;
     }
-    if (q->echo)
+    /* Echo now, unless the prompt's logprobs are to come with it. */
+    if (q->echo && q->logprobs < 0)
         for (uint32_t i = 0; i < c->n_choices; i++) {
             const struct api_text *e = &c->echo[i / q->n];
             if (e->len)
                 stream_chunk(r, i, e->s, e->len, NULL, API_FINISH_NONE);
+            c->choices[i].echo_sent = true;
         }
     inf_arena_reset(&c->scratch);
     struct MHD_Response *resp =

@@ -96,7 +96,7 @@ const struct srv_config_key srv_config_keys[] = {
 
     {.section = "limits", .name = "max_queue", .type = SRV_CFG_INT, .offset = OFF(max_queue),
      .min = 1, .max = 1048576, .def = "256",
-     .help = "requests waiting for admission; more are answered 503"},
+     .help = "requests waiting for admission; more are answered 429"},
     {.section = "limits", .name = "body_limit", .type = SRV_CFG_SIZE, .offset = OFF(body_limit),
      .min = 1024, .max = 1073741824, .def = "\"2MiB\"",
      .help = "largest request body; larger ones are answered 413"},
@@ -354,35 +354,15 @@ static bool parse_i64(const char *s, int64_t *out)
 /* "0,1, 2" -> integers; false with why on a bad item. */
 static bool parse_int_list(struct inf_arena *a, const char *s, int64_t **v, size_t *n, char *why)
 {
-    size_t cap = 1;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
-    *v = inf_arena_calloc(a, cap, sizeof **v);
+    long count = inf_int_list_parse(s, NULL, 0);
+    if (count < 0)
+        return why_set(why, "must be a list of integers such as \"0,1\", got \"%.64s\"", s);
     *n = 0;
+    *v = inf_arena_calloc(a, count ? (size_t)count : 1, sizeof **v);
     if (!*v)
         return why_set(why, "out of memory");
-    const char *p = s;
-    for (;;) {
-        char item[32];
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        while (len && *p == ' ')
-            p++, len--;
-        while (len && p[len - 1] == ' ')
-            len--;
-        if (len == 0 && !comma && *n == 0 && !*s)
-            return true; /* the empty string: an empty list */
-        if (len == 0 || len >= sizeof item)
-            return why_set(why, "must be a list of integers such as \"0,1\", got \"%.64s\"", s);
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (!parse_i64(item, &(*v)[*n]))
-            return why_set(why, "must be a list of integers such as \"0,1\", got \"%.64s\"", s);
-        (*n)++;
-        if (!comma)
-            return true;
-        p = comma + 1;
-    }
+    *n = (size_t)inf_int_list_parse(s, *v, (size_t)count);
+    return true;
 }
 
 /* ---- the one path every value takes ----------------------------------------------- */

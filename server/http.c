@@ -29,16 +29,8 @@
 /* ---- byte buffers ------------------------------------------------------------ */
 bool srv_buf_put(struct srv_buf *b, const void *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
+    if (!inf_grow(&b->p, &b->cap, b->len + n + 1, 256))
+        return false;
     if (n)
         memcpy(b->p + b->len, s, n);
     b->len += n;
@@ -57,18 +49,8 @@ bool srv_buf_printf(struct srv_buf *b, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || !srv_buf_put(b, NULL, 0))
+    if (n < 0 || !inf_grow(&b->p, &b->cap, b->len + (size_t)n + 1, 256))
         return false;
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
     va_start(ap, fmt);
     vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -372,8 +354,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * is answered 413 at once (libmicrohttpd then reads nothing more and closes).
  * libmicrohttpd 0.9.75 answers a Content-Length that is not a number, or does
  * not fit in 64 bits, itself (400 / 413 with its own HTML body, and it writes
- * that answer's header block twice) before this handler is called; the checks
- * here cover what it lets through (leading blanks, values it accepted). */
+ * that answer's header block twice) before this handler is called, and no
+ * callback runs in between that could answer instead (docs/API.md, "Known
+ * limitations", says what was tried); the checks here cover what it lets
+ * through (leading blanks, values it accepted). */
 static bool check_content_length(struct srv_req *r)
 {
     const char *cl =

@@ -123,14 +123,30 @@ static void handle_metrics(struct srv_req *r)
     free(text);
 }
 
+/* What /tokenize and /detokenize share: the served model's limits, and its
+ * tokenizer (NULL with *st and err set to INF_E_UNSUPPORTED where it has
+ * none). */
+static void served_limits(const struct srv_server *s, struct api_limits *lim)
+{
+    api_limits_init(lim, s->opt.model_name, (uint32_t)s->info.vocab,
+                    (uint32_t)s->info.max_model_len);
+}
+
+static eng_tok_t *served_tokenizer(struct srv_server *s, inf_status_t *st, struct inf_err *err)
+{
+    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
+    if (!tok)
+        *st = inf_err_set(err, INF_E_UNSUPPORTED, "this model has no tokenizer");
+    return tok;
+}
+
 static void handle_tokenize(struct srv_req *r)
 {
     struct srv_server *s = r->srv;
     struct inf_arena a;
     inf_arena_init(&a, 4096);
     struct api_limits lim;
-    api_limits_init(&lim, s->opt.model_name, (uint32_t)s->info.vocab,
-                    (uint32_t)s->info.max_model_len);
+    served_limits(s, &lim);
     struct api_tokenize_req q;
     struct api_fault fault = {0};
     struct inf_err err = {0};
@@ -141,11 +157,9 @@ static void handle_tokenize(struct srv_req *r)
         api_tokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
     if (st != INF_OK)
         goto fail;
-    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
-    if (!tok) {
-        st = inf_err_set(&err, INF_E_UNSUPPORTED, "this model has no tokenizer");
+    eng_tok_t *tok = served_tokenizer(s, &st, &err);
+    if (!tok)
         goto fail;
-    }
     struct eng_tok_encode_opts o = eng_tok_encode_defaults();
     o.add_special = q.add_special_tokens;
     st = eng_tok_encode(tok, q.prompt.s, q.prompt.len, &o, &ids, &err);
@@ -174,8 +188,7 @@ static void handle_detokenize(struct srv_req *r)
     struct inf_arena a;
     inf_arena_init(&a, 4096);
     struct api_limits lim;
-    api_limits_init(&lim, s->opt.model_name, (uint32_t)s->info.vocab,
-                    (uint32_t)s->info.max_model_len);
+    served_limits(s, &lim);
     struct api_detokenize_req q;
     struct api_fault fault = {0};
     struct inf_err err = {0};
@@ -185,11 +198,9 @@ static void handle_detokenize(struct srv_req *r)
         api_detokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
     if (st != INF_OK)
         goto fail;
-    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
-    if (!tok) {
-        st = inf_err_set(&err, INF_E_UNSUPPORTED, "this model has no tokenizer");
+    eng_tok_t *tok = served_tokenizer(s, &st, &err);
+    if (!tok)
         goto fail;
-    }
     st = eng_tok_decode(tok, q.ids, q.n_ids, false, &text, &tlen, &err);
     if (st != INF_OK) {
         if (st == INF_E_RANGE)

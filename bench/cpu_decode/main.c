@@ -12,7 +12,7 @@
  * (presets tiny and small). */
 #include "common/inf.h"
 #include "engine/backend.h"
-#include "engine/kv_cache.h"
+#include "engine/greedy.h"
 #include "engine/model.h"
 
 #include <getopt.h>
@@ -23,83 +23,61 @@
 #define MAX_MODELS 8
 #define MAX_BATCHES 8
 
+/* Nanoseconds of the decode steps (every step after the prefill). */
+static void on_step(void *user, int32_t step, const float *logits, uint64_t ns)
+{
+    (void)logits;
+    if (step > 0)
+        *(uint64_t *)user += ns;
+}
+
 static int run_one(struct eng_backend *be, const char *dir, enum eng_quant q, int batch, int prompt,
                    int tokens, double *tps, double *ms_step)
 {
+    /* tokens decode steps follow the prefill: tokens + 1 ids per sequence */
     struct eng_model_opts o;
     eng_model_opts_default(&o);
     o.quant = q;
-    int max_blocks = (prompt + tokens + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
-    o.max_tokens = batch * prompt > 64 ? batch * prompt : 64;
-    o.n_kv_blocks = batch * max_blocks;
+    eng_greedy_size(&o, batch, prompt, tokens + 1);
     struct inf_err err = {0};
     eng_model_t *m = NULL;
-    eng_kv_cache_t *kv = NULL;
     int rc = -1;
-    int cap = batch * prompt;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)cap),
-            *pos = malloc(sizeof(int32_t) * (size_t)cap),
-            *slot = malloc(sizeof(int32_t) * (size_t)cap),
-            *last = malloc(sizeof(int32_t) * (size_t)batch);
-    uint8_t *want = malloc((size_t)cap);
-    float *logits = NULL;
-    if (!tok || !pos || !slot || !last || !want)
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt), *lens = NULL, *gen = NULL;
+    const int32_t **prompts = NULL;
+    if (!ids)
         goto out;
-    if (eng_model_load(dir, be, &o, &m, &err) != INF_OK ||
-        eng_kv_cache_create(o.n_kv_blocks, batch, max_blocks, &kv, &err) != INF_OK) {
+    if (eng_model_load(dir, be, &o, &m, &err) != INF_OK) {
         fprintf(stderr, "bench: %s\n", err.msg);
         goto out;
     }
     int V = eng_model_config(m)->vocab;
-    logits = malloc(sizeof(float) * (size_t)batch * (size_t)V);
-    if (!logits)
+    prompts = malloc(sizeof *prompts * (size_t)batch);
+    lens = malloc(sizeof *lens * (size_t)batch);
+    gen = malloc(sizeof *gen * (size_t)batch * (size_t)(tokens + 1));
+    if (!prompts || !lens || !gen)
         goto out;
+    for (int p = 0; p < prompt; p++)
+        ids[p] = (1 + p) % V;
+    for (int s = 0; s < batch; s++) {
+        prompts[s] = ids;
+        lens[s] = prompt;
+    }
     uint64_t t_dec = 0;
-    for (int step = 0; step <= tokens; step++) {
-        int n = 0;
-        for (int s = 0; s < batch; s++) {
-            int from = step == 0 ? 0 : prompt + step - 1, to = prompt + step;
-            if (eng_kv_seq_reserve(kv, s, to, &err) != INF_OK)
-                goto out;
-            for (int p = from; p < to; p++) {
-                tok[n] = p < prompt ? (1 + p) % V : last[s];
-                pos[n] = p;
-                slot[n] = s;
-                want[n] = p == to - 1;
-                n++;
-            }
-        }
-        struct eng_batch b = {.n_tokens = n,
-                              .tokens = tok,
-                              .pos = pos,
-                              .slot = slot,
-                              .want_logits = want,
-                              .n_logits = batch,
-                              .block_table = eng_kv_cache_block_table(kv),
-                              .n_slots = batch,
-                              .max_blocks = max_blocks};
-        uint64_t t0 = inf_now_ns();
-        if (eng_model_forward(m, &b, logits, &err) != INF_OK) {
-            fprintf(stderr, "bench: %s\n", err.msg);
-            goto out;
-        }
-        for (int s = 0; s < batch; s++) {
-            const float *l = logits + (size_t)s * (size_t)V;
-            int best = 0;
-            for (int i = 1; i < V; i++)
-                if (l[i] > l[best])
-                    best = i;
-            last[s] = best;
-        }
-        if (step > 0)
-            t_dec += inf_now_ns() - t0;
+    struct eng_greedy g = {.n_seq = batch,
+                           .prompts = prompts,
+                           .n_prompt = lens,
+                           .n_new = tokens + 1,
+                           .on_step = on_step,
+                           .user = &t_dec};
+    if (eng_greedy_run(m, &g, gen, &err) != INF_OK) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        goto out;
     }
     *tps = (double)batch * tokens / ((double)t_dec / 1e9);
     *ms_step = (double)t_dec / 1e6 / tokens;
     rc = 0;
 out:
-    free(tok), free(pos), free(slot), free(last), free(want), free(logits);
-    eng_kv_cache_destroy(kv);
+    free(ids), free(prompts), free(lens), free(gen);
     eng_model_destroy(m);
     return rc;
 }
@@ -137,12 +115,15 @@ int main(int argc, char **argv)
             threads = atoi(optarg);
             break;
         case 'b': {
-            n_batches = 0;
-            for (char *s = optarg; *s && n_batches < MAX_BATCHES;) {
-                batches[n_batches++] = (int)strtol(s, &s, 10);
-                if (*s == ',')
-                    s++;
+            int64_t v[MAX_BATCHES];
+            long nb = inf_int_list_parse(optarg, v, MAX_BATCHES);
+            if (nb < 1 || nb > MAX_BATCHES) {
+                fprintf(stderr, "bench: --batches takes 1 to %d sizes such as 1,16\n", MAX_BATCHES);
+                return 2;
             }
+            n_batches = (int)nb;
+            for (int i = 0; i < n_batches; i++)
+                batches[i] = v[i] < 1 || v[i] > 256 ? 0 : (int)v[i]; /* 0: refused below */
             break;
         }
         default:

@@ -2,7 +2,7 @@
  * same run, on the Llama-2-7B and Llama-3-8B linear-layer shapes.
  *
  *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
- *              [--config I] [--sweep] [--replays R]
+ *              [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--replays R]
  *
  * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
  * the L2 size, so every launch reads its weights from HBM; each measurement
@@ -13,7 +13,10 @@
  * run: bandwidth from a 1 GiB device-to-device copy (bytes read + written),
  * peak from an 8192^3 cuBLAS fp16 GEMM. Roofline floor of a case = max(bytes /
  * bandwidth, flops / peak) with bytes = packed weights + scales (+ zeros) +
- * A + C. The acceptance sums add the four Llama-2-7B shapes per M. */
+ * A + C. The acceptance sums add the four Llama-2-7B shapes per M.
+ * --map times a candidate automatic choice: configuration I16 for M <= 16,
+ * I32 for M <= 32, I64 for M <= 64, IBIG beyond (the launcher's own choice
+ * is used when neither --config nor --map is given). */
 #include "common/inf.h"
 #include "kernels/int4_gemm.h"
 
@@ -149,6 +152,7 @@ int main(int argc, char **argv)
     bool sym = false, sweep = false, all_shapes = true;
     int group = 128, force_config = -1, replays = 9;
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    std::vector<int> cfg_map;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sym"))
             sym = true;
@@ -160,7 +164,13 @@ int main(int argc, char **argv)
             force_config = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--replays") && i + 1 < argc)
             replays = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--ms") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--map") && i + 1 < argc) {
+            parse_list(argv[++i], cfg_map);
+            if (cfg_map.size() != 4) {
+                fprintf(stderr, "--map wants four configuration indexes\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--ms") && i + 1 < argc)
             parse_list(argv[++i], ms);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
             all_shapes = strcmp(argv[++i], "llama2") != 0;
@@ -169,7 +179,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
-                    "[--config I] [--sweep] [--replays R]\n",
+                    "[--config I] [--map I16,I32,I64,IBIG] [--sweep] [--replays R]\n",
                     argv[0]);
             return 2;
         }
@@ -327,7 +337,9 @@ int main(int argc, char **argv)
                 });
             };
             int best_cfg = force_config;
-            double t_ours = ours(force_config);
+            if (best_cfg < 0 && !cfg_map.empty())
+                best_cfg = cfg_map[m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3];
+            double t_ours = ours(best_cfg);
             if (sweep) {
                 for (int ci = 0; ci < n_cfg - 1; ci++) { /* the last one is the sm75 fallback */
                     double t = ours(ci);

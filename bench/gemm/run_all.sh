@@ -17,12 +17,11 @@ if has sass; then
     /LDL/ { l++; if (h) pend++ }
     /STL/ { s++ }
     END { if (name) print name, "HMMA", h, "LDL", l, "STL", s, "LDL between HMMAs", mid }' |
-    sed -E 's/_ZN8int4gemm[^ ]*int4_gemm_kernelILi([0-9])ELi([0-9])ELi([0-9])ELb([01])ELb([01])[^ ]*/mb\1 nwn\2 s\3 zp\4 av\5/' > /tmp/sass_summary.txt
+    sed -E 's/_ZN8int4gemm[^ ]*int4_gemm_kernelILi([0-9])ELi([0-9])ELi([0-9])ELi([0-9])ELi([0-9])ELi([0-9])ELb([01])ELb([01])[^ ]*/mb\1 nwn\2 nf\3 kpw\4 s\5 bps\6 zp\7 av\8/' > /tmp/sass_summary.txt
   cat /tmp/sass_summary.txt
   echo "memory descriptors in odd uniform registers: $(cuobjdump -sass "$bin/bench_gemm" | grep -cE 'desc\[UR[0-9]*[13579]\]')"
-  # the 16-row asymmetric kernel's SASS, for instruction counting
-  cuobjdump -sass -fun '_ZN8int4gemm45_GLOBAL__N__2c5d7f88_12_int4_gemm_cu_d3423db716int4_gemm_kernelILi1ELi2ELi4ELb1ELb1EEEvNS_6ParamsE' "$bin/bench_gemm" > "$out/sass_m16.txt" 2>&1 ||
-    cuobjdump -sass "$bin/bench_gemm" | awk '/Function : .*kernelILi1ELi2ELi4ELb1ELb1E/{p=1} /Function :/{if (!/kernelILi1ELi2ELi4ELb1ELb1E/) p=0} p' > "$out/sass_m16.txt"
+  # the automatic 16-row asymmetric kernel's SASS (config 0), for instruction counting
+  cuobjdump -sass "$bin/bench_gemm" | awk '/Function :/{p=($3 ~ /kernelILi1ELi4ELi4ELi4ELi4ELi2ELb1ELb1E/)} p' > "$out/sass_m16.txt"
   grep -c "" "$out/sass_m16.txt"
 fi
 if has test; then

@@ -128,6 +128,64 @@ static inline void unpack_block(const uint8_t *qb, float s, float mz, float *wb)
     }
 }
 
+/* The three weight formats differ only in how a block of W[n] becomes 32
+ * fp32 weights; linear_tiles is the one tile loop, inlined into each entry
+ * point with its format fixed, so each gets its own specialized loop. */
+#if defined(__GNUC__)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE static inline
+#endif
+
+enum wfmt { W_Q4, W_F32, W_F16 };
+
+/* Block b (len columns from b * BK) of row n of w as fp32: a pointer into w
+ * (fp32) or into wb, where it was converted. */
+ALWAYS_INLINE const float *weight_block(enum wfmt f, const void *w, int32_t k, int32_t n, int32_t b,
+                                        int32_t len, float *wb)
+{
+    int32_t c0 = b * BK;
+    if (f == W_Q4) {
+        const struct krn_cpu_q4 *q = w;
+        int64_t row = (int64_t)n * (q->kr / BK) + b;
+        unpack_block(q->q + (int64_t)n * (q->kr / 2) + b * 16, q->scale[row], q->mzs[row], wb);
+        return wb;
+    }
+    if (f == W_F32)
+        return (const float *)w + (int64_t)n * k + c0;
+    const uint16_t *wr = (const uint16_t *)w + (int64_t)n * k + c0;
+    if (len == BK) {
+        for (int j = 0; j < BK; j++)
+            wb[j] = krn_half_to_float(wr[j]);
+    } else {
+        for (int j = 0; j < len; j++)
+            wb[j] = krn_half_to_float(wr[j]);
+    }
+    return wb;
+}
+
+/* y[m][n0..n1) = x[m][0..k) . W[n]^T (+ bias), in tiles of MT rows. */
+ALWAYS_INLINE void linear_tiles(enum wfmt f, const void *w, int32_t k, const float *bias,
+                                const float *x, int64_t ldx, float *y, int64_t ldy, int32_t m,
+                                int32_t n0, int32_t n1)
+{
+    float acc[MT][BK];
+    float wb[BK];
+    int32_t nblk = (k + BK - 1) / BK;
+    for (int32_t m0 = 0; m0 < m; m0 += MT) {
+        int32_t mt = m - m0 < MT ? m - m0 : MT;
+        const float *xt = x + (int64_t)m0 * ldx;
+        for (int32_t n = n0; n < n1; n++) {
+            memset(acc, 0, sizeof acc);
+            for (int32_t b = 0; b < nblk; b++) {
+                int32_t c0 = b * BK, len = k - c0 < BK ? k - c0 : BK;
+                block_fma(acc, weight_block(f, w, k, n, b, len, wb), xt, ldx, mt, c0, len);
+            }
+            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
+        }
+    }
+}
+
 #ifdef HAVE_AVX2_PATH
 /* The same computation with AVX2 + FMA: one 16-byte load gives the 32 codes
  * of a block; bytes 0..7 / 8..15 widen to columns 0..7 / 8..15 (low
@@ -218,72 +276,17 @@ void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const floa
         return;
     }
 #endif
-    float acc[MT][BK];
-    float wb[BK];
-    int32_t nblk = (w->k + BK - 1) / BK;
-    for (int32_t m0 = 0; m0 < m; m0 += MT) {
-        int32_t mt = m - m0 < MT ? m - m0 : MT;
-        const float *xt = x + (int64_t)m0 * ldx;
-        for (int32_t n = n0; n < n1; n++) {
-            memset(acc, 0, sizeof acc);
-            const uint8_t *qr = w->q + (int64_t)n * (w->kr / 2);
-            const float *sr = w->scale + (int64_t)n * (w->kr / BK);
-            const float *zr = w->mzs + (int64_t)n * (w->kr / BK);
-            for (int32_t b = 0; b < nblk; b++) {
-                unpack_block(qr + b * 16, sr[b], zr[b], wb);
-                int32_t c0 = b * BK;
-                block_fma(acc, wb, xt, ldx, mt, c0, w->k - c0 < BK ? w->k - c0 : BK);
-            }
-            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
-        }
-    }
+    linear_tiles(W_Q4, w, w->k, bias, x, ldx, y, ldy, m, n0, n1);
 }
 
 HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
                             int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
-    float acc[MT][BK];
-    int32_t nblk = (k + BK - 1) / BK;
-    for (int32_t m0 = 0; m0 < m; m0 += MT) {
-        int32_t mt = m - m0 < MT ? m - m0 : MT;
-        const float *xt = x + (int64_t)m0 * ldx;
-        for (int32_t n = n0; n < n1; n++) {
-            memset(acc, 0, sizeof acc);
-            const float *wr = w + (int64_t)n * k;
-            for (int32_t b = 0; b < nblk; b++) {
-                int32_t c0 = b * BK;
-                block_fma(acc, wr + c0, xt, ldx, mt, c0, k - c0 < BK ? k - c0 : BK);
-            }
-            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
-        }
-    }
+    linear_tiles(W_F32, w, k, bias, x, ldx, y, ldy, m, n0, n1);
 }
 
 HOT void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
                             int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
-    float acc[MT][BK];
-    float wb[BK];
-    int32_t nblk = (k + BK - 1) / BK;
-    for (int32_t m0 = 0; m0 < m; m0 += MT) {
-        int32_t mt = m - m0 < MT ? m - m0 : MT;
-        const float *xt = x + (int64_t)m0 * ldx;
-        for (int32_t n = n0; n < n1; n++) {
-            memset(acc, 0, sizeof acc);
-            const uint16_t *wr = w + (int64_t)n * k;
-            for (int32_t b = 0; b < nblk; b++) {
-                int32_t c0 = b * BK;
-                int32_t len = k - c0 < BK ? k - c0 : BK;
-                if (len == BK) {
-                    for (int j = 0; j < BK; j++)
-                        wb[j] = krn_half_to_float(wr[c0 + j]);
-                } else {
-                    for (int j = 0; j < len; j++)
-                        wb[j] = krn_half_to_float(wr[c0 + j]);
-                }
-                block_fma(acc, wb, xt, ldx, mt, c0, len);
-            }
-            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
-        }
-    }
+    linear_tiles(W_F16, w, k, bias, x, ldx, y, ldy, m, n0, n1);
 }

@@ -7,7 +7,9 @@
  * Shapes   any M >= 1 (tiles of 16/32/64 rows), any N, K (padded at repack to
  *          256 / 128; A is read as zero past K, C written only inside N).
  * Mapping  grid = #SMs x resident blocks (persistent), block = 256 threads =
- *          NWN warps along N x KW warps along K. The work is the list of units
+ *          NWN warps along N x KW warps along K; a warp owns 16/32/64 columns
+ *          (NF n8 fragments: all or part of a lane's 16-byte W word) and KPW
+ *          consecutive k16 steps of each k tile. The work is the list of units
  *          (m tile, n tile, k tile) in the order n tile, m tile, k tile; block b
  *          takes the contiguous stripe [b*U/G, (b+1)*U/G), so every block gets
  *          the same number of k tiles (±1) whatever the shape: all 132 SMs stay
@@ -15,14 +17,15 @@
  * Reduce   A tile finished inside one block is written straight to C. A tile
  *          shared by several blocks (a stripe boundary falls inside it) is
  *          split-K: each writes its fp32 partial to the workspace, the last
- *          to arrive (atomic counter) sums them in block order — deterministic —
- *          adds the bias, writes C and resets the counter for the next launch.
+ *          to arrive (one acq_rel atomic per block) sums them in block order —
+ *          deterministic, loads eight contributors at a time — adds the bias,
+ *          writes C and resets the counter for the next launch.
  * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros), all
  *          16-byte cp.async.cg (no L1 allocation); A is staged
  *          in shared memory once per k tile and reused by every warp along N.
  *          The dequantization of a k step is plain ALU work (LOP3, HSUB2/HFMA2,
  *          HMUL2) that the scheduler interleaves with the tensor-core mma of
- *          the step before: both k steps of a warp are unrolled together.
+ *          the step before: the KPW k steps of a warp are unrolled together.
  * Numerics fp32 accumulate; the dequantized weight is exactly the fp16 value
  *          the CPU reference uses; relative error ~1e-4 (fp16 output rounding).
  * Arch     sm_80+ (mma.sync m16n8k16, cp.async, ldmatrix) — runs on Hopper;
@@ -116,33 +119,78 @@ __device__ __forceinline__ int partial_slot(int b, int t, const Params &p, int g
     return t == first_tile ? 2 * b : 2 * b + 1;
 }
 
-/* Tile geometry of one configuration, shared by the kernel and the host. */
-template <int MB, int NWN, int STAGES> struct Tile {
-    static constexpr int BM = 16 * MB;                 /* rows */
-    static constexpr int BN = 64 * NWN;                /* columns */
-    static constexpr int KW = 8 / NWN;                 /* warps splitting a k tile */
-    static constexpr int KSTEPS = 2 * KW;              /* k16 steps per k tile */
-    static constexpr int BK = 16 * KSTEPS;             /* 128 or 64 */
-    static constexpr int B_BYTES = KSTEPS * NWN * 512; /* 8 KiB of codes */
+/* Arrival on a split-K counter: one thread, after a block barrier that
+ * follows every thread's partial stores. acq_rel at gpu scope: the release
+ * covers the block's stores (cumulative through the barrier), the acquire
+ * lets the last arriver read the others' partials after the next barrier.
+ * Replaces a __threadfence() in all 256 threads. */
+__device__ __forceinline__ int arrive_acq_rel(int *counter)
+{
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                 : "=r"(old)
+                 : "l"(counter)
+                 : "memory");
+    return old;
+}
+
+/* Tile geometry of one configuration, shared by the kernel and the host.
+ *   MB   16-row m blocks per tile (BM = 16 MB)
+ *   NWN  warps along N; the other KW = 8 / NWN warps split the k tile
+ *   NF   n8 fragments per warp (a warp owns 8 NF columns: 64, 32 or 16)
+ *   KPW  consecutive k16 steps per warp per k tile
+ * A 64-column chunk of the repacked weights is shared by 8 / NF warps, each
+ * taking NF / 2 of the four words of a lane's 16-byte piece. */
+template <int MB, int NWN, int NF, int KPW, int STAGES> struct Tile {
+    static constexpr int KW = 8 / NWN;
+    static constexpr int BM = 16 * MB;
+    static constexpr int BN = 8 * NF * NWN;
+    static constexpr int NCH = BN / 64; /* 64-column chunks */
+    static constexpr int KSTEPS = KPW * KW;
+    static constexpr int BK = 16 * KSTEPS;
+    static constexpr int B_BYTES = KSTEPS * NCH * 512;
+    static constexpr int W_ITERS = B_BYTES / (16 * kThreads);
     static constexpr int A_BYTES = BM * BK * 2;
-    static constexpr int S_BYTES = KW * NWN * 128; /* <= KW groups x NWN x 64 fp16 */
+    static constexpr int S_BYTES = (KSTEPS / 2) * NCH * 128; /* <= KSTEPS/2 groups */
     static constexpr int STAGE_BYTES = B_BYTES + A_BYTES + 2 * S_BYTES;
-    static constexpr int RED_BYTES = (KW - 1) * NWN * MB * 8 * 32 * 16;
+    static constexpr int RED_BYTES = (KW - 1) * NWN * MB * NF * 32 * 16;
     static constexpr int SMEM = STAGES * STAGE_BYTES + RED_BYTES + 16;
-    static_assert(KSTEPS * NWN * 32 == 512, "two W copies per thread per stage");
+    static_assert(NWN * KW == 8 && BN % 64 == 0, "8 warps, whole chunks");
+    static_assert(W_ITERS >= 1 && B_BYTES % (16 * kThreads) == 0, "whole W copies");
+    static_assert(BK == 64 || BK == 128, "k_pad is a multiple of 128");
+    static_assert((KSTEPS / 2) * NCH * 8 <= kThreads, "one scale copy per thread");
+    static_assert(KPW % 2 == 0, "step pairs never straddle a group");
 };
+
+/* Load NW consecutive 32-bit words from shared memory (one 4/8/16-byte LDS). */
+template <int NW> __device__ __forceinline__ void lds_words(const uint32_t *p, uint32_t (&w)[NW])
+{
+    if (NW == 4) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(p);
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+    } else if (NW == 2) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(p);
+        w[0] = v.x;
+        w[1] = v.y;
+    } else {
+        w[0] = p[0];
+    }
+}
 
 /* End of a block's part of output tile (m_tile, n_tile): sum the KW warps
  * sharing each column slice (shared memory, warp order), then either write C
  * (the block did the whole k range) or publish an fp32 partial and, if last
  * to arrive, reduce every contributor's partial in block order into C. Leaves
  * acc zeroed. Called by all threads of the block. */
-template <int MB, int NWN, int STAGES>
-__device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8][4], float4 *red,
+template <int MB, int NWN, int NF, int KPW, int STAGES>
+__device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF][4], float4 *red,
                                             volatile int *flag, int m_tile, int n_tile, int b,
                                             int grid)
 {
-    using T = Tile<MB, NWN, STAGES>;
+    using T = Tile<MB, NWN, NF, KPW, STAGES>;
     constexpr int BM = T::BM, BN = T::BN, KW = T::KW;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nw = warp % NWN, kw = warp / NWN;
@@ -151,8 +199,8 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                for (int f = 0; f < 8; f++)
-                    red[((((kw - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane] =
+                for (int f = 0; f < NF; f++)
+                    red[((((kw - 1) * NWN + nw) * MB + mb) * NF + f) * 32 + lane] =
                         make_float4(acc[mb][f][0], acc[mb][f][1], acc[mb][f][2], acc[mb][f][3]);
         }
         __syncthreads();
@@ -162,9 +210,9 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                    for (int f = 0; f < 8; f++) {
+                    for (int f = 0; f < NF; f++) {
                         const float4 v =
-                            red[((((w2 - 1) * NWN + nw) * MB + mb) * 8 + f) * 32 + lane];
+                            red[((((w2 - 1) * NWN + nw) * MB + mb) * NF + f) * 32 + lane];
                         acc[mb][f][0] += v.x;
                         acc[mb][f][1] += v.y;
                         acc[mb][f][2] += v.z;
@@ -177,18 +225,19 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
     const int cf = unit_block(t * p.k_tiles, p.units, grid);
     const int cl = unit_block((t + 1) * p.k_tiles - 1, p.units, grid);
     const int g8 = lane >> 2, c2 = (lane & 3) * 2;
+    const int col0 = nw * NF * 8 + c2;
     if (cf == cl) {
         /* The whole k range was ours: straight to C. */
         if (kw == 0) {
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                for (int f = 0; f < 8; f++)
+                for (int f = 0; f < NF; f++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = mb * 16 + g8 + 8 * h;
                         if (r < rows)
-                            store_pair(p, m_tile * BM + r, n_tile * BN + nw * 64 + f * 8 + c2,
+                            store_pair(p, m_tile * BM + r, n_tile * BN + col0 + f * 8,
                                        acc[mb][f][2 * h], acc[mb][f][2 * h + 1]);
                     }
         }
@@ -199,23 +248,22 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-                for (int f = 0; f < 8; f++)
+                for (int f = 0; f < NF; f++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = mb * 16 + g8 + 8 * h;
                         if (r < rows)
-                            __stcg(reinterpret_cast<float2 *>(dst + r * BN + nw * 64 + f * 8 + c2),
+                            __stcg(reinterpret_cast<float2 *>(dst + r * BN + col0 + f * 8),
                                    make_float2(acc[mb][f][2 * h], acc[mb][f][2 * h + 1]));
                     }
         }
         /* Publish the partial, then count the arrival. The counter of a shared
          * tile lives at its first contributor's slot index, so the counter
          * region is small and fixed whatever M and the configuration. */
-        __threadfence();
         __syncthreads();
         if (tid == 0) {
             int *counter = p.counters + partial_slot(cf, t, p, grid);
-            const int old = atomicAdd(counter, 1);
+            const int old = arrive_acq_rel(counter);
             const bool last = old == cl - cf;
             if (last)
                 *counter = 0; /* ready for the next launch */
@@ -223,21 +271,35 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
         }
         __syncthreads();
         if (*flag) {
-            __threadfence();
             /* Sum every contributor's partial in block order: the result does
-             * not depend on which block arrived last. */
+             * not depend on which block arrived last. Contributor bb > cf
+             * starts its stripe inside tile t, so its partial is in its first
+             * slot (2 bb); only cf's slot needs computing. The loads go out
+             * eight at a time (independent), then are added in order: a tile
+             * split over many blocks must not cost one L2 round trip each. */
+            const float4 *base_cf = reinterpret_cast<const float4 *>(
+                p.partials + partial_slot(cf, t, p, grid) * tile_elems);
+            const int64_t stride4 = 2 * tile_elems / 4; /* slot 2bb to 2bb + 2 */
+            const float4 *base_next =
+                reinterpret_cast<const float4 *>(p.partials + 2 * (int64_t)(cf + 1) * tile_elems);
             const int quads = rows * BN / 4;
             for (int q = tid; q < quads; q += kThreads) {
-                float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-                for (int bb = cf; bb <= cl; bb++) {
-                    const float4 v =
-                        __ldcg(reinterpret_cast<const float4 *>(
-                                   p.partials + partial_slot(bb, t, p, grid) * tile_elems) +
-                               q);
-                    sum.x += v.x;
-                    sum.y += v.y;
-                    sum.z += v.z;
-                    sum.w += v.w;
+                float4 sum = __ldcg(base_cf + q);
+                const int more = cl - cf;
+                for (int bb = 0; bb < more; bb += 8) {
+                    /* past the last contributor: + 0, which changes nothing */
+                    float4 v[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++)
+                        v[u] = bb + u < more ? __ldcg(base_next + (bb + u) * stride4 + q)
+                                             : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        sum.x += v[u].x;
+                        sum.y += v[u].y;
+                        sum.z += v[u].z;
+                        sum.w += v[u].w;
+                    }
                 }
                 const int r = q * 4 / BN, col = q * 4 % BN;
                 const int grow = m_tile * BM + r, gcol = n_tile * BN + col;
@@ -249,34 +311,35 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][8]
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-        for (int f = 0; f < 8; f++)
+        for (int f = 0; f < NF; f++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mb][f][e] = 0.0f;
 }
 
 /*
- * The kernel. Template parameters:
- *   MB      16-row m blocks per tile (BM = 16 MB rows: 1, 2 or 4)
- *   NWN     warps along N, each owning 64 columns (BN = 64 NWN)
+ * The kernel. Template parameters: MB, NWN, NF, KPW (see Tile), and
  *   STAGES  depth of the cp.async ring
+ *   BPS     blocks per SM the register allocation is capped for
  *   ZP      asymmetric weights (zero points read from the zero section)
  *   AVEC    rows of A are 16-byte aligned: cp.async for A, else element loads
- * Each warp owns BM x 64 outputs and two consecutive k16 steps of every k
- * tile; the KW = 8 / NWN warps sharing a column range split the k tile
- * (BK = 32 KW) and are summed through shared memory when a tile ends. A
- * warp's two k steps are in one scale group (groups are >= 32 wide and start
- * at even steps), so scales are read once per warp per k tile.
+ * Each warp owns BM x 8 NF outputs and KPW consecutive k16 steps of every k
+ * tile; the KW warps sharing a column range split the k tile and are summed
+ * through shared memory when a tile ends. Scale-group constants are built
+ * once per warp per k tile (again at a group boundary inside the warp's
+ * steps, only for groups of 32), so larger KPW amortizes them and the
+ * per-tile bookkeeping over more weights.
  */
-template <int MB, int NWN, int STAGES, bool ZP, bool AVEC>
-__global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
+template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC>
+__global__ void __launch_bounds__(kThreads, BPS)
     int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    using T = Tile<MB, NWN, STAGES>;
-    constexpr int BM = T::BM, KSTEPS = T::KSTEPS, BK = T::BK;
+    using T = Tile<MB, NWN, NF, KPW, STAGES>;
+    constexpr int BM = T::BM, KSTEPS = T::KSTEPS, BK = T::BK, NCH = T::NCH;
     constexpr int B_BYTES = T::B_BYTES, A_BYTES = T::A_BYTES, S_BYTES = T::S_BYTES;
     constexpr int STAGE_BYTES = T::STAGE_BYTES;
+    constexpr int NW = NF / 2;            /* 32-bit words of a lane's W piece per warp */
     constexpr int A_CHUNKS = BM * BK / 8; /* 16-byte chunks of the A tile */
     constexpr int A_ROW_CHUNKS = BK / 8;
     constexpr int A_ITERS = (A_CHUNKS + kThreads - 1) / kThreads;
@@ -289,31 +352,45 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int nw = warp % NWN; /* 64-column slice of the tile */
-    const int kw = warp / NWN; /* pair of k steps of the k tile */
+    const int nw = warp % NWN; /* column slice of the tile */
+    const int kw = warp / NWN; /* run of KPW k steps of the k tile */
     const int grid = gridDim.x;
     const int b = blockIdx.x;
     const int u_begin = unit_start(b, p.units, grid);
     const int n_units = unit_start(b + 1, p.units, grid) - u_begin;
     const int ksteps_total = p.k_pad / 16;
 
-    /* Per-thread constants of the copies, computed once: every unit then costs
-     * a few multiply-adds and no division (the loop is issue-bound at small M,
-     * so the bookkeeping must stay far below the dequantization work). */
-    int w_off[2]; /* this thread's two 16-byte pieces of the W tile */
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int idx = tid + i * kThreads;
-        const int chunk = idx >> 5; /* = ks * NWN + j */
-        w_off[i] = ((chunk % NWN) * ksteps_total + chunk / NWN) * 32 + (idx & 31);
-    }
+    /* Per-thread constants of the copies, computed once; every unit then costs
+     * a pointer increment and a few adds (the copies are issued by all eight
+     * warps, so their bookkeeping counts eight times per tile).
+     * W: piece i of this thread is chunk (tid / 32 + 8 i) = (ks, j) with
+     * j = chunk % NCH, ks = chunk / NCH; since 8 % NCH == 0, j is the same
+     * for every i and ks grows by 8 / NCH: fixed offsets from one pointer. */
+    static_assert(8 % NCH == 0, "W pieces at fixed offsets");
+    const int chunk0 = tid >> 5;
+    const int w_off0 = ((chunk0 % NCH) * ksteps_total + chunk0 / NCH) * 32 + (tid & 31);
     /* Scale groups: gsteps is a power of two 2..16 (gshift) or the whole k
      * (gshift large, one group). A k tile holds max(1, KSTEPS >> gshift) groups. */
     const int ng = max(1, KSTEPS >> p.gshift);
-    const bool s_copy = tid < ng * NWN * 8;
-    const int s_off = ((tid / 8) % NWN) * p.groups * 8 + (tid / (NWN * 8)) * 8 + (tid % 8);
+    const bool s_copy = tid < ng * NCH * 8;
+    const int s_off = ((tid / 8) % NCH) * p.groups * 8 + (tid / (NCH * 8)) * 8 + (tid % 8);
+    /* A: this thread's chunks (row r, 16-byte column kc), their offsets in
+     * the rows of A (r * k + 8 kc < 2^31: BM <= 128, k <= 2^24) and their
+     * swizzled places in the tile; the same for every unit. */
+    int a_r[A_ITERS], a_kc8[A_ITERS], a_soff[A_ITERS];
+    uint32_t a_goff[A_ITERS];
+#pragma unroll
+    for (int i = 0; i < A_ITERS; i++) {
+        const int idx = tid + i * kThreads;
+        a_r[i] = idx / A_ROW_CHUNKS;
+        const int kc = idx % A_ROW_CHUNKS;
+        a_kc8[i] = kc * 8;
+        a_goff[i] = (uint32_t)a_r[i] * (uint32_t)p.k + (uint32_t)(kc * 8);
+        a_soff[i] = B_BYTES + (a_r[i] * BK + ((kc ^ (a_r[i] & 7)) * 8)) * 2;
+    }
 
-    /* Load cursor: coordinates of the next unit to fetch. */
+    /* Load cursor: coordinates of the next unit to fetch, and the pointers
+     * that follow it (advanced per unit, recomputed when a tile ends). */
     int l_kk, l_m, l_n;
     {
         const int t0 = u_begin / p.k_tiles;
@@ -322,50 +399,57 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
         l_m = t0 - l_n * p.m_tiles;
     }
     int c_kk = l_kk, c_m = l_m, c_n = l_n; /* compute cursor */
+    const uint4 *w_ptr;                    /* this thread's first W piece of the unit */
+    const uint4 *s_ptr;                    /* this thread's scale piece of the n tile's group 0 */
+    const uint4 *z_ptr;                    /* same for the zeros */
+    const half *a_ptr;                     /* row 0 of the m tile, column 0 of the unit */
+    int a_rows;                            /* rows of the m tile that exist */
+    auto cursor_pointers = [&]() {
+        w_ptr = p.q + ((int64_t)l_n * NCH * ksteps_total + l_kk * KSTEPS) * 32 + w_off0;
+        const int64_t s_n = (int64_t)l_n * NCH * p.groups * 8 + s_off;
+        s_ptr = p.scales + s_n;
+        z_ptr = ZP ? p.zeros + s_n : p.scales;
+        a_ptr = p.a + (int64_t)l_m * BM * p.k + l_kk * BK;
+        a_rows = min(BM, p.m - l_m * BM);
+    };
+    cursor_pointers();
 
     /* Issue the copies of the load cursor's unit into ring slot s, then
      * advance the cursor. */
     auto load_stage = [&](int s) {
         unsigned char *st = smem + s * STAGE_BYTES;
-        /* W: 16 chunks of 512 bytes; a warp copies one whole chunk (coalesced). */
-        const uint4 *wsrc = p.q + ((int64_t)l_n * NWN * ksteps_total + l_kk * KSTEPS) * 32;
+        /* W: 512-byte chunks; a warp copies one whole chunk (coalesced). */
 #pragma unroll
-        for (int i = 0; i < 2; i++)
-            cp_async16(st + (tid + i * kThreads) * 16, wsrc + w_off[i]);
+        for (int i = 0; i < T::W_ITERS; i++)
+            cp_async16(st + (tid + i * kThreads) * 16, w_ptr + i * (8 / NCH) * 32);
         /* Scales (and zeros) of the groups this k tile touches. */
         if (s_copy) {
-            const int64_t off =
-                (int64_t)l_n * NWN * p.groups * 8 + ((l_kk * KSTEPS) >> p.gshift) * 8 + s_off;
-            cp_async16(st + B_BYTES + A_BYTES + tid * 16, p.scales + off);
+            const int goff = ((l_kk * KSTEPS) >> p.gshift) * 8;
+            cp_async16(st + B_BYTES + A_BYTES + tid * 16, s_ptr + goff);
             if (ZP)
-                cp_async16(st + B_BYTES + A_BYTES + S_BYTES + tid * 16, p.zeros + off);
+                cp_async16(st + B_BYTES + A_BYTES + S_BYTES + tid * 16, z_ptr + goff);
         }
         /* A: BM x BK fp16. The 16-byte chunk index is XOR-swizzled with the row
          * so that ldmatrix's eight row addresses hit eight different bank
          * groups (rows are 128 or 256 bytes apart, which would all map to the
          * same banks). */
-        half *sa = reinterpret_cast<half *>(st + B_BYTES);
-        const int row0 = l_m * BM;
         if (AVEC) {
             /* Only the rows that exist are copied (M = 1 moves one row, not
              * 16); the rows past M keep whatever they hold — zeros from the
              * start or another tile's rows — and only feed outputs that are
              * never stored, since row r of C depends on row r of A alone. */
-            const int lim = min(BM, p.m - row0) * A_ROW_CHUNKS;
 #pragma unroll
             for (int i = 0; i < A_ITERS; i++) {
-                const int idx = tid + i * kThreads;
-                if (idx < lim) {
-                    const int r = idx / A_ROW_CHUNKS, kc = idx % A_ROW_CHUNKS;
-                    const int gk = l_kk * BK + kc * 8;
-                    const bool ok = gk < p.k;
-                    const half *src = ok ? p.a + (int64_t)(row0 + r) * p.k + gk : p.a;
-                    cp_async16_zfill(sa + r * BK + ((kc ^ (r & 7)) * 8), src, ok);
+                if (a_r[i] < a_rows) {
+                    const bool ok = l_kk * BK + a_kc8[i] < p.k;
+                    cp_async16_zfill(st + a_soff[i], ok ? a_ptr + a_goff[i] : p.a, ok);
                 }
             }
         } else {
             /* Rows of A not 16-byte aligned (k % 8 != 0 or an offset pointer):
              * element loads. Only odd shapes take this path; correct, not fast. */
+            half *sa = reinterpret_cast<half *>(st + B_BYTES);
+            const int row0 = l_m * BM;
             for (int idx = tid; idx < BM * BK; idx += kThreads) {
                 const int r = idx / BK, kx = idx % BK;
                 const int gr = row0 + r, gk = l_kk * BK + kx;
@@ -381,14 +465,18 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
                 l_m = 0;
                 l_n++;
             }
+            cursor_pointers();
+        } else {
+            w_ptr += KSTEPS * 32;
+            a_ptr += BK;
         }
     };
 
-    float acc[MB][8][4];
+    float acc[MB][NF][4];
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-        for (int f = 0; f < 8; f++)
+        for (int f = 0; f < NF; f++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mb][f][e] = 0.0f;
@@ -408,9 +496,13 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
         cp_async_commit();
     }
 
-    /* This warp's two k steps are in one group: its index inside the k tile. */
-    const int ks0 = 2 * kw;
-    const int gi = ks0 >> p.gshift;
+    /* This warp's k steps and word range inside the tile. */
+    const int ks0 = KPW * kw;
+    const int ch = (nw * NF) >> 3;                         /* 64-column chunk */
+    const int wbase = ((nw * NF) & 7) >> 1;                /* first word of the lane's piece */
+    const int gmask = (1 << p.gshift) - 1;                 /* k steps per group - 1 */
+    const int q_word = (ch * 32 + lane) * 4 + wbase;       /* + ks * NCH * 128 */
+    const int s_word = (ch * 8 + (lane >> 2)) * 4 + wbase; /* + group * NCH * 32 */
 
     for (int i = 0; i < n_units; i++) {
         /* Unit i has landed once at most STAGES - 2 younger groups are pending. */
@@ -426,40 +518,44 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
 
         const unsigned char *st = smem + (i % STAGES) * STAGE_BYTES;
 
-        /* ---- this warp's two k16 steps of the tile ---- */
+        /* ---- this warp's KPW k16 steps of the tile ---- */
         {
-            const uint4 *sb = reinterpret_cast<const uint4 *>(st);
-            const uint4 q0 = sb[(ks0 * NWN + nw) * 32 + lane];
-            const uint4 q1 = sb[((ks0 + 1) * NWN + nw) * 32 + lane];
-            const uint4 *ss = reinterpret_cast<const uint4 *>(st + B_BYTES + A_BYTES);
-            const uint4 sv = ss[(gi * NWN + nw) * 8 + (lane >> 2)];
-            uint4 zv = make_uint4(0, 0, 0, 0);
-            if (ZP)
-                zv = ss[S_BYTES / 16 + (gi * NWN + nw) * 8 + (lane >> 2)];
-            GroupConsts g;
-            group_consts<ZP>(sv, zv, g);
-
-            /* Step by step: the A fragments (ldmatrix) and the dequantized B
-             * fragments of step s + 1 do not depend on the mma of step s, so
-             * the scheduler overlaps them; keeping one step's fragments live at
-             * a time leaves registers for the MB x 8 accumulators. */
+            const uint32_t *sq = reinterpret_cast<const uint32_t *>(st);
+            const uint32_t *ss = reinterpret_cast<const uint32_t *>(st + B_BYTES + A_BYTES);
+            uint32_t qw[KPW][NW];
+#pragma unroll
+            for (int s = 0; s < KPW; s++)
+                lds_words<NW>(sq + (ks0 + s) * NCH * 128 + q_word, qw[s]);
+            GroupConstsT<NF> g;
             const half *sa = reinterpret_cast<const half *>(st + B_BYTES);
 #pragma unroll
-            for (int s = 0; s < 2; s++) {
+            for (int s = 0; s < KPW; s++) {
+                const int ks = ks0 + s;
+                /* group constants at the first step, and again where a group
+                 * starts inside the warp's steps (groups of 32 with KPW 4) */
+                if (s == 0 || (s % 2 == 0 && (ks & gmask) == 0)) {
+                    const int gl = ks >> p.gshift;
+                    uint32_t sw[NW], zw[NW];
+                    lds_words<NW>(ss + gl * NCH * 32 + s_word, sw);
+                    if (ZP)
+                        lds_words<NW>(ss + S_BYTES / 4 + gl * NCH * 32 + s_word, zw);
+                    else
+#pragma unroll
+                        for (int j = 0; j < NW; j++)
+                            zw[j] = 0;
+                    group_consts_w<ZP, NW>(sw, zw, g);
+                }
                 uint32_t af[MB][4];
 #pragma unroll
                 for (int mb = 0; mb < MB; mb++) {
                     const int r = mb * 16 + (lane & 15);
-                    const int kc = (ks0 + s) * 2 + (lane >> 4);
+                    const int kc = ks * 2 + (lane >> 4);
                     ldsm_x4(af[mb], sa + r * BK + ((kc ^ (r & 7)) * 8));
                 }
-                /* word by word: four fp16 B registers live at a time */
-                const uint4 qv = s == 0 ? q0 : q1;
-                const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
+                for (int j = 0; j < NW; j++) {
                     uint32_t bf[2][2];
-                    dequant_pair(qw[j], g, j, bf);
+                    dequant_pair<NF>(qw[s][j], g, j, bf);
 #pragma unroll
                     for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -471,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, MB == 1 ? (STAGES == 3 ? 3 : 2) : 1)
 
         /* ---- end of this block's part of tile t: reduce and write ---- */
         if (c_kk == p.k_tiles - 1 || i == n_units - 1)
-            finish_tile<MB, NWN, STAGES>(p, acc, red, flag, c_m, c_n, b, grid);
+            finish_tile<MB, NWN, NF, KPW, STAGES>(p, acc, red, flag, c_m, c_n, b, grid);
         if (++c_kk == p.k_tiles) {
             c_kk = 0;
             if (++c_m == p.m_tiles) {
@@ -492,53 +588,59 @@ typedef void (*KernelFn)(const Params);
 
 struct Config {
     const char *name;
-    int bm, bn;
+    int bm, bn, bk;
     int max_blocks_per_sm; /* resident blocks the grid is sized for (at most) */
     int smem;              /* dynamic shared memory bytes */
     KernelFn kernel[2][2]; /* [asymmetric][A rows 16-byte aligned] */
 };
 
-#define INT4GEMM_CONFIG(NAME, MB, NWN, STAGES, BPS)                                                \
+#define INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES) Tile<MB, NWN, NF, KPW, STAGES>
+#define INT4GEMM_CONFIG(NAME, MB, NWN, NF, KPW, STAGES, BPS)                                       \
     {                                                                                              \
-        NAME, Tile<MB, NWN, STAGES>::BM, Tile<MB, NWN, STAGES>::BN, BPS,                           \
-            Tile<MB, NWN, STAGES>::SMEM,                                                           \
+        NAME, INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BM,                                         \
+            INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BN,                                           \
+            INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BK, BPS,                                      \
+            INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::SMEM,                                         \
         {                                                                                          \
-            {int4_gemm_kernel<MB, NWN, STAGES, false, false>,                                      \
-             int4_gemm_kernel<MB, NWN, STAGES, false, true>},                                      \
+            {int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false>,                        \
+             int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true>},                        \
             {                                                                                      \
-                int4_gemm_kernel<MB, NWN, STAGES, true, false>,                                    \
-                    int4_gemm_kernel<MB, NWN, STAGES, true, true>                                  \
+                int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false>,                      \
+                    int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true>                    \
             }                                                                                      \
         }                                                                                          \
     }
 
 /* Indexes 0-3 are what the automatic choice uses (by M); the rest are
- * alternatives kept compiled for benchmarking (args->config). */
+ * alternatives kept compiled for benchmarking (args->config). Names: rows,
+ * columns, k per tile, k steps per warp (w), stages. */
 const Config kConfigs[] = {
-    INT4GEMM_CONFIG("sm80 m16 n128 k128 s4", 1, 2, 4, 2),
-    INT4GEMM_CONFIG("sm80 m32 n128 k128 s4", 2, 2, 4, 1),
-    INT4GEMM_CONFIG("sm80 m64 n128 k128 s4", 4, 2, 4, 1),
-    INT4GEMM_CONFIG("sm80 m64 n256 k64 s4", 4, 4, 4, 1),
-    INT4GEMM_CONFIG("sm80 m16 n256 k64 s4", 1, 4, 4, 3),
-    INT4GEMM_CONFIG("sm80 m16 n128 k128 s6", 1, 2, 6, 2),
-    INT4GEMM_CONFIG("sm80 m32 n256 k64 s4", 2, 4, 4, 2),
-    INT4GEMM_CONFIG("sm80 m64 n256 k64 s3", 4, 4, 3, 1),
-    INT4GEMM_CONFIG("sm80 m16 n128 k128 s3", 1, 2, 3, 3),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 w4 s4", 1, 4, 4, 4, 4, 2),
+    INT4GEMM_CONFIG("sm80 m32 n128 k128 w4 s4", 2, 4, 4, 4, 4, 2),
+    INT4GEMM_CONFIG("sm80 m64 n128 k128 w4 s4", 4, 4, 4, 4, 4, 1),
+    INT4GEMM_CONFIG("sm80 m64 n256 k128 w8 s3", 4, 8, 4, 8, 3, 1),
+    INT4GEMM_CONFIG("sm80 m16 n256 k128 w4 s4", 1, 4, 8, 4, 4, 2),
+    INT4GEMM_CONFIG("sm80 m32 n256 k128 w4 s4", 2, 4, 8, 4, 4, 1),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 w2 s4", 1, 2, 8, 2, 4, 2),
+    INT4GEMM_CONFIG("sm80 m64 n128 k128 w8 s4", 4, 8, 2, 8, 4, 2),
+    INT4GEMM_CONFIG("sm80 m128 n128 k128 w8 s3", 8, 8, 2, 8, 3, 1),
+    INT4GEMM_CONFIG("sm80 m32 n256 k128 w8 s4", 2, 8, 4, 8, 4, 2),
+    INT4GEMM_CONFIG("sm80 m16 n256 k128 w8 s4", 1, 8, 4, 8, 4, 2),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 w8 s4", 1, 8, 2, 8, 4, 2),
 };
 constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
 
-/* From the H200 sweep (docs/gemm-notes.md): the 16-row tile with two blocks
- * per SM up to M = 16; the 32-row tile (one block per SM, no spills) up to
- * M = 128, beating the 64-row tiles whose 128 accumulators spill; the 64 x 256
- * tile with three stages beyond. */
+/* Automatic choice by M, from the H200 sweep (docs/gemm-notes.md, version
+ * 7): the 16-row tile up to M = 16, the 32-row tile up to 32, the 64-row
+ * tile beyond (two or more m tiles, each dequantizing the weights again). */
 int auto_config(int m)
 {
     if (m <= 16)
         return 0;
-    if (m <= 128)
+    if (m <= 32)
         return 1;
-    return 7;
+    return 2;
 }
 
 /* Per device and kernel: resident blocks per SM once the shared-memory limit
@@ -727,7 +829,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     e = occupancy(dev, ci, zp, av, &occ);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
-    const int bk = 16 * 2 * (8 / (c.bn / 64));
+    const int bk = c.bk;
     p.m_tiles = ceil_div(p.m, c.bm);
     p.n_tiles = p.n_pad / c.bn;
     p.k_tiles = p.k_pad / bk;

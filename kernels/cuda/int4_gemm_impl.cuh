@@ -49,22 +49,22 @@ __device__ __forceinline__ uint32_t as_u32(half2 x)
     return *reinterpret_cast<uint32_t *>(&x);
 }
 
-/* Per-fragment constants of one scale group, in registers: the scale as a
- * broadcast pair, 1024 + zero (for the low-nibble pairs) and -(64 + zero) (for
- * the high-nibble pairs, which carry 16 * code). */
-struct GroupConsts {
-    half2 s[8], zlo[8], zhin[8];
+/* Per-fragment constants of one scale group, in registers, for NF n8
+ * fragments: the scale as a broadcast pair, 1024 + zero (for the low-nibble
+ * pairs) and -(64 + zero) (for the high-nibble pairs, which carry 16 * code). */
+template <int NF> struct GroupConstsT {
+    half2 s[NF], zlo[NF], zhin[NF];
 };
+typedef GroupConstsT<8> GroupConsts;
 
-/* sv: the lane's eight scales (fragments 0..7), zv its eight zeros. PRMT
- * broadcasts each half into both halves of a pair. */
-template <bool ZP>
-__device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, GroupConsts &g)
+/* sw / zw: the lane's NF / 2 words of scales and zeros (two fragments per
+ * word). PRMT broadcasts each half into both halves of a pair. */
+template <bool ZP, int NW>
+__device__ __forceinline__ void group_consts_w(const uint32_t (&sw)[NW], const uint32_t (&zw)[NW],
+                                               GroupConstsT<2 * NW> &g)
 {
-    const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
-    const uint32_t zw[4] = {zv.x, zv.y, zv.z, zv.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NW; i++) {
         g.s[2 * i] = as_h2(__byte_perm(sw[i], 0, 0x1010));
         g.s[2 * i + 1] = as_h2(__byte_perm(sw[i], 0, 0x3232));
         if (ZP) {
@@ -83,13 +83,23 @@ __device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, G
     }
 }
 
-/* Dequantize word j (of four) of one lane's 16-byte W piece: the B fragments
- * of the n8 tiles f0 = 2j and f1 = 2j + 1; b[i][0] holds k = 2c, 2c+1 and
- * b[i][1] k = 2c+8, 2c+9 (c = lane % 4). Each fp16 pair costs one LOP3 (plus
- * one shift per two pairs), one exact subtraction (or FMA with 1/16) and one
- * multiply by the scale, so the result is fp16((code - zero) * scale), bit
- * for bit the CPU reference's value. */
-__device__ __forceinline__ void dequant_pair(uint32_t w, const GroupConsts &g, int j,
+/* sv: the lane's eight scales (fragments 0..7), zv its eight zeros. */
+template <bool ZP>
+__device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, GroupConsts &g)
+{
+    const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
+    const uint32_t zw[4] = {zv.x, zv.y, zv.z, zv.w};
+    group_consts_w<ZP, 4>(sw, zw, g);
+}
+
+/* Dequantize word j of one lane's W piece: the B fragments of the n8 tiles
+ * f0 = 2j and f1 = 2j + 1 (fragment indexes into g); b[i][0] holds k = 2c,
+ * 2c+1 and b[i][1] k = 2c+8, 2c+9 (c = lane % 4). Each fp16 pair costs one
+ * LOP3 (plus one shift per two pairs), one exact subtraction (or FMA with
+ * 1/16) and one multiply by the scale, so the result is fp16((code - zero) *
+ * scale), bit for bit the CPU reference's value. */
+template <int NF>
+__device__ __forceinline__ void dequant_pair(uint32_t w, const GroupConstsT<NF> &g, int j,
                                              uint32_t (&b)[2][2])
 {
     const half2 sixteenth = __float2half2_rn(0.0625f);

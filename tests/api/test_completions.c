@@ -136,7 +136,11 @@ static const struct bad bad_cases[] = {
     {"{\"prompt\":\"a\",\"best_of\":17}", 400, "best_of", NULL,
      "'best_of' must be in [1, 16], got 17"},
     {"{\"prompt\":\"a\",\"best_of\":3,\"stream\":true}", 400, "best_of", NULL,
-     "'best_of' must equal 'n' when 'stream' is true"},
+     "'best_of' greater than 'n' is not supported: it must equal 'n' (1) or be left out, got 3"},
+    {"{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of", NULL,
+     "'best_of' greater than 'n' is not supported: it must equal 'n' (1) or be left out, got 2"},
+    {"{\"prompt\":\"a\",\"n\":3,\"best_of\":16}", 400, "best_of", NULL,
+     "'best_of' greater than 'n' is not supported: it must equal 'n' (3) or be left out, got 16"},
     {"{\"prompt\":\"a\",\"logprobs\":6}", 400, "logprobs", NULL,
      "'logprobs' must be in [0, 5], got 6"},
     {"{\"prompt\":\"a\",\"logprobs\":-1}", 400, "logprobs", NULL,
@@ -452,6 +456,16 @@ START_TEST(edge_values)
     ck_assert_uint_eq(r.best_of, 16);
     ck_assert_int_eq(r.logprobs, 0);
     ck_assert_uint_eq(r.min_tokens, 16);
+    /* best_of equal to n is accepted, streamed or not (and null is n). */
+    ck_assert_int_eq(parse("{\"prompt\":\"a\",\"n\":3,\"best_of\":3}", &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.n, 3);
+    ck_assert_uint_eq(r.best_of, 3);
+    ck_assert_int_eq(
+        parse("{\"prompt\":\"a\",\"n\":3,\"best_of\":3,\"stream\":true}", &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.best_of, 3);
+    ck_assert(r.stream);
+    ck_assert_int_eq(parse("{\"prompt\":\"a\",\"n\":2,\"best_of\":null}", &r, NULL, &e), INF_OK);
+    ck_assert_uint_eq(r.best_of, 2);
     /* A stop string alone, an empty stop list, and four stops. */
     ck_assert_int_eq(parse("{\"prompt\":\"a\",\"stop\":\"###\"}", &r, NULL, &e), INF_OK);
     ck_assert_uint_eq(r.n_stop, 1);
@@ -622,7 +636,7 @@ START_TEST(response_logprobs)
         {{"\xC3\xA9", 2}, -0.1f, top2, 2}, /* one character, two bytes */
         {{"?", 1}, -1.2e-05f, top2, 0},    /* an empty top list is {} */
     };
-    struct api_logprobs lp = {toks, 4, 0};
+    struct api_logprobs lp = {toks, 4, 0, NULL};
     struct api_choice c = {.index = 0,
                            .text = {"Hello world\xC3\xA9?", 14},
                            .logprobs = &lp,
@@ -645,6 +659,14 @@ START_TEST(response_logprobs)
     json_t *j = json_loads(out, JSON_REJECT_DUPLICATES, &je);
     ck_assert_msg(j != NULL, "%s", je.text);
     json_decref(j);
+
+    /* Explicit offsets (echoed prompt tokens) are written as given, not
+     * added up from the token texts. */
+    static const uint32_t offs[] = {0, 3, 3, 9};
+    lp.text_offsets = offs;
+    ck_assert_int_eq(api_completion_encode(&head, &c, 1, &u, &arena, &out, NULL, NULL), INF_OK);
+    ck_assert_ptr_nonnull(strstr(out, "\"text_offset\":[0,3,3,9]},\"finish_reason\":\"stop\"}"));
+    ck_assert_ptr_null(strstr(out, "[0,5,11,12]"));
 }
 END_TEST
 
@@ -677,7 +699,7 @@ START_TEST(chunks)
     /* A streamed delta's text offsets continue from the text already sent. */
     struct api_token_logprob t[] = {{{"\xF0\x9F\x98\x80", 4}, -0.5f, NULL, 0},
                                     {{"x", 1}, -2.0f, NULL, 0}};
-    struct api_logprobs lp = {t, 2, 17};
+    struct api_logprobs lp = {t, 2, 17, NULL};
     struct api_choice d = {.index = 0, .text = {"\xF0\x9F\x98\x80x", 5}, .logprobs = &lp};
     ck_assert_int_eq(api_chunk_encode(&head, &d, &arena, &out, NULL, NULL), INF_OK);
     ck_assert_str_eq(out, "data: {\"id\":\"cmpl-42\",\"object\":\"text_completion\","
@@ -767,7 +789,7 @@ START_TEST(float_roundtrip)
                 continue;
         }
         struct api_token_logprob t = {{"x", 1}, v, NULL, 0};
-        struct api_logprobs lp = {&t, 1, 0};
+        struct api_logprobs lp = {&t, 1, 0, NULL};
         struct api_choice c = {.index = 0, .text = {"x", 1}, .logprobs = &lp};
         char *out;
         ck_assert_int_eq(api_chunk_encode(&head, &c, &arena, &out, NULL, NULL), INF_OK);
@@ -801,7 +823,7 @@ END_TEST
 static void expect_lp(float v, const char *want)
 {
     struct api_token_logprob t = {{"x", 1}, v, NULL, 0};
-    struct api_logprobs lp = {&t, 1, 0};
+    struct api_logprobs lp = {&t, 1, 0, NULL};
     struct api_choice c = {.index = 0, .text = {"x", 1}, .logprobs = &lp};
     char *out;
     ck_assert_int_eq(api_chunk_encode(&head, &c, &arena, &out, NULL, NULL), INF_OK);

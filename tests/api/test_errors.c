@@ -30,7 +30,7 @@ START_TEST(http_status)
     ck_assert_int_eq(api_status_http(INF_E_NOTFOUND), 404);
     ck_assert_int_eq(api_status_http(INF_E_METHOD), 405);
     ck_assert_int_eq(api_status_http(INF_E_TOOBIG), 413);
-    ck_assert_int_eq(api_status_http(INF_E_BUSY), 503);
+    ck_assert_int_eq(api_status_http(INF_E_BUSY), 429);
     ck_assert_int_eq(api_status_http(INF_E_SHUTDOWN), 503);
     ck_assert_int_eq(api_status_http(INF_E_NOMEM), 500);
     ck_assert_int_eq(api_status_http(INF_E_IO), 500);
@@ -48,9 +48,21 @@ START_TEST(error_type)
     ck_assert_str_eq(api_error_type(INF_E_NOTFOUND), "invalid_request_error");
     ck_assert_str_eq(api_error_type(INF_E_METHOD), "invalid_request_error");
     ck_assert_str_eq(api_error_type(INF_E_TOOBIG), "invalid_request_error");
-    ck_assert_str_eq(api_error_type(INF_E_BUSY), "server_error");
+    ck_assert_str_eq(api_error_type(INF_E_BUSY), "requests");
     ck_assert_str_eq(api_error_type(INF_E_SHUTDOWN), "server_error");
     ck_assert_str_eq(api_error_type(INF_E_INTERNAL), "server_error");
+    ck_assert_str_eq(api_error_type(INF_E_DEVICE), "server_error");
+}
+END_TEST
+
+START_TEST(error_code)
+{
+    ck_assert_str_eq(api_error_code(INF_E_BUSY), "rate_limit_exceeded");
+    ck_assert_ptr_null(api_error_code(INF_OK));
+    ck_assert_ptr_null(api_error_code(INF_E_INVALID));
+    ck_assert_ptr_null(api_error_code(INF_E_AUTH));
+    ck_assert_ptr_null(api_error_code(INF_E_SHUTDOWN));
+    ck_assert_ptr_null(api_error_code(INF_E_INTERNAL));
 }
 END_TEST
 
@@ -76,9 +88,14 @@ static const struct body_case bodies[] = {
     {INF_E_TOOBIG, "The request body is larger than 1048576 bytes", NULL, NULL,
      "{\"error\":{\"message\":\"The request body is larger than 1048576 bytes\","
      "\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}"},
-    {INF_E_BUSY, "The server is overloaded; try again later", NULL, NULL,
-     "{\"error\":{\"message\":\"The server is overloaded; try again later\","
-     "\"type\":\"server_error\",\"param\":null,\"code\":null}}"},
+    /* queue full: OpenAI's 429 body for too many requests */
+    {INF_E_BUSY, "the server is busy (admission queue full): retry later", NULL, NULL,
+     "{\"error\":{\"message\":\"the server is busy (admission queue full): retry later\","
+     "\"type\":\"requests\",\"param\":null,\"code\":\"rate_limit_exceeded\"}}"},
+    /* a code the caller names wins over the status's own */
+    {INF_E_BUSY, "busy", NULL, "other",
+     "{\"error\":{\"message\":\"busy\",\"type\":\"requests\",\"param\":null,"
+     "\"code\":\"other\"}}"},
     {INF_E_SHUTDOWN, NULL, NULL, NULL,
      "{\"error\":{\"message\":\"shutting down\",\"type\":\"server_error\",\"param\":null,"
      "\"code\":null}}"},
@@ -138,6 +155,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("map");
     tcase_add_test(tc, http_status);
     tcase_add_test(tc, error_type);
+    tcase_add_test(tc, error_code);
     suite_add_tcase(s, tc);
     tc = tcase_create("body");
     tcase_add_checked_fixture(tc, setup, teardown);

@@ -70,6 +70,50 @@ START_TEST(lifo_reuse)
 }
 END_TEST
 
+START_TEST(shared_blocks)
+{
+    eng_kv_cache_t *kv;
+    struct inf_err err;
+    /* block calls only: no slots */
+    ck_assert_int_eq(eng_kv_cache_create(3, 0, 0, &kv, &err), INF_OK);
+    ck_assert_int_eq(eng_kv_cache_n_slots(kv), 0);
+    ck_assert_int_eq(eng_kv_seq_reserve(kv, 0, 1, &err), INF_E_INVALID);
+    ck_assert_int_eq(eng_kv_block_alloc(kv), 0);
+    ck_assert_int_eq(eng_kv_block_alloc(kv), 1);
+    ck_assert_int_eq(eng_kv_cache_free_blocks(kv), 1);
+    /* block 0 held twice: the first release keeps it */
+    eng_kv_block_ref(kv, 0);
+    eng_kv_block_unref(kv, 0);
+    ck_assert_int_eq(eng_kv_cache_free_blocks(kv), 1);
+    eng_kv_block_unref(kv, 0);
+    ck_assert_int_eq(eng_kv_cache_free_blocks(kv), 2);
+    ck_assert_int_eq(eng_kv_block_alloc(kv), 0); /* last freed, first reused */
+    ck_assert_int_eq(eng_kv_block_alloc(kv), 2);
+    ck_assert_int_eq(eng_kv_block_alloc(kv), -1);
+    ck_assert_int_eq(eng_kv_cache_free_blocks(kv), 0);
+    eng_kv_cache_destroy(kv);
+    ck_assert_int_eq(eng_kv_cache_create(3, -1, 1, &kv, &err), INF_E_INVALID);
+}
+END_TEST
+
+START_TEST(slot_shares_block)
+{
+    /* a block a slot holds and another holder shares outlives the slot */
+    eng_kv_cache_t *kv;
+    ck_assert_int_eq(eng_kv_cache_create(4, 1, 4, &kv, NULL), INF_OK);
+    ck_assert_int_eq(eng_kv_seq_reserve(kv, 0, 2 * ENG_KV_BLOCK, NULL), INF_OK);
+    const int32_t *bt = eng_kv_cache_block_table(kv);
+    int32_t b0 = bt[0];
+    eng_kv_block_ref(kv, b0);
+    eng_kv_seq_free(kv, 0);
+    ck_assert_int_eq(eng_kv_cache_free_blocks(kv), 3);
+    eng_kv_block_unref(kv, b0);
+    ck_assert_int_eq(eng_kv_cache_free_blocks(kv), 4);
+    ck_assert_int_eq(eng_kv_block_alloc(kv), b0);
+    eng_kv_cache_destroy(kv);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv_cache");
@@ -77,6 +121,10 @@ int main(void)
     tcase_add_test(t, reserve_and_free);
     tcase_add_test(t, lifo_reuse);
     suite_add_tcase(s, t);
+    TCase *sh = tcase_create("sharing");
+    tcase_add_test(sh, shared_blocks);
+    tcase_add_test(sh, slot_shares_block);
+    suite_add_tcase(s, sh);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

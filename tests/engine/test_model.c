@@ -8,6 +8,7 @@
 #include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/eng.h"
+#include "engine/greedy.h"
 #include "engine/safetensors.h"
 #include "engine/scheduler_impl.h"
 #include "test_model_util.h"
@@ -450,52 +451,18 @@ END_TEST
 static void generate(eng_model_t *m, int n_seq, int32_t (*prompts)[24], const int *plen, int n_new,
                      int32_t (*out)[40])
 {
-    const struct eng_model_config *c = eng_model_config(m);
-    eng_kv_cache_t *kv;
-    struct inf_err err = {0};
-    ck_assert_int_eq(eng_kv_cache_create(eng_model_n_kv_blocks(m), n_seq, 8, &kv, &err), INF_OK);
-    int32_t tok[256], pos[256], slot[256];
-    uint8_t want[256];
-    int len[8] = {0};
-    float *logits = malloc(sizeof(float) * 8 * (size_t)c->vocab);
-    for (int step = 0; step < n_new; step++) {
-        int n = 0;
-        for (int s = 0; s < n_seq; s++) {
-            int from = step == 0 ? 0 : plen[s] + step - 1;
-            int to = plen[s] + step;
-            ck_assert_int_eq(eng_kv_seq_reserve(kv, s, to, &err), INF_OK);
-            for (int p = from; p < to; p++) {
-                tok[n] = p < plen[s] ? prompts[s][p] : out[s][p - plen[s]];
-                pos[n] = p;
-                slot[n] = s;
-                want[n] = p == to - 1;
-                n++;
-            }
-            len[s] = to;
-        }
-        struct eng_batch b = {.n_tokens = n,
-                              .tokens = tok,
-                              .pos = pos,
-                              .slot = slot,
-                              .want_logits = want,
-                              .n_logits = n_seq,
-                              .block_table = eng_kv_cache_block_table(kv),
-                              .n_slots = n_seq,
-                              .max_blocks = 8};
-        inf_status_t st = eng_model_forward(m, &b, logits, &err);
-        ck_assert_msg(st == INF_OK, "forward: %s", err.msg);
-        for (int s = 0; s < n_seq; s++) {
-            const float *l = logits + (int64_t)s * c->vocab;
-            int best = 0;
-            for (int i = 1; i < c->vocab; i++)
-                if (l[i] > l[best])
-                    best = i;
-            out[s][step] = best;
-        }
+    const int32_t *pp[8];
+    int32_t pl[8], got[8 * 40];
+    for (int s = 0; s < n_seq; s++) {
+        pp[s] = prompts[s];
+        pl[s] = plen[s];
     }
-    (void)len;
-    free(logits);
-    eng_kv_cache_destroy(kv);
+    struct eng_greedy g = {.n_seq = n_seq, .prompts = pp, .n_prompt = pl, .n_new = n_new};
+    struct inf_err err = {0};
+    inf_status_t st = eng_greedy_run(m, &g, got, &err);
+    ck_assert_msg(st == INF_OK, "greedy: %s", err.msg);
+    for (int s = 0; s < n_seq; s++)
+        memcpy(out[s], got + s * n_new, sizeof(int32_t) * (size_t)n_new);
 }
 
 /* Greedy tokens from the naive forward (full recompute each step). */
@@ -581,6 +548,72 @@ START_TEST(batch_of_8_matches_alone)
             ck_assert_msg(alone[0][i] == together[s][i], "seq %d token %d: %d alone, %d in batch",
                           s, i, alone[0][i], together[s][i]);
     }
+    eng_model_destroy(m);
+    drop_model();
+}
+END_TEST
+
+/* eng_greedy_run's step callback: sequence 0's rows (every position with
+ * all_logits0) are the logits a teacher-forced run over prompt ++ generated
+ * gives, with a second sequence in the batch. */
+struct rows_capture {
+    int np, vocab, steps;
+    float *rows; /* [np + n_new - 1][vocab] */
+};
+
+static void capture_rows(void *user, int32_t step, const float *logits, uint64_t ns)
+{
+    struct rows_capture *c = user;
+    (void)ns;
+    ck_assert_int_eq(step, c->steps++);
+    int at = step == 0 ? 0 : c->np + step - 1, n = step == 0 ? c->np : 1;
+    memcpy(c->rows + (int64_t)at * c->vocab, logits, sizeof(float) * (size_t)n * c->vocab);
+}
+
+START_TEST(greedy_rows_match_positions)
+{
+    make_model(&LLAMA);
+    eng_model_t *m = load(ENG_QUANT_NONE, 128, true);
+    int V = LLAMA.vocab, np = 5, n_new = 6;
+    int32_t p0[24], p1[24], gen[2 * 6];
+    prompt(p0, np, V, 7);
+    prompt(p1, 9, V, 8);
+    const int32_t *pp[2] = {p0, p1};
+    int32_t pl[2] = {np, 9};
+    struct rows_capture c = {.np = np, .vocab = V};
+    c.rows = malloc(sizeof(float) * (size_t)(np + n_new - 1) * (size_t)V);
+    struct eng_greedy g = {.n_seq = 2,
+                           .prompts = pp,
+                           .n_prompt = pl,
+                           .n_new = n_new,
+                           .all_logits0 = true,
+                           .on_step = capture_rows,
+                           .user = &c};
+    struct inf_err err = {0};
+    ck_assert_int_eq(eng_greedy_run(m, &g, gen, &err), INF_OK);
+    ck_assert_int_eq(c.steps, n_new);
+    int32_t seq[24];
+    memcpy(seq, p0, sizeof(int32_t) * (size_t)np);
+    memcpy(seq + np, gen, sizeof(int32_t) * (size_t)(n_new - 1));
+    float *want = malloc(sizeof(float) * (size_t)(np + n_new - 1) * (size_t)V);
+    run_positions(m, seq, np + n_new - 1, np, want);
+    for (int r = 0; r < np + n_new - 1; r++) {
+        int best = 0;
+        for (int i = 0; i < V; i++) {
+            float a = c.rows[(int64_t)r * V + i], b = want[(int64_t)r * V + i];
+            ck_assert_msg(fabsf(a - b) <= 1e-4f * (1 + fabsf(b)), "row %d id %d: %g vs %g", r, i, a,
+                          b);
+            if (want[(int64_t)r * V + i] > want[(int64_t)r * V + best])
+                best = i;
+        }
+        if (r >= np - 1) /* the rows that chose an id */
+            ck_assert_int_eq(gen[r - (np - 1)], best);
+    }
+    /* shape errors are answered */
+    g.n_new = 0;
+    ck_assert_int_eq(eng_greedy_run(m, &g, gen, &err), INF_E_INVALID);
+    free(want);
+    free(c.rows);
     eng_model_destroy(m);
     drop_model();
 }
@@ -842,6 +875,7 @@ static Suite *suite(void)
     tcase_add_test(t, generate_mistral_1_and_32);
     tcase_add_test(t, generate_qwen2_1_and_32);
     tcase_add_test(t, batch_of_8_matches_alone);
+    tcase_add_test(t, greedy_rows_match_positions);
     tcase_add_test(t, bad_batches_refused);
     tcase_add_test(t, scheduler_lm_adapter);
     suite_add_tcase(s, t);

@@ -33,6 +33,10 @@ struct req_out {
     int32_t prompt_tokens, completion_tokens;
     uint64_t queue_ns, ttft_ns;
     int first_token_step;
+    struct eng_token_info *plp; /* the ENG_EV_PROMPT event's tokens */
+    int32_t n_plp;
+    int n_prompt_events;
+    bool prompt_after_delta; /* an ENG_EV_PROMPT came after a DELTA */
 };
 
 static struct req_out outs[MAXR];
@@ -84,6 +88,17 @@ static void collect(void *user, struct eng_event *ev)
             c->n_final++;
             c->fin = ev->finish;
         }
+    } else if (ev->kind == ENG_EV_PROMPT) {
+        o->n_prompt_events++;
+        for (int c = 0; c < MAXC; c++)
+            if (o->ch[c].n_deltas)
+                o->prompt_after_delta = true;
+        ck_assert_int_eq(ev->choice, 0);
+        ck_assert_ptr_null(ev->text);
+        free(o->plp);
+        o->plp = ev->tokens;
+        o->n_plp = ev->n_tokens;
+        ev->tokens = NULL;
     } else if (ev->kind == ENG_EV_DONE) {
         o->n_done++;
         o->prompt_tokens = ev->prompt_tokens;
@@ -105,6 +120,7 @@ static void outs_reset(void)
             free(outs[i].ch[c].toks);
             free(outs[i].ch[c].info);
         }
+        free(outs[i].plp);
     }
     memset(outs, 0, sizeof outs);
     event_order = 0;
@@ -1054,6 +1070,129 @@ START_TEST(logprobs_of_the_chosen_token)
 }
 END_TEST
 
+/* The prompt's logprobs against a naive log-softmax of the mock's logits
+ * over each prefix: the ENG_EV_PROMPT event of a request with
+ * prompt_logprobs, once, before its first delta. */
+static void assert_prompt_logprobs(const struct req_out *o, const int32_t *p, int32_t n,
+                                   int32_t n_top)
+{
+    ck_assert_int_eq(o->n_prompt_events, 1);
+    ck_assert(!o->prompt_after_delta);
+    ck_assert_int_eq(o->n_plp, n);
+    ck_assert_int_eq(o->plp[0].id, p[0]);
+    ck_assert(isnan(o->plp[0].logprob));
+    ck_assert_int_eq(o->plp[0].n_top, 0);
+    for (int32_t i = 1; i < n; i++) {
+        float lg[VOCAB];
+        eng_mock_logits(VOCAB, p, i, lg); /* after p[i-1], history p[0..i) */
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < VOCAB; v++)
+            mx = lg[v] > mx ? lg[v] : mx;
+        for (int v = 0; v < VOCAB; v++)
+            sum += exp((double)lg[v] - mx);
+        double lse = mx + log(sum);
+        const struct eng_token_info *t = &o->plp[i];
+        ck_assert_int_eq(t->id, p[i]);
+        ck_assert_double_eq_tol(t->logprob, lg[p[i]] - lse, 1e-4);
+        ck_assert_int_eq(t->n_top, n_top);
+        /* The n_top largest, by selection: most likely first, lowest id on ties. */
+        bool used[VOCAB] = {false};
+        for (int32_t k = 0; k < n_top; k++) {
+            int best = -1;
+            for (int v = 0; v < VOCAB; v++)
+                if (!used[v] && (best < 0 || lg[v] > lg[best]))
+                    best = v;
+            used[best] = true;
+            ck_assert_int_eq(t->top_ids[k], best);
+            ck_assert_double_eq_tol(t->top_logprobs[k], lg[best] - lse, 1e-4);
+        }
+    }
+}
+
+START_TEST(prompt_logprobs_match_naive_log_softmax)
+{
+    struct harness h;
+    /* A 150-token prompt in chunks of at most 32 (and 64 scored rows a
+     * step), next to plain requests; n 2 shares the prompt. */
+    h_open(&h, 8, 32, 512, 128);
+    int32_t p[150], q[40], one[1] = {B('Q')};
+    mkprompt(p, 150, 71);
+    mkprompt(q, 40, 72);
+    struct eng_request *a = mkreq(1, p, 150, 5);
+    a->sampling.logprobs = 3;
+    a->sampling.ignore_eos = true;
+    a->prompt_logprobs = true;
+    a->n = 2;
+    add(&h, a);
+    struct eng_request *b = mkreq(2, q, 40, 5); /* no prompt logprobs */
+    b->sampling.logprobs = 1;
+    b->sampling.ignore_eos = true;
+    add(&h, b);
+    struct eng_request *c = mkreq(3, one, 1, 4); /* nothing to score but the first token */
+    c->sampling.logprobs = 0;
+    c->sampling.ignore_eos = true;
+    c->prompt_logprobs = true;
+    c->stream = true;
+    add(&h, c);
+    struct eng_request *d = mkreq(4, q, 40, 4); /* prompt_logprobs without logprobs: none */
+    d->prompt_logprobs = true;
+    d->sampling.ignore_eos = true;
+    add(&h, d);
+    h_run(&h, 200);
+
+    assert_prompt_logprobs(&outs[1], p, 150, 3);
+    assert_prompt_logprobs(&outs[3], one, 1, 0);
+    ck_assert_int_eq(outs[2].n_prompt_events, 0);
+    ck_assert_int_eq(outs[4].n_prompt_events, 0);
+    /* Scoring the prompt changes nothing of what is generated. */
+    struct ref ref;
+    ref_greedy(p, 150, 5, 0, true, 512, &ref);
+    assert_matches(&outs[1], 0, &ref);
+    assert_matches(&outs[1], 1, &ref);
+    ref_free(&ref);
+    ref_greedy(q, 40, 5, 0, true, 512, &ref);
+    assert_matches(&outs[2], 0, &ref);
+    ref_free(&ref);
+    ref_greedy(one, 1, 4, 0, true, 512, &ref);
+    assert_matches(&outs[3], 0, &ref);
+    ref_free(&ref);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(prompt_logprobs_once_across_preemption)
+{
+    struct harness h;
+    /* 16 blocks hold one sequence of 256 tokens: A (100 + 150) and B
+     * (120 + 60, scored) cannot both finish without B being preempted. */
+    h_open(&h, 4, 16, 256, 16);
+    int32_t pa[100], pb[120];
+    mkprompt(pa, 100, 81);
+    mkprompt(pb, 120, 82);
+    struct eng_request *a = mkreq(1, pa, 100, 150);
+    a->sampling.ignore_eos = true;
+    add(&h, a);
+    struct eng_request *b = mkreq(2, pb, 120, 60);
+    b->sampling.ignore_eos = true;
+    b->sampling.logprobs = 2;
+    b->prompt_logprobs = true;
+    add(&h, b);
+    h_run(&h, 2000);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_gt(st.preemptions_total, 0);
+    assert_prompt_logprobs(&outs[2], pb, 120, 2);
+    struct ref ref;
+    ref_greedy(pb, 120, 60, 0, true, 256, &ref);
+    assert_matches(&outs[2], 0, &ref);
+    ref_free(&ref);
+    ref_greedy(pa, 100, 150, 0, true, 256, &ref);
+    assert_matches(&outs[1], 0, &ref);
+    ref_free(&ref);
+    h_close(&h);
+}
+END_TEST
+
 START_TEST(sampling_settings_reach_the_sampler)
 {
     struct harness h;
@@ -1116,6 +1255,8 @@ static Suite *suite(void)
     tcase_add_test(tc, n3_sampled_choice_i_uses_seed_plus_i);
     tcase_add_test(tc, seed_reproducible_in_any_batch);
     tcase_add_test(tc, logprobs_of_the_chosen_token);
+    tcase_add_test(tc, prompt_logprobs_match_naive_log_softmax);
+    tcase_add_test(tc, prompt_logprobs_once_across_preemption);
     tcase_add_test(tc, sampling_settings_reach_the_sampler);
     suite_add_tcase(s, tc);
     tc = tcase_create("stops");

@@ -105,7 +105,7 @@ static void check_encoders(const uint8_t *data, size_t size, struct inf_arena *a
     struct api_resp_head h = {"fuzz", 0, "m"};
     struct api_top_logprob top = {{s, size}, -1.0f};
     struct api_token_logprob t = {{s, size}, -0.5f, &top, 1};
-    struct api_logprobs lp = {&t, 1, 3};
+    struct api_logprobs lp = {&t, 1, 3, NULL};
     struct api_choice c = {
         .index = 0, .text = {s, size}, .logprobs = &lp, .finish = API_FINISH_STOP};
     struct api_usage u = {1, 2};

@@ -1,10 +1,12 @@
 /* test_cpu.c — the daemon on the CPU backend with a tiny synthetic Llama
  * (int4serve-mkmodel --preset tiny, INT4 on load): the single-token path,
  * streaming against non-streamed output, concurrent greedy requests against
- * the same requests alone, echo of a text prompt, and a clean exit. */
+ * the same requests alone, echo of a text prompt (with its logprobs), and a
+ * clean exit. */
 #include "harness.h"
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +119,56 @@ START_TEST(test_stream_and_echo)
 }
 END_TEST
 
+/* The prompt's logprobs that echo returns, against the model scoring each
+ * prompt token as a generated one: prompt[0..i) with a logit_bias that forces
+ * prompt[i] (logprobs are taken before the bias). */
+START_TEST(test_echo_logprobs)
+{
+    start_cpu();
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/tokenize", "{\"prompt\":\"The quick brown fox\"}", &r));
+    ck_assert_int_eq(r.status, 200);
+    json_t *tk = it_json(&r);
+    it_resp_free(&r);
+    json_t *ids = json_object_get(tk, "tokens");
+    size_t n = json_array_size(ids);
+    ck_assert_uint_ge(n, 3);
+    char *ids_s = json_dumps(ids, JSON_COMPACT);
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"prompt\":%s,\"max_tokens\":2,\"temperature\":0,\"ignore_eos\":true,"
+             "\"logprobs\":1,\"echo\":true}",
+             ids_s);
+    json_t *e = post_json(body);
+    json_t *lp = json_object_get(json_array_get(json_object_get(e, "choices"), 0), "logprobs");
+    json_t *tlp = json_object_get(lp, "token_logprobs");
+    ck_assert_uint_eq(json_array_size(tlp), n + 2);
+    ck_assert(json_is_null(json_array_get(tlp, 0)));
+    for (size_t i = 1; i < n; i++) {
+        int off = snprintf(body, sizeof body, "{\"prompt\":[");
+        for (size_t k = 0; k < i; k++)
+            off += snprintf(body + off, sizeof body - (size_t)off, "%s%lld", k ? "," : "",
+                            (long long)json_integer_value(json_array_get(ids, k)));
+        long long want_id = (long long)json_integer_value(json_array_get(ids, i));
+        snprintf(body + off, sizeof body - (size_t)off,
+                 "],\"max_tokens\":1,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":0,"
+                 "\"logit_bias\":{\"%lld\":100}}",
+                 want_id);
+        json_t *g = post_json(body);
+        json_t *glp = json_object_get(json_array_get(json_object_get(g, "choices"), 0), "logprobs");
+        double want = json_real_value(json_array_get(json_object_get(glp, "token_logprobs"), 0));
+        double got = json_real_value(json_array_get(tlp, i));
+        ck_assert_msg(fabs(got - want) < 2e-3, "prompt token %zu: echo %g, scored alone %g", i, got,
+                      want);
+        json_decref(g);
+    }
+    free(ids_s);
+    json_decref(e);
+    json_decref(tk);
+    ck_assert_int_eq(it_stop(&srv, 0, 20.0), 0);
+}
+END_TEST
+
 START_TEST(test_batched)
 {
     start_cpu();
@@ -160,6 +212,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_single_token);
     tcase_add_test(tc, test_stream_and_echo);
+    tcase_add_test(tc, test_echo_logprobs);
     tcase_add_test(tc, test_batched);
     suite_add_tcase(s, tc);
     return s;

@@ -1,4 +1,5 @@
-/* test_faults.c — clients that go away, KV cache exhaustion, and shutdown:
+/* test_faults.c — clients that go away, KV cache exhaustion, an engine that
+ * fails mid-request (the mock's INT4SERVE_MOCK_FAIL_STEP), and shutdown:
  * SIGTERM under load (drain), drain_timeout 0, a drain that times out, and
  * a second signal. */
 #include "harness.h"
@@ -153,6 +154,105 @@ START_TEST(test_kv_exhaustion)
     }
     ck_assert_double_gt(it_metric(&srv, "int4serve_num_preemptions_total"), 0);
     assert_idle();
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+}
+END_TEST
+
+/* ---- engine failure ---------------------------------------------------------------------------
+ */
+/* OpenAI's body for the engine's failure: 500-class, server_error. */
+static void check_engine_error(json_t *j)
+{
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(json_object_size(j), 1);
+    json_t *e = json_object_get(j, "error");
+    ck_assert_uint_eq(json_object_size(e), 4);
+    ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "the engine failed");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "server_error");
+    ck_assert(json_is_null(json_object_get(e, "param")));
+    ck_assert(json_is_null(json_object_get(e, "code")));
+}
+
+/* After the failure: /health and /health/ready answer 503 with OpenAI's
+ * body, new completions 500; /metrics still answers and says so. */
+static void check_failed_server(void)
+{
+    struct it_resp r;
+    const char *paths[] = {"/health", "/health/ready"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert(it_http(&srv, "GET", paths[i], NULL, NULL, &r));
+        ck_assert_msg(r.status == 503, "%s: %ld %s", paths[i], r.status, r.body);
+        json_t *j = it_json(&r);
+        json_t *e = json_object_get(j, "error");
+        ck_assert_str_eq(json_string_value(json_object_get(e, "message")), "the engine has failed");
+        ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "server_error");
+        json_decref(j);
+        it_resp_free(&r);
+    }
+    ck_assert(it_post(&srv, "/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":2}", &r));
+    ck_assert_int_eq(r.status, 500);
+    json_t *j = it_json(&r);
+    check_engine_error(j);
+    json_decref(j);
+    it_resp_free(&r);
+    ck_assert_double_eq(it_metric(&srv, "int4serve_engine_failed"), 1);
+    ck_assert_double_ge(it_metric(&srv, "int4serve_request_errors_total"), 1);
+}
+
+START_TEST(test_engine_failure)
+{
+    /* Step 1 prefills, 2 and 3 decode, the 4th forward fails. */
+    setenv("INT4SERVE_MOCK_FAIL_STEP", "4", 1);
+    start_with("0", NULL);
+    struct it_resp r;
+    ck_assert(it_http(&srv, "GET", "/health", NULL, NULL, &r));
+    ck_assert_int_eq(r.status, 200);
+    it_resp_free(&r);
+    ck_assert(it_post(&srv, "/v1/completions",
+                      "{\"prompt\":[1,70,71],\"max_tokens\":50,\"ignore_eos\":true}", &r));
+    ck_assert_msg(r.status == 500, "status %ld: %s", r.status, r.body);
+    char buf[64];
+    ck_assert_str_eq(it_header(&r, "content-type", buf, sizeof buf), "application/json");
+    json_t *j = it_json(&r);
+    check_engine_error(j);
+    json_decref(j);
+    it_resp_free(&r);
+    check_failed_server();
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+}
+END_TEST
+
+START_TEST(test_engine_failure_stream)
+{
+    /* Streamed, the status (200) is sent before the failure: the stream
+     * carries an error event, then [DONE] (vLLM's way). */
+    setenv("INT4SERVE_MOCK_FAIL_STEP", "4", 1);
+    start_with("0", NULL);
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/v1/completions",
+                      "{\"prompt\":[1,70,71],\"max_tokens\":50,\"ignore_eos\":true,"
+                      "\"temperature\":0,\"stream\":true}",
+                      &r));
+    ck_assert_int_eq(r.status, 200);
+    char **ev;
+    size_t n = it_sse_split(r.body, r.len, &ev);
+    ck_assert_uint_ge(n, 2);
+    ck_assert_str_eq(ev[n - 1], "[DONE]");
+    json_t *j = json_loads(ev[n - 2], 0, NULL);
+    check_engine_error(j);
+    json_decref(j);
+    /* Before it, only deltas of the three tokens generated, none finished. */
+    for (size_t i = 0; i + 2 < n; i++) {
+        json_t *d = json_loads(ev[i], 0, NULL);
+        json_t *ch = json_array_get(json_object_get(d, "choices"), 0);
+        ck_assert_ptr_nonnull(ch);
+        ck_assert(json_is_null(json_object_get(ch, "finish_reason")));
+        json_decref(d);
+    }
+    ck_assert_uint_le(n, 5);
+    it_strv_free(ev, n);
+    it_resp_free(&r);
+    check_failed_server();
     ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
 }
 END_TEST
@@ -313,6 +413,11 @@ static Suite *suite(void)
     tc = tcase_create("kv");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_kv_exhaustion);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("engine");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_engine_failure);
+    tcase_add_test(tc, test_engine_failure_stream);
     suite_add_tcase(s, tc);
     tc = tcase_create("shutdown");
     tcase_set_timeout(tc, 60);

@@ -1,7 +1,8 @@
 /* test_generate.c — generation through the daemon (mock backend): the
  * single-token path, streaming against non-streamed output, 128 concurrent
  * greedy requests against the same requests alone, n choices and seeds, stop
- * strings spanning tokens, logprobs, echo. */
+ * strings spanning tokens, logprobs, echo (with the prompt's logprobs). */
+#include "engine/mock.h"
 #include "harness.h"
 
 #include <check.h>
@@ -212,6 +213,12 @@ START_TEST(test_n_and_seed)
     ck_assert_msg(strcmp(it_choice_text(a, 0), it_choice_text(a, 1)) != 0 ||
                       strcmp(it_choice_text(a, 1), it_choice_text(a, 2)) != 0,
                   "three sampled choices are identical");
+    /* best_of equal to n changes nothing. */
+    json_t *bo = post_json("{\"prompt\":[1,300,301],\"max_tokens\":16,\"n\":3,\"best_of\":3,"
+                           "\"temperature\":1.0,\"seed\":42,\"ignore_eos\":true}");
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_str_eq(it_choice_text(bo, i), it_choice_text(a, i));
+    json_decref(bo);
 
     /* The same seed streamed gives the same three texts. */
     struct it_resp r;
@@ -438,6 +445,208 @@ START_TEST(test_echo)
 }
 END_TEST
 
+/* The naive reference for a prompt token's logprob: log-softmax of the
+ * mock's logits after hist[0..n), at token tok (the server's mock has 512
+ * tokens). */
+#define MOCK_VOCAB 512
+static double ref_logprob(const int32_t *hist, int32_t n, int32_t tok, int32_t *top, int n_top,
+                          double *top_lp)
+{
+    float lg[MOCK_VOCAB];
+    eng_mock_logits(MOCK_VOCAB, hist, n, lg);
+    double mx = -INFINITY, sum = 0;
+    for (int v = 0; v < MOCK_VOCAB; v++)
+        mx = lg[v] > mx ? lg[v] : mx;
+    for (int v = 0; v < MOCK_VOCAB; v++)
+        sum += exp((double)lg[v] - mx);
+    double lse = mx + log(sum);
+    bool used[MOCK_VOCAB] = {false};
+    for (int k = 0; k < n_top; k++) {
+        int best = -1;
+        for (int v = 0; v < MOCK_VOCAB; v++)
+            if (!used[v] && (best < 0 || lg[v] > lg[best]))
+                best = v;
+        used[best] = true;
+        top[k] = best;
+        top_lp[k] = lg[best] - lse;
+    }
+    return lg[tok] - lse;
+}
+
+static json_t *choice_lp(json_t *j, size_t i)
+{
+    return json_object_get(json_array_get(json_object_get(j, "choices"), i), "logprobs");
+}
+
+static int64_t int_at(json_t *lp, const char *key, size_t i)
+{
+    return json_integer_value(json_array_get(json_object_get(lp, key), i));
+}
+
+/* echo with logprobs: the prompt's tokens head the logprobs arrays (the
+ * first with null), with the values of a naive log-softmax of the mock's
+ * logits, then the generated tokens exactly as without echo. */
+START_TEST(test_echo_logprobs)
+{
+    setenv("INT4SERVE_MOCK_VOCAB", "512", 1);
+    start_default();
+    static const int32_t prompt[] = {1, 72, 105, 33};
+    const char *base = "{\"prompt\":[1,72,105,33],\"max_tokens\":4,\"temperature\":0,"
+                       "\"ignore_eos\":true,\"logprobs\":2";
+    char body[512];
+    snprintf(body, sizeof body, "%s}", base);
+    json_t *plain = post_json(body);
+    snprintf(body, sizeof body, "%s,\"echo\":true,\"n\":2}", base);
+    json_t *echo = post_json(body);
+    char *ptext = detokenize("[1,72,105,33]");
+    size_t pchars = strlen(ptext); /* ASCII: "<s>" and three bytes */
+    json_t *glp = choice_lp(plain, 0);
+    for (size_t c = 0; c < 2; c++) {
+        json_t *lp = choice_lp(echo, c);
+        json_t *toks = json_object_get(lp, "tokens");
+        json_t *tlp = json_object_get(lp, "token_logprobs");
+        json_t *top = json_object_get(lp, "top_logprobs");
+        ck_assert_uint_eq(json_array_size(toks), 8);
+        ck_assert_uint_eq(json_array_size(tlp), 8);
+        ck_assert_uint_eq(json_array_size(top), 8);
+        ck_assert_uint_eq(json_array_size(json_object_get(lp, "text_offset")), 8);
+        /* The prompt: each token's text as /detokenize gives it, where it
+         * starts in the echoed text, and its logprob given what precedes. */
+        ck_assert(json_is_null(json_array_get(tlp, 0)));
+        ck_assert(json_is_null(json_array_get(top, 0)));
+        size_t off = 0;
+        for (int i = 0; i < 4; i++) {
+            char one[32];
+            snprintf(one, sizeof one, "[%d]", (int)prompt[i]);
+            char *t = detokenize(one);
+            ck_assert_str_eq(json_string_value(json_array_get(toks, (size_t)i)), t);
+            ck_assert_int_eq(int_at(lp, "text_offset", (size_t)i), (int64_t)off);
+            off += strlen(t);
+            free(t);
+            if (i == 0)
+                continue;
+            int32_t ids[2];
+            double tl[2];
+            double want = ref_logprob(prompt, i, prompt[i], ids, 2, tl);
+            ck_assert_double_eq_tol(json_real_value(json_array_get(tlp, (size_t)i)), want, 1e-4);
+            json_t *alts = json_array_get(top, (size_t)i);
+            ck_assert_uint_eq(json_object_size(alts), 2);
+            for (int k = 0; k < 2; k++) {
+                snprintf(one, sizeof one, "[%d]", (int)ids[k]);
+                char *t2 = detokenize(one);
+                json_t *v = json_object_get(alts, t2);
+                ck_assert_msg(v != NULL, "top_logprobs[%d] lacks \"%s\"", i, t2);
+                ck_assert_double_eq_tol(json_real_value(v), tl[k], 1e-4);
+                free(t2);
+            }
+        }
+        /* Then the generated tokens, as without echo, after the echoed text. */
+        for (size_t g = 0; g < 4; g++) {
+            ck_assert_str_eq(json_string_value(json_array_get(toks, 4 + g)),
+                             json_string_value(json_array_get(json_object_get(glp, "tokens"), g)));
+            ck_assert_double_eq_tol(
+                json_real_value(json_array_get(tlp, 4 + g)),
+                json_real_value(json_array_get(json_object_get(glp, "token_logprobs"), g)), 1e-6);
+            ck_assert_int_eq(int_at(lp, "text_offset", 4 + g),
+                             (int64_t)pchars + int_at(glp, "text_offset", g));
+        }
+    }
+
+    /* Streamed: the first event is the echo with the prompt's logprobs. */
+    struct it_resp r;
+    snprintf(body, sizeof body, "%s,\"echo\":true,\"stream\":true}", base);
+    ck_assert(it_post(&srv, "/v1/completions", body, &r));
+    ck_assert_int_eq(r.status, 200);
+    char **ev;
+    size_t n = it_sse_split(r.body, r.len, &ev);
+    ck_assert_uint_ge(n, 3);
+    json_t *first = json_loads(ev[0], 0, NULL);
+    json_t *ch0 = json_array_get(json_object_get(first, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(ch0, "text")), ptext);
+    json_t *flp = json_object_get(ch0, "logprobs");
+    json_t *elp = choice_lp(echo, 0);
+    ck_assert_uint_eq(json_array_size(json_object_get(flp, "tokens")), 4);
+    ck_assert(json_is_null(json_array_get(json_object_get(flp, "token_logprobs"), 0)));
+    for (size_t i = 1; i < 4; i++)
+        ck_assert_double_eq_tol(
+            json_real_value(json_array_get(json_object_get(flp, "token_logprobs"), i)),
+            json_real_value(json_array_get(json_object_get(elp, "token_logprobs"), i)), 1e-6);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_int_eq(int_at(flp, "text_offset", i), int_at(elp, "text_offset", i));
+    json_decref(first);
+    /* The generated tokens follow, their offsets after the echo. */
+    size_t k = 4;
+    for (size_t i = 1; i + 1 < n; i++) {
+        json_t *c = json_loads(ev[i], 0, NULL);
+        json_t *clp = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "logprobs");
+        for (size_t q = 0; q < json_array_size(json_object_get(clp, "tokens")); q++, k++) {
+            ck_assert_double_eq_tol(
+                json_real_value(json_array_get(json_object_get(clp, "token_logprobs"), q)),
+                json_real_value(json_array_get(json_object_get(elp, "token_logprobs"), k)), 1e-6);
+            ck_assert_int_eq(int_at(clp, "text_offset", q), int_at(elp, "text_offset", k));
+        }
+        json_decref(c);
+    }
+    ck_assert_uint_eq(k, 8);
+    ck_assert_str_eq(ev[n - 1], "[DONE]");
+    it_strv_free(ev, n);
+    it_resp_free(&r);
+
+    /* n 2 streamed: each choice's first event is the echo with the prompt's
+     * logprobs. */
+    snprintf(body, sizeof body, "%s,\"echo\":true,\"stream\":true,\"n\":2}", base);
+    ck_assert(it_post(&srv, "/v1/completions", body, &r));
+    ck_assert_int_eq(r.status, 200);
+    n = it_sse_split(r.body, r.len, &ev);
+    bool seen[2] = {false, false};
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *c = json_loads(ev[i], 0, NULL);
+        json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+        json_int_t idx = json_integer_value(json_object_get(ch, "index"));
+        ck_assert(idx == 0 || idx == 1);
+        if (!seen[idx]) {
+            seen[idx] = true;
+            ck_assert_str_eq(json_string_value(json_object_get(ch, "text")), ptext);
+            json_t *clp = json_object_get(ch, "logprobs");
+            ck_assert_uint_eq(json_array_size(json_object_get(clp, "tokens")), 4);
+            ck_assert(json_is_null(json_array_get(json_object_get(clp, "token_logprobs"), 0)));
+            ck_assert_double_eq_tol(
+                json_real_value(json_array_get(json_object_get(clp, "token_logprobs"), 3)),
+                json_real_value(json_array_get(json_object_get(elp, "token_logprobs"), 3)), 1e-6);
+        }
+        json_decref(c);
+    }
+    ck_assert(seen[0] && seen[1]);
+    it_strv_free(ev, n);
+    it_resp_free(&r);
+
+    /* A text prompt is echoed as sent, a special token written in it too:
+     * the offsets count it where it stands. */
+    json_t *tx = post_json("{\"prompt\":\"<s>Hi\",\"max_tokens\":2,\"temperature\":0,"
+                           "\"ignore_eos\":true,\"logprobs\":1,\"echo\":true}");
+    json_t *tlp = choice_lp(tx, 0);
+    ck_assert_uint_eq(json_array_size(json_object_get(tlp, "tokens")), 5);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(tlp, "tokens"), 0)), "<s>");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(tlp, "tokens"), 1)), "H");
+    static const int32_t hi[] = {ENG_MOCK_BOS, ENG_MOCK_BYTE0 + 'H', ENG_MOCK_BYTE0 + 'i'};
+    int32_t ids[1];
+    double tl[1];
+    ck_assert_double_eq_tol(
+        json_real_value(json_array_get(json_object_get(tlp, "token_logprobs"), 2)),
+        ref_logprob(hi, 2, hi[2], ids, 1, tl), 1e-4);
+    static const int64_t want_off[] = {0, 3, 4, 5};
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_int_eq(int_at(tlp, "text_offset", i), want_off[i]);
+    ck_assert_int_eq(strncmp(it_choice_text(tx, 0), "<s>Hi", 5), 0);
+    json_decref(tx);
+
+    json_decref(plain);
+    json_decref(echo);
+    free(ptext);
+    stop_clean();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_generate");
@@ -456,6 +665,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_stop);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_echo);
+    tcase_add_test(tc, test_echo_logprobs);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,11 +1,15 @@
 /* int4serve-generate — greedy generation from token ids, on the CPU backend.
  *
- *   int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N
+ *   int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N
  *       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]
  *       [--threads T] [--dump-logits FILE] [--batch B]
  *
- * Prints the generated ids (one line), then the prefill time and the decode
- * time per token. --batch B runs B copies of the prompt as B sequences of one
+ * --prompt TEXT encodes TEXT with the model folder's tokenizer.json (BOS
+ * and EOS as its post-processor says) instead of taking ids.
+ * Prints the generated ids (one line), then, when the model folder has a
+ * tokenizer, a line "text: " followed by their decoded text (special tokens
+ * skipped) as a JSON-style escaped string, then the prefill time and the
+ * decode time per token. --batch B runs B copies of the prompt as B sequences of one
  * batch (each decode step then carries B tokens); the ids printed are those
  * of sequence 0 and the tool fails if any copy differs.
  *
@@ -18,8 +22,9 @@
  * dtype '<f4', shape (rows, vocab)); otherwise raw fp32 with no header. */
 #include "common/inf.h"
 #include "engine/backend.h"
-#include "engine/kv_cache.h"
+#include "engine/greedy.h"
 #include "engine/model.h"
+#include "engine/tokenizer.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -28,41 +33,39 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: int4serve-generate --model DIR --prompt-ids 1,2,3 --max-tokens N\n"
+    fprintf(f, "usage: int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT)\n"
+               "       --max-tokens N\n"
                "       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]\n"
                "       [--threads T] [--dump-logits FILE] [--batch B]\n"
-               "Greedy generation on the CPU backend; prints the ids of sequence 0, then the\n"
-               "prefill time and the decode time per token. --group-size 0 is per-channel.\n"
+               "Greedy generation on the CPU backend; prints the ids of sequence 0, their\n"
+               "text (when the model has a tokenizer.json), then the prefill time and the\n"
+               "decode time per token. --group-size 0 is per-channel.\n"
                "--dump-logits: fp32 logits of sequence 0, [n_prompt + N - 1][vocab], row i\n"
                "after token i of prompt ++ generated; raw little-endian fp32, or a NumPy\n"
                ".npy file (dtype <f4, 2-D) when FILE ends in .npy.\n");
 }
 
+/* A non-empty comma-separated list of ids in [0, INT32_MAX]; *out is malloc'd. */
 static int parse_ids(const char *s, int32_t **out, int *n)
 {
-    int cap = 16;
-    *out = malloc(sizeof(int32_t) * (size_t)cap);
-    *n = 0;
-    while (*out && *s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > INT32_MAX)
-            return -1;
-        if (*n == cap) {
-            cap *= 2;
-            int32_t *p = realloc(*out, sizeof(int32_t) * (size_t)cap);
-            if (!p)
-                return -1;
-            *out = p;
-        }
-        (*out)[(*n)++] = (int32_t)v;
-        s = end;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return -1;
+    *out = NULL;
+    long count = inf_int_list_parse(s, NULL, 0);
+    if (count <= 0 || count > INT32_MAX)
+        return -1;
+    int64_t *v = malloc(sizeof *v * (size_t)count);
+    *out = malloc(sizeof **out * (size_t)count);
+    int rc = v && *out ? 0 : -1;
+    if (rc == 0)
+        inf_int_list_parse(s, v, (size_t)count);
+    for (long i = 0; rc == 0 && i < count; i++) {
+        if (v[i] < 0 || v[i] > INT32_MAX)
+            rc = -1;
+        else
+            (*out)[i] = (int32_t)v[i];
     }
-    return *out && *n > 0 ? 0 : -1;
+    free(v);
+    *n = (int)count;
+    return rc;
 }
 
 static int write_logits(const char *path, const float *lg, int rows, int vocab)
@@ -94,14 +97,69 @@ static int write_logits(const char *path, const float *lg, int rows, int vocab)
     return fclose(f) == 0 ? rc : -1;
 }
 
+/* Timings of the steps, and the rows of sequence 0 when dumping. */
+struct run {
+    int np, vocab;
+    float *dump; /* [np + max_tokens - 1][vocab] or NULL */
+    uint64_t t_prefill, t_decode;
+};
+
+static void on_step(void *user, int32_t step, const float *logits, uint64_t ns)
+{
+    struct run *r = user;
+    if (step == 0)
+        r->t_prefill = ns;
+    else
+        r->t_decode += ns;
+    /* sequence 0's rows come first: the whole prompt at step 0, then one */
+    if (r->dump)
+        memcpy(r->dump + (size_t)(step == 0 ? 0 : r->np + step - 1) * (size_t)r->vocab, logits,
+               sizeof(float) * (size_t)(step == 0 ? r->np : 1) * (size_t)r->vocab);
+}
+
+/* Print "text: " and the decoded ids as one escaped line (quotes, backslash
+ * and control bytes escaped; UTF-8 passed through). Ids past the tokenizer's
+ * vocabulary (a model's vocabulary padding) give no text, as when serving. */
+static int print_text(const eng_tok_t *tok, const int32_t *ids, int n)
+{
+    char *text = NULL;
+    size_t len = 0, kept = 0;
+    int32_t *known = malloc(sizeof *known * (size_t)n);
+    if (!known)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < eng_tok_vocab_size(tok))
+            known[kept++] = ids[i];
+    inf_status_t st = eng_tok_decode(tok, known, kept, true, &text, &len, NULL);
+    free(known);
+    if (st != INF_OK)
+        return -1;
+    fputs("text: \"", stdout);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", stdout);
+        else if (ch < 0x20 || ch == 0x7f)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    fputs("\"\n", stdout);
+    free(text);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    const char *model = NULL, *ids_arg = NULL, *dump = NULL;
+    const char *model = NULL, *ids_arg = NULL, *text_arg = NULL, *dump = NULL;
     int max_tokens = -1, threads = 0, batch = 1;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"prompt-ids", required_argument, 0, 'p'},
+                                       {"prompt", required_argument, 0, 'P'},
                                        {"max-tokens", required_argument, 0, 'n'},
                                        {"quantization", required_argument, 0, 'q'},
                                        {"group-size", required_argument, 0, 'g'},
@@ -120,6 +178,9 @@ int main(int argc, char **argv)
             break;
         case 'p':
             ids_arg = optarg;
+            break;
+        case 'P':
+            text_arg = optarg;
             break;
         case 'n':
             max_tokens = atoi(optarg);
@@ -164,32 +225,55 @@ int main(int argc, char **argv)
     }
     int32_t *prompt = NULL;
     int np = 0;
-    if (!model || !ids_arg || max_tokens < 1 || batch < 1 || batch > 256 || threads < 0) {
+    if (!model || !ids_arg == !text_arg || max_tokens < 1 || batch < 1 || batch > 256 ||
+        threads < 0) {
         usage(stderr);
         return 2;
     }
-    if (parse_ids(ids_arg, &prompt, &np) != 0) {
+    struct inf_err err = {0};
+    /* The tokenizer is optional for --prompt-ids (ids only), required for
+     * --prompt. */
+    eng_tok_t *tok = NULL;
+    if (eng_tok_load(model, &tok, &err) != INF_OK) {
+        if (text_arg) {
+            fprintf(stderr, "int4serve-generate: %s\n", err.msg);
+            return 1;
+        }
+        tok = NULL;
+    }
+    if (text_arg) {
+        struct eng_tok_ids ids = {0};
+        if (eng_tok_encode(tok, text_arg, strlen(text_arg), NULL, &ids, &err) != INF_OK) {
+            fprintf(stderr, "int4serve-generate: --prompt: %s\n", err.msg);
+            eng_tok_destroy(tok);
+            return 2;
+        }
+        prompt = ids.ids; /* ownership moves to prompt (malloc'd) */
+        np = (int)ids.n;
+        if (np == 0) {
+            fprintf(stderr, "int4serve-generate: --prompt encodes to no tokens\n");
+            eng_tok_ids_fini(&ids);
+            eng_tok_destroy(tok);
+            return 2;
+        }
+    } else if (parse_ids(ids_arg, &prompt, &np) != 0) {
         fprintf(stderr, "int4serve-generate: --prompt-ids must be a comma-separated list of ids\n");
         free(prompt);
+        eng_tok_destroy(tok);
         return 2;
     }
-    int total = np + max_tokens;
-    int max_blocks = (total + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
-    mo.max_tokens = np * batch > 64 ? np * batch : 64;
-    mo.n_kv_blocks = max_blocks * batch;
+    eng_greedy_size(&mo, batch, np, max_tokens);
 
-    struct inf_err err = {0};
     struct eng_backend *be = NULL;
     eng_model_t *m = NULL;
-    eng_kv_cache_t *kv = NULL;
     int rc = 1;
-    int32_t *tok = NULL, *pos = NULL, *slot = NULL, *gen = NULL;
-    uint8_t *want = NULL;
-    float *logits = NULL, *dumpbuf = NULL;
+    int32_t *gen = NULL;
+    const int32_t **prompts = NULL;
+    int32_t *lens = NULL;
+    struct run run = {.np = np};
     struct eng_backend_cpu_opts bo = {.n_threads = threads};
     if (eng_backend_cpu_create(&bo, &be, &err) != INF_OK ||
-        eng_model_load(model, be, &mo, &m, &err) != INF_OK ||
-        eng_kv_cache_create(mo.n_kv_blocks, batch, max_blocks, &kv, &err) != INF_OK) {
+        eng_model_load(model, be, &mo, &m, &err) != INF_OK) {
         fprintf(stderr, "int4serve-generate: %s\n", err.msg);
         goto out;
     }
@@ -200,72 +284,34 @@ int main(int argc, char **argv)
                     prompt[i], cfg->vocab);
             goto out;
         }
-    int V = cfg->vocab, cap = np * batch;
-    tok = malloc(sizeof(int32_t) * (size_t)cap);
-    pos = malloc(sizeof(int32_t) * (size_t)cap);
-    slot = malloc(sizeof(int32_t) * (size_t)cap);
-    want = malloc((size_t)cap);
+    int V = cfg->vocab, total = np + max_tokens;
+    run.vocab = V;
     gen = malloc(sizeof(int32_t) * (size_t)batch * (size_t)max_tokens);
-    logits = malloc(sizeof(float) * (size_t)(np + batch) * (size_t)V);
+    prompts = malloc(sizeof *prompts * (size_t)batch);
+    lens = malloc(sizeof *lens * (size_t)batch);
     if (dump)
-        dumpbuf = malloc(sizeof(float) * (size_t)(total - 1) * (size_t)V);
-    if (!tok || !pos || !slot || !want || !gen || !logits || (dump && !dumpbuf)) {
+        run.dump = malloc(sizeof(float) * (size_t)(total - 1) * (size_t)V);
+    if (!gen || !prompts || !lens || (dump && !run.dump)) {
         fprintf(stderr, "int4serve-generate: out of memory\n");
         goto out;
     }
-    uint64_t t_prefill = 0, t_decode = 0;
-    for (int step = 0; step < max_tokens; step++) {
-        int n = 0, nl = 0;
-        for (int s = 0; s < batch; s++) {
-            int from = step == 0 ? 0 : np + step - 1, to = np + step;
-            if (eng_kv_seq_reserve(kv, s, to, &err) != INF_OK) {
-                fprintf(stderr, "int4serve-generate: %s\n", err.msg);
-                goto out;
-            }
-            for (int p = from; p < to; p++) {
-                tok[n] = p < np ? prompt[p] : gen[s * max_tokens + p - np];
-                pos[n] = p;
-                slot[n] = s;
-                /* sequence 0 wants every row when dumping, the others only the last */
-                want[n] = p == to - 1 || (dump && s == 0);
-                nl += want[n];
-                n++;
-            }
-        }
-        struct eng_batch b = {.n_tokens = n,
-                              .tokens = tok,
-                              .pos = pos,
-                              .slot = slot,
-                              .want_logits = want,
-                              .n_logits = nl,
-                              .block_table = eng_kv_cache_block_table(kv),
-                              .n_slots = batch,
-                              .max_blocks = max_blocks};
-        uint64_t t0 = inf_now_ns();
-        if (eng_model_forward(m, &b, logits, &err) != INF_OK) {
-            fprintf(stderr, "int4serve-generate: %s\n", err.msg);
-            goto out;
-        }
-        uint64_t dt = inf_now_ns() - t0;
-        if (step == 0)
-            t_prefill = dt;
-        else
-            t_decode += dt;
-        int row = 0;
-        for (int s = 0; s < batch; s++) {
-            int rows = s == 0 && dump ? (step == 0 ? np : 1) : 1;
-            if (s == 0 && dump)
-                memcpy(dumpbuf + (size_t)(step == 0 ? 0 : np + step - 1) * (size_t)V, logits,
-                       sizeof(float) * (size_t)rows * (size_t)V);
-            const float *l = logits + (size_t)(row + rows - 1) * (size_t)V;
-            int best = 0;
-            for (int i = 1; i < V; i++)
-                if (l[i] > l[best])
-                    best = i;
-            gen[s * max_tokens + step] = best;
-            row += rows;
-        }
+    for (int s = 0; s < batch; s++) {
+        prompts[s] = prompt;
+        lens[s] = np;
     }
+    /* sequence 0 wants every row when dumping, the others only the last */
+    struct eng_greedy g = {.n_seq = batch,
+                           .prompts = prompts,
+                           .n_prompt = lens,
+                           .n_new = max_tokens,
+                           .all_logits0 = dump != NULL,
+                           .on_step = on_step,
+                           .user = &run};
+    if (eng_greedy_run(m, &g, gen, &err) != INF_OK) {
+        fprintf(stderr, "int4serve-generate: %s\n", err.msg);
+        goto out;
+    }
+    uint64_t t_prefill = run.t_prefill, t_decode = run.t_decode;
     for (int s = 1; s < batch; s++)
         if (memcmp(gen, gen + s * max_tokens, sizeof(int32_t) * (size_t)max_tokens) != 0) {
             fprintf(stderr, "int4serve-generate: sequence %d of the batch generated other ids\n",
@@ -275,21 +321,25 @@ int main(int argc, char **argv)
     for (int i = 0; i < max_tokens; i++)
         printf("%s%d", i ? "," : "", gen[i]);
     printf("\n");
+    if (tok && print_text(tok, gen, max_tokens) != 0) {
+        fprintf(stderr, "int4serve-generate: cannot decode the generated ids\n");
+        goto out;
+    }
     printf("prefill: %d tokens x %d in %.3f ms\n", np, batch, (double)t_prefill / 1e6);
     if (max_tokens > 1)
         printf("decode: %.3f ms/token (batch %d, %.1f tokens/s)\n",
                (double)t_decode / 1e6 / (max_tokens - 1), batch,
                (double)batch * (max_tokens - 1) / ((double)t_decode / 1e9));
-    if (dump && write_logits(dump, dumpbuf, total - 1, V) != 0) {
+    if (dump && write_logits(dump, run.dump, total - 1, V) != 0) {
         fprintf(stderr, "int4serve-generate: cannot write the logits file\n");
         goto out;
     }
     rc = 0;
 out:
-    free(tok), free(pos), free(slot), free(want), free(gen), free(logits), free(dumpbuf);
+    free(gen), free(prompts), free(lens), free(run.dump);
     free(prompt);
-    eng_kv_cache_destroy(kv);
     eng_model_destroy(m);
     eng_backend_destroy(be);
+    eng_tok_destroy(tok);
     return rc;
 }
