@@ -284,8 +284,7 @@ bool eng_backend_can_sample(const struct eng_backend *be)
     return be->iface->sample && be->iface->sample_reserve;
 }
 
-inf_status_t eng_backend_sample_reserve(struct eng_backend *be, int32_t vocab,
-                                        struct inf_err *err)
+inf_status_t eng_backend_sample_reserve(struct eng_backend *be, int32_t vocab, struct inf_err *err)
 {
     if (!eng_backend_can_sample(be))
         return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not sample", be->iface->name);
@@ -317,10 +316,9 @@ inf_status_t eng_op_sample(struct eng_backend *be, const struct eng_buf *logits,
                                r->logit_row, n_logit_rows);
         if (!(r->temperature >= 0.0f) || !(r->top_p > 0.0f && r->top_p <= 1.0f) ||
             !(r->min_p >= 0.0f && r->min_p <= 1.0f) || !(r->repetition_penalty > 0.0f) ||
-            !(r->u >= 0.0 && r->u < 1.0) || r->n_logprobs < 0 ||
-            r->n_logprobs > ENG_SAMPLE_TOP || r->n_ban < 0 || r->n_bias < 0 || r->n_hist < 0 ||
-            (r->n_ban && !r->ban) || (r->n_bias && (!r->bias_ids || !r->bias_vals)) ||
-            (r->n_hist && !r->hist))
+            !(r->u >= 0.0 && r->u < 1.0) || r->n_logprobs < 0 || r->n_logprobs > ENG_SAMPLE_TOP ||
+            r->n_ban < 0 || r->n_bias < 0 || r->n_hist < 0 || (r->n_ban && !r->ban) ||
+            (r->n_bias && (!r->bias_ids || !r->bias_vals)) || (r->n_hist && !r->hist))
             return inf_err_set(err, INF_E_INVALID, "sample: row %d has bad settings", i);
         for (int32_t j = 0; j < r->n_bias; j++)
             if (r->bias_ids[j] < 0 || r->bias_ids[j] >= vocab)
@@ -345,8 +343,7 @@ inf_status_t eng_graph_prepare(struct eng_backend *be, const struct eng_attn_par
 {
     *have = false;
     if (!eng_backend_has_graphs(be))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs",
-                           be->iface->name);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs", be->iface->name);
     if (bucket <= 0 || p->n_seqs < 0 || p->n_seqs > bucket)
         return inf_err_set(err, INF_E_INVALID, "graph: %d sequences in a bucket of %d", p->n_seqs,
                            bucket);
@@ -357,16 +354,14 @@ inf_status_t eng_graph_record(struct eng_backend *be, int32_t bucket, bool begin
                               struct inf_err *err)
 {
     if (!eng_backend_has_graphs(be))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs",
-                           be->iface->name);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs", be->iface->name);
     return be->iface->graph_record(be, bucket, begin, err);
 }
 
 inf_status_t eng_graph_launch(struct eng_backend *be, int32_t bucket, struct inf_err *err)
 {
     if (!eng_backend_has_graphs(be))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs",
-                           be->iface->name);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s records no graphs", be->iface->name);
     return be->iface->graph_launch(be, bucket, err);
 }
 

@@ -316,8 +316,7 @@ inf_status_t eng_backend_mem_info(struct eng_backend *be, size_t *free_bytes, si
 /* True when the backend samples on the device (sample and sample_reserve). */
 bool eng_backend_can_sample(const struct eng_backend *be);
 /* INF_E_UNSUPPORTED without the slots; INF_E_INVALID for vocab <= 0. */
-inf_status_t eng_backend_sample_reserve(struct eng_backend *be, int32_t vocab,
-                                        struct inf_err *err);
+inf_status_t eng_backend_sample_reserve(struct eng_backend *be, int32_t vocab, struct inf_err *err);
 /* Checks every row (logit_row in range, settings in the host sampler's
  * ranges, ids in the vocabulary) and that out holds out_first + n results. */
 inf_status_t eng_op_sample(struct eng_backend *be, const struct eng_buf *logits,

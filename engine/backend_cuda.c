@@ -1043,8 +1043,9 @@ static bool lists_reserve(struct cu_ctx *c, size_t n)
 }
 
 static inf_status_t cu_sample(struct eng_backend *be, const struct eng_buf *logits,
-                              int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
-                              int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err)
+                              int32_t n_logit_rows, int32_t vocab,
+                              const struct eng_sample_row *rows, int32_t n, struct eng_buf *out,
+                              int32_t out_first, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
     ENTER(c);

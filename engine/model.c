@@ -140,7 +140,7 @@ static struct eng_layer_info *add_info(struct eng_model *m)
 static enum eng_wdtype fp_wdt(const struct eng_model *m)
 {
     return m->opts.quant == ENG_QUANT_INT4 || m->be->act_dtype == ENG_ACT_F16 ? ENG_W_F16
-                                                                             : ENG_W_F32;
+                                                                              : ENG_W_F32;
 }
 
 /* Quantization of a slice of rows, run on a thread of quantize(). */
@@ -180,8 +180,8 @@ static inf_status_t quantize(const float *w, int32_t n, int32_t k, int32_t group
     int32_t per = (n + nt - 1) / nt;
     for (int32_t i = 0; i < nt; i++) {
         int32_t r0 = i * per, rows = n - r0 < per ? n - r0 : per;
-        jobs[i] = (struct qslice){.w = w + (int64_t)r0 * k, .n = rows, .k = k, .group = group,
-                                  .symmetric = symmetric};
+        jobs[i] = (struct qslice){
+            .w = w + (int64_t)r0 * k, .n = rows, .k = k, .group = group, .symmetric = symmetric};
         if (rows > 0)
             started[i] = pthread_create(&th[i], NULL, qslice_run, &jobs[i]) == 0;
         if (rows > 0 && !started[i])
@@ -501,8 +501,8 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
     if (m->graph_rows > 0) {
         m->pad_tok = malloc((size_t)m->graph_rows * sizeof(int32_t));
         m->pad_pos = malloc((size_t)m->graph_rows * sizeof(int32_t));
-        m->pad_bt = malloc((size_t)m->opts.max_slots * (size_t)m->opts.max_seq_blocks *
-                           sizeof(int32_t));
+        m->pad_bt =
+            malloc((size_t)m->opts.max_slots * (size_t)m->opts.max_seq_blocks * sizeof(int32_t));
         if (!m->pad_tok || !m->pad_pos || !m->pad_bt)
             return inf_err_set(err, INF_E_NOMEM, "out of memory for decode tables");
     }
@@ -674,9 +674,9 @@ void eng_model_destroy(eng_model_t *m)
     lin_free(be, &m->lm_head);
     eng_buf_free(be, m->embed);
     eng_buf_free(be, m->final_norm);
-    struct eng_buf *bufs[] = {m->x,  m->xn,  m->d,   m->qkv,     m->att,     m->gu,    m->h, m->lx,
-                              m->lo, m->tok, m->pos, m->seq_dec, m->seq_pre, m->lrows, m->bt,
-                              m->samples};
+    struct eng_buf *bufs[] = {m->x,       m->xn,    m->d,  m->qkv,    m->att, m->gu,
+                              m->h,       m->lx,    m->lo, m->tok,    m->pos, m->seq_dec,
+                              m->seq_pre, m->lrows, m->bt, m->samples};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         eng_buf_free(be, bufs[i]);
     free(m->host_seq_dec);

@@ -18,7 +18,7 @@ struct eng_sampler {
     int32_t *idx;       /* [vocab] candidate ids */
     int32_t *bias_ids;  /* logit_bias split in two arrays (the device path) */
     float *bias_vals;
-    int32_t *seen;      /* [vocab] ids in the prompt or the output, first seen first */
+    int32_t *seen; /* [vocab] ids in the prompt or the output, first seen first */
     int32_t n_seen;
 };
 
@@ -201,7 +201,6 @@ void eng_sampler_fill_row(eng_sampler_t *s, struct eng_sample_row *row,
         hist[i] = (struct eng_sample_hist){t, s->count[t], s->in_prompt[t]};
     }
 }
-
 
 /* Top-n of v by value (desc), lowest id on ties; n small, so an insertion
  * list is enough. */

@@ -14,9 +14,9 @@ struct eng_lm_model_opts {
     bool fuse_qkv;
     const char *const *keep_fp16; /* substrings of tensor names, or fnmatch patterns */
     int32_t n_keep_fp16;
-    int32_t max_tokens; /* tokens of one step (the scheduler's budget) */
-    int32_t kv_blocks;  /* KV pool of the model, in blocks; 0: none until kv_reserve */
-    int32_t max_batch;  /* sequences of one step (block tables planned at load; 0: grow) */
+    int32_t max_tokens;    /* tokens of one step (the scheduler's budget) */
+    int32_t kv_blocks;     /* KV pool of the model, in blocks; 0: none until kv_reserve */
+    int32_t max_batch;     /* sequences of one step (block tables planned at load; 0: grow) */
     int32_t max_model_len; /* tokens of one sequence (idem) */
 };
 

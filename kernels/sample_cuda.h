@@ -37,14 +37,14 @@ extern "C" {
 
 /* One sampled row, as the kernels read it (uploaded by the caller). */
 struct krn_cuda_sample_row {
-    double u;           /* uniform in [0, 1) for the draw (temperature > 0) */
-    int32_t logit_row;  /* row of logits */
-    float temperature;  /* 0: greedy */
-    int32_t top_k;      /* <= 0: off */
-    float top_p;        /* 1: off */
-    float log_min_p;    /* logf(min_p) as the host computes it; -inf: off */
+    double u;          /* uniform in [0, 1) for the draw (temperature > 0) */
+    int32_t logit_row; /* row of logits */
+    float temperature; /* 0: greedy */
+    int32_t top_k;     /* <= 0: off */
+    float top_p;       /* 1: off */
+    float log_min_p;   /* logf(min_p) as the host computes it; -inf: off */
     float rep, pres, freq;
-    int32_t n_logprobs; /* 0..KRN_SAMPLE_TOP */
+    int32_t n_logprobs;       /* 0..KRN_SAMPLE_TOP */
     int32_t ban_off, n_ban;   /* ints[ban_off..): banned ids */
     int32_t bias_off, n_bias; /* ints[bias_off..) ids, vals[bias_off..) biases */
     int32_t hist_off, n_hist; /* ints[hist_off..): (token, output count, in prompt) triples */

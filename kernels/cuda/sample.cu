@@ -25,7 +25,8 @@
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <math_constants.h>
 
-namespace {
+namespace
+{
 
 constexpr int kT = 1024;
 
@@ -48,7 +49,10 @@ struct BestOp {
 };
 
 struct MaxOp {
-    __device__ __forceinline__ float operator()(float a, float b) const { return b > a ? b : a; }
+    __device__ __forceinline__ float operator()(float a, float b) const
+    {
+        return b > a ? b : a;
+    }
 };
 
 struct MaxI {
@@ -73,14 +77,14 @@ union Shared {
 };
 
 struct Ws {
-    float *work;       /* [rows][vocab] processed values (sort keys in) */
-    int32_t *ids;      /* [rows][vocab] ids (sort values in) */
-    float *keys;       /* [rows][vocab] sorted values */
-    int32_t *sids;     /* [rows][vocab] sorted ids */
-    double *lse;       /* [rows] raw log-sum-exp */
-    float *wmax;       /* [rows] largest value after temperature */
-    int32_t *seg_lo;   /* [rows] sort segment bounds */
-    int32_t *seg_hi;   /* [rows] */
+    float *work;     /* [rows][vocab] processed values (sort keys in) */
+    int32_t *ids;    /* [rows][vocab] ids (sort values in) */
+    float *keys;     /* [rows][vocab] sorted values */
+    int32_t *sids;   /* [rows][vocab] sorted ids */
+    double *lse;     /* [rows] raw log-sum-exp */
+    float *wmax;     /* [rows] largest value after temperature */
+    int32_t *seg_lo; /* [rows] sort segment bounds */
+    int32_t *seg_hi; /* [rows] */
     void *sort_tmp;
     size_t sort_bytes;
 };
@@ -169,7 +173,6 @@ __device__ int32_t block_draw(Shared &sh, int32_t n, double u, W weight, int32_t
     return pick;
 }
 
-
 /* Weight of id t in a row of processed values (non-candidates are -inf). */
 struct RowWeight {
     const float *w;
@@ -188,13 +191,11 @@ __device__ void finish(krn_cuda_sample_out *o, const float *raw, int32_t tok, do
 }
 
 __global__ void __launch_bounds__(kT)
-    prep_kernel(const float *logits,                    /* [*][vocab] fp32 */
-                int32_t vocab,
-                const krn_cuda_sample_row *rows,        /* [n_rows] */
-                const int32_t *ints,                    /* banned ids, bias ids, history */
-                const float *vals,                      /* bias values */
-                Ws ws,
-                krn_cuda_sample_out *out)               /* [n_rows] */
+    prep_kernel(const float *logits,                            /* [*][vocab] fp32 */
+                int32_t vocab, const krn_cuda_sample_row *rows, /* [n_rows] */
+                const int32_t *ints,                            /* banned ids, bias ids, history */
+                const float *vals,                              /* bias values */
+                Ws ws, krn_cuda_sample_out *out)                /* [n_rows] */
 {
     /* block = one sampled row; threads stride over the vocabulary */
     __shared__ Shared sh;
@@ -322,11 +323,9 @@ struct SortedWeight {
     }
 };
 
-__global__ void __launch_bounds__(kT)
-    select_kernel(const float *logits, int32_t vocab,
-                  const krn_cuda_sample_row *rows,      /* [n_rows] */
-                  Ws ws,
-                  krn_cuda_sample_out *out)             /* [n_rows] */
+__global__ void __launch_bounds__(kT) select_kernel(const float *logits, int32_t vocab,
+                                                    const krn_cuda_sample_row *rows, /* [n_rows] */
+                                                    Ws ws, krn_cuda_sample_out *out) /* [n_rows] */
 {
     /* block = one sampled row that needed the sorted order */
     __shared__ Shared sh;
@@ -443,9 +442,8 @@ extern "C" size_t krn_cuda_sample_workspace(int32_t max_rows, int32_t vocab)
 extern "C" inf_status_t krn_cuda_sample(const float *logits, int32_t vocab,
                                         const struct krn_cuda_sample_row *rows, int32_t n_rows,
                                         bool any_sort, const int32_t *ints, const float *vals,
-                                        void *ws, size_t ws_bytes,
-                                        struct krn_cuda_sample_out *out, void *stream,
-                                        struct inf_err *err)
+                                        void *ws, size_t ws_bytes, struct krn_cuda_sample_out *out,
+                                        void *stream, struct inf_err *err)
 {
     if (n_rows == 0)
         return INF_OK;
@@ -476,8 +474,8 @@ extern "C" inf_status_t krn_cuda_sample(const float *logits, int32_t vocab,
         return s;
     size_t bytes = tmp;
     cudaError_t e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-        w.sort_tmp, bytes, w.work, w.keys, w.ids, w.sids, (int64_t)n_rows * vocab, n_rows,
-        w.seg_lo, w.seg_hi, 0, 32, st);
+        w.sort_tmp, bytes, w.work, w.keys, w.ids, w.sids, (int64_t)n_rows * vocab, n_rows, w.seg_lo,
+        w.seg_hi, 0, 32, st);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "sample sort: %s", cudaGetErrorString(e));
     select_kernel<<<n_rows, kT, 0, st>>>(logits, vocab, rows, w, out);

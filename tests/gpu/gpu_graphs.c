@@ -207,7 +207,12 @@ int main(void)
                       out[s].token, last[s]);
         }
         printf("ok   %2d sequences (bucket of %s): %d replayed steps checked\n", n,
-               n == 1 ? "1" : n <= 4 ? "4" : n <= 8 ? "8" : n <= 16 ? "16" : n <= 24 ? "24" : "48",
+               n == 1    ? "1"
+               : n <= 4  ? "4"
+               : n <= 8  ? "8"
+               : n <= 16 ? "16"
+               : n <= 24 ? "24"
+                         : "48",
                STEPS);
     }
     printf("info greedy agreement with the unpadded eager model: %ld of %ld rows\n", rows_close,

@@ -252,8 +252,8 @@ static void test_edges(void)
     tcs[nt++] = (struct tcase){.name = "ties, sampled", .p = params(1, 0, 1, 0)};
     tcs[nt++] = (struct tcase){.name = "top_p tiny", .p = params(1, 0, 1e-6f, 0)};
     tcs[nt++] = (struct tcase){.name = "tie at top_k", .p = params(1, 3, 1, 0)};
-    tcs[nt++] = (struct tcase){.name = "ban leaves one", .p = params(1, 0, 1, 0),
-                               .ban = {7, 9}, .n_ban = 2};
+    tcs[nt++] = (struct tcase){
+        .name = "ban leaves one", .p = params(1, 0, 1, 0), .ban = {7, 9}, .n_ban = 2};
     tcs[nt++] = (struct tcase){.name = "min_p 1", .p = params(1, 0, 1, 1.0f)};
     float *lg = malloc((size_t)MAX_ROWS * V * sizeof(float));
     const struct tcase *per[MAX_ROWS];

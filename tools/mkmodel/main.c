@@ -168,7 +168,7 @@ struct gen_job {
     uint64_t seed;
     enum eng_dtype dt;
     int64_t numel;
-    int64_t c0, c1; /* chunks [c0, c1) of the tensor */
+    int64_t c0, c1;     /* chunks [c0, c1) of the tensor */
     unsigned char *out; /* bytes of chunk c0 */
 };
 
@@ -236,8 +236,12 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
             bool started[GEN_THREADS] = {false};
             int nj = 0;
             for (int64_t c0 = b0; c0 < b1; c0 += per, nj++) {
-                jobs[nj] = (struct gen_job){.sp = &sp[i], .tensor = i, .seed = seed, .dt = dt,
-                                            .numel = numel, .c0 = c0,
+                jobs[nj] = (struct gen_job){.sp = &sp[i],
+                                            .tensor = i,
+                                            .seed = seed,
+                                            .dt = dt,
+                                            .numel = numel,
+                                            .c0 = c0,
                                             .c1 = c0 + per < b1 ? c0 + per : b1,
                                             .out = buf + (size_t)(c0 - b0) * CHUNK * es};
                 started[nj] = nj > 0 && pthread_create(&th[nj], NULL, gen_run, &jobs[nj]) == 0;
