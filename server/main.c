@@ -24,6 +24,7 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     opt->api_key = cfg->api_key;
     opt->model_name = cfg->served_model_name;
     opt->max_body_bytes = (size_t)cfg->body_limit;
+    opt->connection_memory_limit = (size_t)cfg->connection_memory;
     opt->max_connections = (uint32_t)cfg->max_connections;
     opt->max_connections_per_ip = (uint32_t)cfg->per_ip_connections;
     opt->connection_timeout_s = (uint32_t)ceil(cfg->connection_timeout);

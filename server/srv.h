@@ -58,6 +58,7 @@ struct srv_config {
     /* [limits] */
     int64_t max_queue;          /* requests waiting for admission */
     int64_t body_limit;         /* bytes */
+    int64_t connection_memory;  /* bytes of libmicrohttpd buffer per connection */
     int64_t max_connections;    /* open connections in total */
     int64_t per_ip_connections; /* per client address; 0 = no limit */
     double connection_timeout;  /* seconds idle before a connection is closed; 0 = never */

@@ -514,6 +514,30 @@ START_TEST(test_connection_limits)
 }
 END_TEST
 
+/* A request head larger than limits.connection_memory is refused (431) and
+ * the server goes on; one that fits is served. */
+START_TEST(test_header_memory)
+{
+    const char *more[] = {"--set", "limits.connection_memory=16KiB", NULL};
+    start_with(more);
+    char *big = malloc(20001 + 16);
+    memcpy(big, "X-Big: ", 7);
+    memset(big + 7, 'a', 20000 - 7);
+    big[20000] = '\0';
+    const char *h1[] = {big, NULL};
+    struct it_resp r;
+    ck_assert(it_http(&srv, "GET", "/health", NULL, h1, &r));
+    ck_assert_msg(r.status == 431, "status %ld", r.status);
+    it_resp_free(&r);
+    big[4000] = '\0'; /* a 4 KB header fits */
+    ck_assert(it_http(&srv, "GET", "/health", NULL, h1, &r));
+    ck_assert_int_eq(r.status, 200);
+    it_resp_free(&r);
+    free(big);
+    stop_clean();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_http");
@@ -528,6 +552,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_content_length);
     tcase_add_test(tc, test_queue_full);
     tcase_add_test(tc, test_connection_limits);
+    tcase_add_test(tc, test_header_memory);
     suite_add_tcase(s, tc);
     tc = tcase_create("bad_inputs");
     tcase_set_timeout(tc, 90);

@@ -115,6 +115,7 @@ START_TEST(documented_defaults)
     ck_assert(cfg.fuse_qkv);
     ck_assert_int_eq(cfg.max_queue, 256);
     ck_assert_int_eq(cfg.body_limit, 2 * 1024 * 1024);
+    ck_assert_int_eq(cfg.connection_memory, 64 * 1024);
     ck_assert(cfg.drain_timeout == 30.0);
     ck_assert_str_eq(cfg.api_key, "");
     ck_assert_str_eq(cfg.log_level, "info");
