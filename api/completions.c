@@ -211,6 +211,12 @@ static inf_status_t parse_stop(const json_t *root, const struct api_limits *lim,
         if (len == 0)
             return api_fail(fault, err, INF_E_INVALID, "stop", NULL,
                             "'stop' strings must not be empty");
+        /* Stop strings reach the engine as C strings. */
+        if (memchr(json_string_value(e), '\0', len))
+            return api_fail(fault, err, INF_E_INVALID, "stop", NULL,
+                            "'stop' strings must not contain the character U+0000, found at "
+                            "index %zu",
+                            i);
         char *s = inf_arena_strndup(arena, json_string_value(e), len);
         if (!s)
             return inf_err_set(err, INF_E_NOMEM, "out of memory");

@@ -189,6 +189,12 @@ static const struct bad bad_cases[] = {
     {"{\"prompt\":\"a\",\"stop\":\"\"}", 400, "stop", NULL, "'stop' strings must not be empty"},
     {"{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}", 400, "stop", NULL,
      "'stop' strings must not be empty"},
+    /* The engine takes stop strings as C strings: one with a NUL inside
+     * would silently stop at its first part. */
+    {"{\"prompt\":\"a\",\"stop\":[\"x\",\"ab\\u0000cd\"]}", 400, "stop", NULL,
+     "'stop' strings must not contain the character U+0000, found at index 1"},
+    {"{\"prompt\":\"a\",\"stop\":\"\\u0000\"}", 400, "stop", NULL,
+     "'stop' strings must not contain the character U+0000, found at index 0"},
     {"{\"prompt\":\"a\",\"stop\":[\"x\",3]}", 400, "stop", NULL,
      "'stop' must hold only strings, got 3 at index 1"},
     {"{\"prompt\":\"a\",\"stop\":7}", 400, "stop", NULL,
