@@ -52,13 +52,15 @@ inf_status_t api_error_encode(inf_status_t st, const char *message, const char *
 
 /* ---- limits the parsers enforce ------------------------------------------ */
 struct api_limits {
-    const char *model;      /* served model name; a request naming another gets 404 */
-    uint32_t vocab;         /* token ids must be in [0, vocab); >= 1 */
-    uint32_t max_model_len; /* context length (reported by /tokenize) */
-    uint32_t max_n;         /* bound on n and best_of (default 16) */
-    uint32_t max_logprobs;  /* bound on logprobs (default 5, OpenAI's) */
-    uint32_t max_stop;      /* bound on the number of stop strings (default 4) */
-    uint32_t max_prompts;   /* bound on the number of prompts in one request (default 256) */
+    const char *model;       /* served model name; a request naming another gets 404 */
+    uint32_t vocab;          /* token ids must be in [0, vocab); >= 1 */
+    uint32_t max_model_len;  /* context length (reported by /tokenize) */
+    uint32_t max_n;          /* bound on n and best_of (default 16) */
+    uint32_t max_logprobs;   /* bound on logprobs (default 5, OpenAI's) */
+    uint32_t max_stop;       /* bound on the number of stop strings (default 4) */
+    uint32_t max_prompts;    /* bound on the number of prompts in one request (default 256) */
+    uint32_t max_bias_total; /* bound on logit_bias entries times choices (prompts x n), which
+                              * every choice's sampler holds a copy of (default 1 << 20) */
 };
 
 /* Fill lim with the defaults above for a model of vocab tokens and a context

@@ -211,6 +211,12 @@ static inf_status_t parse_stop(const json_t *root, const struct api_limits *lim,
         if (len == 0)
             return api_fail(fault, err, INF_E_INVALID, "stop", NULL,
                             "'stop' strings must not be empty");
+        /* Stop strings reach the engine as C strings. */
+        if (memchr(json_string_value(e), '\0', len))
+            return api_fail(fault, err, INF_E_INVALID, "stop", NULL,
+                            "'stop' strings must not contain the character U+0000, found at "
+                            "index %zu",
+                            i);
         char *s = inf_arena_strndup(arena, json_string_value(e), len);
         if (!s)
             return inf_err_set(err, INF_E_NOMEM, "out of memory");
@@ -414,6 +420,14 @@ static inf_status_t parse_fields(const json_t *root, const struct api_limits *li
     TRY(get_real(root, "repetition_penalty", 0, true, 2, false, &req->repetition_penalty, fault,
                  err));
     TRY(parse_logit_bias(root, lim, arena, req, fault, err));
+    /* Each choice samples with its own copy of the biases. */
+    if ((uint64_t)req->n_bias * req->n_prompts * req->n > lim->max_bias_total)
+        return api_fail(fault, err, INF_E_INVALID, "logit_bias", NULL,
+                        "'logit_bias' holds %" PRIu32 " entries for %" PRIu32 " choices (%" PRIu32
+                        " prompts x n=%" PRIu32 "); entries times choices "
+                        "may be at most %" PRIu32,
+                        req->n_bias, req->n_prompts * req->n, req->n_prompts, req->n,
+                        lim->max_bias_total);
     TRY(api_get_bool(root, "ignore_eos", &req->ignore_eos, fault, err));
 
     TRY(get_int(root, "min_tokens", &x, &has, fault, err));
@@ -529,4 +543,5 @@ void api_limits_init(struct api_limits *lim, const char *model, uint32_t vocab,
     lim->max_logprobs = 5;
     lim->max_stop = 4;
     lim->max_prompts = 256;
+    lim->max_bias_total = 1u << 20;
 }

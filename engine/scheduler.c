@@ -112,7 +112,7 @@ struct choice {
     void *detok;
     struct eng_strbuf text; /* all decoded text (truncated at a stop string) */
     size_t sent;            /* bytes of text already in DELTA events */
-    size_t scan_from;       /* no stop string starts before this offset */
+    size_t searched;        /* text length already searched: no stop string ends within */
     int32_t n_gen;
     size_t min_mark; /* text length before the min_tokens-th token: stops ending here are ignored */
     struct eng_token_info *pend; /* tokens not yet in a DELTA */
@@ -468,22 +468,22 @@ static size_t stop_holdback(const struct eng_request *req, const struct choice *
 }
 
 /* Earliest stop string starting at or after sent and ending after min_mark:
- * its offset, or -1. When there is none, later searches skip what cannot
- * start one any more. */
+ * its offset, or -1. When there is none, later searches look, for each stop
+ * string, only where it could end in text added since, so a token costs its
+ * new text and not the whole text again. */
 static int64_t stop_find(const struct eng_request *req, struct choice *c)
 {
     int64_t best = -1;
     if (!c->text.p)
         return -1;
-    size_t longest = 0;
     for (int32_t i = 0; i < req->n_stop; i++) {
         size_t sl = strlen(req->stop[i]);
-        if (sl > longest)
-            longest = sl;
-        size_t from = c->sent > c->scan_from ? c->sent : c->scan_from;
+        size_t from = c->sent;
+        if (c->searched >= sl && c->searched - sl + 1 > from)
+            from = c->searched - sl + 1;
         if (c->min_mark >= sl && c->min_mark - sl + 1 > from)
             from = c->min_mark - sl + 1;
-        if (from >= c->text.len)
+        if (from >= c->text.len || c->text.len - from < sl)
             continue;
         const char *hay = c->text.p + from;
         const char *hit = memmem(hay, c->text.len - from, req->stop[i], sl);
@@ -493,8 +493,8 @@ static int64_t stop_find(const struct eng_request *req, struct choice *c)
                 best = at;
         }
     }
-    if (best < 0 && c->text.len >= longest)
-        c->scan_from = c->text.len - longest + 1;
+    if (best < 0)
+        c->searched = c->text.len;
     return best;
 }
 

@@ -702,6 +702,10 @@ void srv_cmpl_handle(struct srv_req *r)
     struct api_limits lim;
     api_limits_init(&lim, s->opt.model_name, (uint32_t)s->info.vocab,
                     (uint32_t)s->info.max_model_len);
+    /* Every prompt takes a place in the engine's admission queue: more than
+     * it holds could never be admitted together (a 429 would lie). */
+    if (lim.max_prompts > (uint32_t)s->max_queue)
+        lim.max_prompts = (uint32_t)s->max_queue;
     st = api_completion_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &c->arena, &c->req,
                               &fault, &err);
     if (st != INF_OK) {

@@ -243,6 +243,7 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
     if (st != INF_OK)
         goto fail_engine;
     eng_engine_info(s->eng, &s->info);
+    s->max_queue = ecfg->max_queue > 0 ? ecfg->max_queue : 256; /* the engine's default */
     inf_log(INFO, "engine: backend %s, vocab %d, context %d, KV capacity %lld tokens",
             s->info.backend_name ? s->info.backend_name : "?", (int)s->info.vocab,
             (int)s->info.max_model_len, (long long)s->info.kv_capacity_tokens);

@@ -97,6 +97,7 @@ struct srv_server {
     struct srv_options opt;
     eng_engine_t *eng;
     struct eng_info info;
+    int32_t max_queue; /* the engine's admission bound: most prompts one request may hold */
     struct MHD_Daemon *mhd;
     int listen_fd;
     uint16_t port;

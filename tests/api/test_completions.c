@@ -189,6 +189,12 @@ static const struct bad bad_cases[] = {
     {"{\"prompt\":\"a\",\"stop\":\"\"}", 400, "stop", NULL, "'stop' strings must not be empty"},
     {"{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}", 400, "stop", NULL,
      "'stop' strings must not be empty"},
+    /* The engine takes stop strings as C strings: one with a NUL inside
+     * would silently stop at its first part. */
+    {"{\"prompt\":\"a\",\"stop\":[\"x\",\"ab\\u0000cd\"]}", 400, "stop", NULL,
+     "'stop' strings must not contain the character U+0000, found at index 1"},
+    {"{\"prompt\":\"a\",\"stop\":\"\\u0000\"}", 400, "stop", NULL,
+     "'stop' strings must not contain the character U+0000, found at index 0"},
     {"{\"prompt\":\"a\",\"stop\":[\"x\",3]}", 400, "stop", NULL,
      "'stop' must hold only strings, got 3 at index 1"},
     {"{\"prompt\":\"a\",\"stop\":7}", 400, "stop", NULL,
@@ -273,6 +279,50 @@ START_TEST(long_model_name)
 END_TEST
 
 /* ---- accepted requests ------------------------------------------------------------ */
+/* logit_bias is copied into every choice's sampler: its size times the
+ * choices (prompts x n) is bounded, so a body of a few MiB cannot make the
+ * engine hold gigabytes of copies. */
+static char *bias_body(int n_prompts, int n, int n_bias)
+{
+    size_t cap = 64 + (size_t)n_prompts * 8 + (size_t)n_bias * 16;
+    char *b = malloc(cap);
+    size_t len = (size_t)snprintf(b, cap, "{\"prompt\":[");
+    for (int i = 0; i < n_prompts; i++)
+        len += (size_t)snprintf(b + len, cap - len, "%s\"p\"", i ? "," : "");
+    len += (size_t)snprintf(b + len, cap - len, "],\"n\":%d,\"logit_bias\":{", n);
+    for (int i = 0; i < n_bias; i++)
+        len += (size_t)snprintf(b + len, cap - len, "%s\"%d\":-1", i ? "," : "", i);
+    snprintf(b + len, cap - len, "}}");
+    return b;
+}
+
+START_TEST(logit_bias_times_choices_bounded)
+{
+    struct api_completion_req r;
+    struct api_fault f;
+    struct inf_err e;
+    ck_assert_uint_eq(lim.max_bias_total, 1u << 20);
+    /* The whole vocabulary (32000) for 16 choices is 512000: accepted... */
+    char *b = bias_body(1, 16, 32000);
+    ck_assert_int_eq(parse(b, &r, &f, &e), INF_OK);
+    ck_assert_uint_eq(r.n_bias, 32000);
+    free(b);
+    /* ...but 33 prompts of 2 choices each with the whole vocabulary is over. */
+    b = bias_body(33, 2, 32000);
+    ck_assert_int_eq(parse(b, &r, &f, &e), INF_E_INVALID);
+    ck_assert_str_eq(f.param, "logit_bias");
+    ck_assert_str_eq(e.msg, "'logit_bias' holds 32000 entries for 66 choices (33 prompts x n=2); "
+                            "entries times choices may be at most 1048576");
+    free(b);
+    b = bias_body(32, 2, 16384);
+    ck_assert_int_eq(parse(b, &r, &f, &e), INF_OK);
+    free(b);
+    b = bias_body(32, 2, 16385);
+    ck_assert_int_eq(parse(b, &r, &f, &e), INF_E_INVALID);
+    free(b);
+}
+END_TEST
+
 START_TEST(defaults)
 {
     struct api_completion_req r;
@@ -862,6 +912,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_input_body);
     tcase_add_test(tc, long_model_name);
     tcase_add_test(tc, defaults);
+    tcase_add_test(tc, logit_bias_times_choices_bounded);
     tcase_add_test(tc, full_request);
     tcase_add_test(tc, prompt_shapes);
     tcase_add_test(tc, edge_values);

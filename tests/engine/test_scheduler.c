@@ -133,8 +133,17 @@ struct harness {
     eng_sched_t *s;
 };
 
+static void h_open_detok(struct harness *h, int32_t max_batch, int32_t budget, int32_t max_len,
+                         int32_t kv_blocks, const struct eng_detok_ops *detok);
+
 static void h_open(struct harness *h, int32_t max_batch, int32_t budget, int32_t max_len,
                    int32_t kv_blocks)
+{
+    h_open_detok(h, max_batch, budget, max_len, kv_blocks, &eng_mock_detok);
+}
+
+static void h_open_detok(struct harness *h, int32_t max_batch, int32_t budget, int32_t max_len,
+                         int32_t kv_blocks, const struct eng_detok_ops *detok)
 {
     outs_reset();
     struct eng_mock_config mc = {.vocab = VOCAB, .max_len = max_len};
@@ -147,7 +156,7 @@ static void h_open(struct harness *h, int32_t max_batch, int32_t budget, int32_t
         .kv_blocks = kv_blocks,
         .seed = 7,
     };
-    inf_status_t st = eng_sched_create(&sc, &h->lm, &eng_mock_detok, collect, NULL, &h->s, &err);
+    inf_status_t st = eng_sched_create(&sc, &h->lm, detok, collect, NULL, &h->s, &err);
     ck_assert_msg(st == INF_OK, "%s", err.msg);
 }
 
@@ -820,6 +829,75 @@ START_TEST(stop_prefix_held_then_released)
 }
 END_TEST
 
+/* A detokenizer whose every token is WIDE bytes of 'a': long texts from few
+ * tokens. */
+#define WIDE 4096
+static void *wide_open(void *self, const int32_t *prompt, int32_t n_prompt)
+{
+    (void)self;
+    (void)prompt;
+    (void)n_prompt;
+    return malloc(1);
+}
+static inf_status_t wide_push(void *st, int32_t tok, struct eng_strbuf *out)
+{
+    static char a[WIDE];
+    (void)st;
+    (void)tok;
+    memset(a, 'a', sizeof a);
+    return eng_strbuf_append(out, a, sizeof a);
+}
+static inf_status_t wide_flush(void *st, struct eng_strbuf *out)
+{
+    (void)st;
+    (void)out;
+    return INF_OK;
+}
+static const struct eng_detok_ops wide_detok = {NULL, wide_open, wide_push, wide_flush, free};
+
+/* Seconds to generate n tokens of WIDE bytes each, not streamed, with the
+ * stop strings given (none of which occurs). */
+static double wide_run(int32_t n, const char *stop0, const char *stop1)
+{
+    struct harness h;
+    h_open_detok(&h, 4, 256, 2048, 128, &wide_detok);
+    int32_t p[4] = {ENG_MOCK_BYTE0 + 'x', ENG_MOCK_BYTE0 + 'y', ENG_MOCK_BYTE0 + 'z',
+                    ENG_MOCK_BYTE0 + 'w'};
+    struct eng_request *r = mkreq(1, p, 4, n);
+    r->sampling.ignore_eos = true;
+    r->stop[r->n_stop++] = strdup(stop0);
+    if (stop1)
+        r->stop[r->n_stop++] = strdup(stop1);
+    add(&h, r);
+    double t0 = (double)inf_now_ns() / 1e9;
+    h_run(&h, n + 10);
+    double t = (double)inf_now_ns() / 1e9 - t0;
+    ck_assert_int_eq(outs[1].ch[0].n_toks, n);
+    ck_assert_int_eq(outs[1].ch[0].fin, ENG_FINISH_LENGTH);
+    ck_assert_uint_eq(outs[1].ch[0].text.len, (size_t)n * WIDE);
+    h_close(&h);
+    return t;
+}
+
+/* Looking for stop strings costs each token only its new text: a long stop
+ * string beside a short one must not make every token search the whole
+ * text again (quadratic in the output, on the engine thread that every
+ * request shares). */
+START_TEST(stop_search_is_incremental)
+{
+    enum { N = 2000 };
+    size_t long_len = (size_t)N * WIDE + 1; /* longer than the whole text */
+    char *longstop = malloc(long_len + 1);
+    memset(longstop, 'b', long_len);
+    longstop[long_len] = '\0';
+    double short_only = wide_run(N, "zz", NULL);
+    double both = wide_run(N, "zz", longstop);
+    free(longstop);
+    ck_assert_msg(both < 3 * short_only + 0.4, "with a long stop string %.3f s, without %.3f s",
+                  both, short_only);
+}
+END_TEST
+
 START_TEST(min_tokens_masks_eos_and_stops)
 {
     /* a prompt whose greedy output ends with EOS early */
@@ -1264,6 +1342,7 @@ static Suite *suite(void)
     tcase_add_test(tc, stop_prefix_held_then_released);
     tcase_add_test(tc, stop_string_multibyte);
     tcase_add_test(tc, min_tokens_masks_eos_and_stops);
+    tcase_add_test(tc, stop_search_is_incremental);
     tcase_add_test(tc, max_tokens_and_context_limit);
     suite_add_tcase(s, tc);
     tc = tcase_create("cancel");

@@ -429,6 +429,36 @@ START_TEST(test_queue_full)
 }
 END_TEST
 
+/* A request with more prompts than the admission queue holds can never be
+ * admitted: it is a bad request (400 naming 'prompt'), not a 429 that asks
+ * the client to retry what can never succeed. One that fits is served. */
+START_TEST(test_prompts_over_queue)
+{
+    /* One sequence runs at a time, so the prompts of one request wait
+     * together: four of them never fit a queue of two. */
+    setenv("INT4SERVE_MIN_STEP_US", "2000", 1);
+    const char *more[] = {"--max-batch", "1", "--set", "limits.max_queue=2", NULL};
+    start_with(more);
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/v1/completions",
+                      "{\"prompt\":[[1,5],[1,6],[1,7],[1,8]],\"max_tokens\":2}", &r));
+    check_error(&r, 400, "invalid_request_error", "prompt");
+    json_t *j = it_json(&r);
+    const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    ck_assert_msg(strstr(msg, "at most 2 prompts") != NULL, "message: %s", msg);
+    json_decref(j);
+    it_resp_free(&r);
+    ck_assert(it_post(&srv, "/v1/completions",
+                      "{\"prompt\":[[1,5],[1,6]],\"max_tokens\":2,\"ignore_eos\":true}", &r));
+    ck_assert_int_eq(r.status, 200);
+    j = it_json(&r);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "choices")), 2);
+    json_decref(j);
+    it_resp_free(&r);
+    stop_clean();
+}
+END_TEST
+
 /* systemd readiness: READY=1 once serving, STOPPING=1 on SIGTERM, as
  * datagrams to the socket NOTIFY_SOCKET names. */
 START_TEST(test_sd_notify)
@@ -551,6 +581,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_content_length);
     tcase_add_test(tc, test_queue_full);
+    tcase_add_test(tc, test_prompts_over_queue);
     tcase_add_test(tc, test_connection_limits);
     tcase_add_test(tc, test_header_memory);
     suite_add_tcase(s, tc);
