@@ -427,7 +427,11 @@ static void req_error(eng_sched_t *s, struct sreq *r, inf_status_t code, const c
 }
 
 /* End choice ci with fin: final DELTA with everything not yet sent; DONE and
- * the request freed after the last choice. Returns true when r was freed. */
+ * the request freed after the last choice. Returns true when r was freed.
+ * When the DELTA cannot be built (out of memory) r is only marked failed and
+ * true is not returned: the caller may be in the middle of a step whose list
+ * still holds r's other sequences, so r is ended by the step's end (or by
+ * eng_sched_cancel, outside a step). */
 static bool choice_end(eng_sched_t *s, struct sreq *r, int32_t ci, enum eng_finish fin)
 {
     struct choice *c = &r->ch[ci];
@@ -438,8 +442,8 @@ static bool choice_end(eng_sched_t *s, struct sreq *r, int32_t ci, enum eng_fini
     c->ended = true;
     c->finish = fin;
     if (emit_delta(s, r, ci, c->text.len, fin) != INF_OK) {
-        req_error(s, r, INF_E_NOMEM, "out of memory");
-        return true;
+        r->failed = INF_E_NOMEM;
+        return false;
     }
     if (--r->n_open == 0) {
         emit_done(s, r);
@@ -1196,6 +1200,8 @@ void eng_sched_cancel(eng_sched_t *s, uint64_t id)
     for (int32_t i = 0; i < n; i++)
         if (choice_end(s, r, i, ENG_FINISH_ABORT))
             return;
+    /* Not freed: a final DELTA could not be built. Outside a step, end it now. */
+    req_error(s, r, r->failed != INF_OK ? r->failed : INF_E_INTERNAL, "out of memory");
 }
 
 void eng_sched_abort_all(eng_sched_t *s)

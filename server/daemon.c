@@ -202,6 +202,9 @@ static void on_signal(uv_signal_t *h, int signum)
         abort_now(s, "drain timeout 0");
         return;
     }
+    /* The loop's clock was read before this iteration's callbacks ran; after
+     * a long batch of events it is stale and the timer would fire early. */
+    uv_update_time(h->loop);
     uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)(s->opt.drain_timeout_s * 1000.0),
                    0);
     srv_daemon_check_drained(s);
