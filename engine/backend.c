@@ -226,6 +226,39 @@ inf_status_t eng_op_attn_prefill(struct eng_backend *be, const struct eng_attn_p
     return be->iface->attn_prefill(be, p, err);
 }
 
+inf_status_t eng_attn_tables_check(const struct eng_attn_params *p, const int32_t *pos,
+                                   int64_t rows, const int32_t *seqs, const int32_t *bt,
+                                   bool single_token, int32_t *n_tok, int32_t *max_ctx,
+                                   struct inf_err *err)
+{
+    int32_t tok = 0, ctx = 0;
+    for (int32_t s = 0; s < p->n_seqs; s++) {
+        int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
+        if (t0 < 0 || nt <= 0 || t0 + (int64_t)nt > rows || slot < 0 || slot >= p->n_slots ||
+            (single_token && nt != 1))
+            return inf_err_set(err, INF_E_INVALID, "attention: bad sequence %d", s);
+        for (int32_t t = t0; t < t0 + nt; t++)
+            if (pos[t] < 0 || pos[t] >= p->max_blocks * ENG_KV_BLOCK ||
+                (t > t0 && pos[t] != pos[t - 1] + 1))
+                return inf_err_set(err, INF_E_INVALID, "attention: bad position %d", pos[t]);
+        int32_t last = pos[t0 + nt - 1];
+        for (int32_t b = 0; b <= last / ENG_KV_BLOCK; b++) {
+            int32_t blk = bt[(int64_t)slot * p->max_blocks + b];
+            if (blk < 0 || blk >= p->n_blocks)
+                return inf_err_set(err, INF_E_INVALID,
+                                   "attention: slot %d has no block for position %d", slot,
+                                   b * ENG_KV_BLOCK);
+        }
+        tok += nt;
+        ctx = last + 1 > ctx ? last + 1 : ctx;
+    }
+    if (n_tok)
+        *n_tok = tok;
+    if (max_ctx)
+        *max_ctx = ctx;
+    return INF_OK;
+}
+
 inf_status_t eng_op_attn_decode(struct eng_backend *be, const struct eng_attn_params *p,
                                 struct inf_err *err)
 {

@@ -305,6 +305,19 @@ inf_status_t eng_op_silu_mul(struct eng_backend *be, struct eng_mat gate, struct
                              struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
 inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
                                 struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+/* For backends: validate the tables of an attention call (they are caller
+ * data) from host copies: pos [rows], seqs [p->n_seqs][3], block_table
+ * [p->n_slots][p->max_blocks]. Each sequence's tokens lie inside the batch,
+ * its slot exists, its positions are consecutive and inside the table, and
+ * every block up to its last position is a pool block; single_token also
+ * requires one token per sequence. On INF_OK *n_tok is the number of tokens
+ * and *max_ctx the longest context (either may be NULL).
+ * Errors: INF_E_INVALID naming the sequence, position or slot. */
+inf_status_t eng_attn_tables_check(const struct eng_attn_params *p, const int32_t *pos,
+                                   int64_t rows, const int32_t *seqs, const int32_t *block_table,
+                                   bool single_token, int32_t *n_tok, int32_t *max_ctx,
+                                   struct inf_err *err);
+
 /* INF_E_UNSUPPORTED when the backend has no all_reduce (single device). */
 inf_status_t eng_op_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
                                struct inf_err *err);

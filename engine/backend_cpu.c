@@ -465,31 +465,8 @@ struct attn_job {
 static inf_status_t attn_tables(const struct eng_attn_params *p, int32_t *n_tok, int32_t *max_ctx,
                                 struct inf_err *err)
 {
-    const int32_t *seqs = p->seqs->ptr, *pos = p->pos->ptr, *bt = p->block_table->ptr;
-    int64_t rows = (int64_t)(p->pos->size / 4);
-    *n_tok = 0;
-    *max_ctx = 0;
-    for (int32_t s = 0; s < p->n_seqs; s++) {
-        int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
-        if (t0 < 0 || nt <= 0 || t0 + (int64_t)nt > rows || slot < 0 || slot >= p->n_slots)
-            return inf_err_set(err, INF_E_INVALID, "attention: bad sequence %d", s);
-        for (int32_t t = t0; t < t0 + nt; t++) {
-            if (pos[t] < 0 || pos[t] >= p->max_blocks * ENG_KV_BLOCK ||
-                (t > t0 && pos[t] != pos[t - 1] + 1))
-                return inf_err_set(err, INF_E_INVALID, "attention: bad position %d", pos[t]);
-        }
-        int32_t last = pos[t0 + nt - 1];
-        for (int32_t b = 0; b <= last / ENG_KV_BLOCK; b++) {
-            int32_t blk = bt[(int64_t)slot * p->max_blocks + b];
-            if (blk < 0 || blk >= p->n_blocks)
-                return inf_err_set(err, INF_E_INVALID,
-                                   "attention: slot %d has no block for position %d", slot,
-                                   b * ENG_KV_BLOCK);
-        }
-        *n_tok += nt;
-        *max_ctx = last + 1 > *max_ctx ? last + 1 : *max_ctx;
-    }
-    return INF_OK;
+    return eng_attn_tables_check(p, p->pos->ptr, (int64_t)(p->pos->size / 4), p->seqs->ptr,
+                                 p->block_table->ptr, false, n_tok, max_ctx, err);
 }
 
 static void kv_write_task(void *ctx, int32_t s)

@@ -781,30 +781,15 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                            "attention: head_dim %d (the CUDA kernels take multiples of 8 up to "
                            "256)",
                            hd);
-    /* Validate the tables as the CPU backend does. */
-    const int64_t rows = (int64_t)(p->pos->size / 4);
+    /* Validate the tables from their host copies, as every backend does. */
     int32_t n_tok = 0;
+    inf_status_t st = eng_attn_tables_check(p, pos, (int64_t)(p->pos->size / 4), seqs, bt,
+                                            fixed != 0, &n_tok, NULL, err);
+    if (st != INF_OK)
+        return st;
     int64_t n_chunks = 0;
-    for (int32_t s = 0; s < p->n_seqs; s++) {
-        int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
-        if (t0 < 0 || nt <= 0 || t0 + (int64_t)nt > rows || slot < 0 || slot >= p->n_slots ||
-            (fixed && nt != 1))
-            return inf_err_set(err, INF_E_INVALID, "attention: bad sequence %d", s);
-        for (int32_t t = t0; t < t0 + nt; t++)
-            if (pos[t] < 0 || pos[t] >= p->max_blocks * ENG_KV_BLOCK ||
-                (t > t0 && pos[t] != pos[t - 1] + 1))
-                return inf_err_set(err, INF_E_INVALID, "attention: bad position %d", pos[t]);
-        int32_t last = pos[t0 + nt - 1];
-        for (int32_t b = 0; b <= last / ENG_KV_BLOCK; b++) {
-            int32_t blk = bt[(int64_t)slot * p->max_blocks + b];
-            if (blk < 0 || blk >= p->n_blocks)
-                return inf_err_set(err, INF_E_INVALID,
-                                   "attention: slot %d has no block for position %d", slot,
-                                   b * ENG_KV_BLOCK);
-        }
-        n_tok += nt;
-        n_chunks += (int64_t)p->n_kv_heads * (((int64_t)nt * G + R - 1) / R);
-    }
+    for (int32_t s = 0; s < p->n_seqs; s++)
+        n_chunks += (int64_t)p->n_kv_heads * (((int64_t)seqs[3 * s + 1] * G + R - 1) / R);
     if (fixed) {
         /* the bucket's shape, whatever the sequences */
         n_tok = fixed;
@@ -919,7 +904,7 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                            "attention work list of %zu bytes exceeds the workspace's %zu",
                            list_bytes, c->list_bytes);
     if (lc->bytes != list_bytes || memcmp(lc->host, c->h_list, list_bytes) != 0) {
-        inf_status_t st = stage_upload(c, lc->dev, c->h_list, list_bytes, err);
+        st = stage_upload(c, lc->dev, c->h_list, list_bytes, err);
         if (st != INF_OK)
             return st;
         memcpy(lc->host, c->h_list, list_bytes);
