@@ -5,9 +5,18 @@
  *
  *   int4serve-bench-serve --url http://127.0.0.1:8000 -n 256 -c 32 -p 128 -o 128
  *
- * Times are taken on arrival of each server-sent event: TTFT from sending to
- * the first event carrying text, ITL between two such events of one request
- * divided by the tokens between them (1 per event in the usual case). */
+ * Times are taken on arrival of each server-sent event. The server sends an
+ * event for a token only when the token adds text (a token without text, or
+ * the first bytes of a UTF-8 character, rides with the next event), and a
+ * stream without logprobs does not say how many tokens an event covers, so:
+ *   TTFT  from sending to the first event carrying text;
+ *   ITL   per text event: the gap between two consecutive events of one
+ *         request carrying text (one token each when every token has text);
+ *   TPOT  per request: (last event - first text event) / (completion_tokens
+ *         - 1), completion_tokens from the usage; a per-token time whatever
+ *         the tokenizer (exact when the first token has text).
+ * The report prints these definitions and the ratio of text events to output
+ * tokens: near 1, ITL is per token. */
 #include <curl/curl.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -73,15 +82,16 @@ struct slot {
     char *body;
     char *buf; /* unparsed bytes of the stream */
     size_t len, cap;
-    double t_send, t_last;
+    double t_send, t_first, t_last_text;
+    double t_last; /* the last event with a choice (text or finish) */
     bool got_first, got_done;
     long completion_tokens;
-    int tokens_since; /* tokens since the last timed event */
+    long text_events;
     bool failed;
 };
 
-static struct dvec ttft, itl;
-static long total_tokens;
+static struct dvec ttft, itl, tpot;
+static long total_tokens, total_text_events;
 
 static void on_event(struct slot *s, const char *data, size_t len)
 {
@@ -106,20 +116,21 @@ static void on_event(struct slot *s, const char *data, size_t len)
     }
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
     const char *text = json_string_value(json_object_get(ch, "text"));
-    if (text && *text) {
+    if (ch) {
         double t = now_s();
-        if (!s->got_first) {
-            dvec_push(&ttft, t - s->t_send);
-            s->got_first = true;
-        } else {
-            int k = s->tokens_since > 0 ? s->tokens_since : 1;
-            for (int i = 0; i < k; i++)
-                dvec_push(&itl, (t - s->t_last) / k);
+        if (text && *text) {
+            if (!s->got_first) {
+                dvec_push(&ttft, t - s->t_send);
+                s->t_first = t;
+                s->got_first = true;
+            } else {
+                dvec_push(&itl, t - s->t_last_text);
+            }
+            s->t_last_text = t;
+            s->text_events++;
         }
         s->t_last = t;
-        s->tokens_since = 0;
     }
-    s->tokens_since++;
     json_decref(j);
 }
 
@@ -320,6 +331,9 @@ int main(int argc, char **argv)
                             code);
             } else {
                 total_tokens += s->completion_tokens;
+                total_text_events += s->text_events;
+                if (o.stream && s->got_first && s->completion_tokens > 1)
+                    dvec_push(&tpot, (s->t_last - s->t_first) / (double)(s->completion_tokens - 1));
             }
             curl_multi_remove_handle(m, s->h);
             curl_easy_cleanup(s->h);
@@ -336,8 +350,18 @@ int main(int argc, char **argv)
     printf("duration %.3f s  requests/s %.2f  output tokens %ld  output tokens/s %.1f\n", wall,
            (double)(o.n - errors) / wall, total_tokens, (double)total_tokens / wall);
     if (o.stream) {
-        printf("TTFT ms  p50 %.2f  p99 %.2f\n", pct(&ttft, 0.50) * 1e3, pct(&ttft, 0.99) * 1e3);
-        printf("ITL  ms  p50 %.3f  p99 %.3f\n", pct(&itl, 0.50) * 1e3, pct(&itl, 0.99) * 1e3);
+        printf("TTFT ms  p50 %.2f  p99 %.2f   (sent -> first event carrying text)\n",
+               pct(&ttft, 0.50) * 1e3, pct(&ttft, 0.99) * 1e3);
+        printf("ITL  ms  p50 %.3f  p99 %.3f   (per text event: gap between consecutive events "
+               "carrying text)\n",
+               pct(&itl, 0.50) * 1e3, pct(&itl, 0.99) * 1e3);
+        printf("TPOT ms  p50 %.3f  p99 %.3f   (per request: (last event - first text event) / "
+               "(completion_tokens - 1))\n",
+               pct(&tpot, 0.50) * 1e3, pct(&tpot, 0.99) * 1e3);
+        printf("text events per output token %.3f   (%ld / %ld; below 1, tokens without text "
+               "share events and ITL spans several tokens)\n",
+               total_tokens ? (double)total_text_events / (double)total_tokens : 0.0,
+               total_text_events, total_tokens);
     }
     printf("errors %d\n", errors);
     for (int i = 0; i < o.c; i++) {
@@ -347,6 +371,7 @@ int main(int argc, char **argv)
     free(slots);
     free(ttft.v);
     free(itl.v);
+    free(tpot.v);
     curl_slist_free_all(hl);
     curl_multi_cleanup(m);
     curl_global_cleanup();

@@ -21,6 +21,37 @@
 
 const char *it_backend = "mock";
 
+const char *it_env_backend(void)
+{
+    const char *b = getenv("INT4SERVE_IT_BACKEND");
+    return b && *b ? b : NULL;
+}
+
+bool it_model(unsigned seed, char *dir, size_t cap, bool *owned)
+{
+    const char *bdir = getenv("INT4SERVE_BUILD_DIR");
+    const char *want = getenv("INT4SERVE_IT_MODEL");
+    const char *preset = getenv("INT4SERVE_IT_PRESET");
+    *owned = !(want && *want);
+    if (*owned)
+        snprintf(dir, cap, "/tmp/int4serve-it-model-%d", (int)getpid());
+    else
+        snprintf(dir, cap, "%s", want);
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    if (!*owned && access(cfg, R_OK) == 0)
+        return true;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s/tools/mkmodel/int4serve-mkmodel' --out '%s' --preset '%s' --seed %u >/dev/null",
+             bdir ? bdir : ".", dir, preset && *preset ? preset : "tiny", seed);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot make the model: %s\n", cmd);
+        return false;
+    }
+    return true;
+}
+
 double it_now(void)
 {
     struct timespec ts;
@@ -114,12 +145,15 @@ static bool spawn(struct it_server *s, const char *const *extra)
 
 bool it_start(struct it_server *s, const char *const *extra)
 {
+    /* A large checkpoint on a GPU takes longer than 30 s to load. */
+    const char *ws = getenv("INT4SERVE_IT_START_S");
+    double wait_s = ws && atof(ws) > 0 ? atof(ws) : 30.0;
     for (int attempt = 0; attempt < 3; attempt++) {
         memset(s, 0, sizeof *s);
         if (!spawn(s, extra))
             return false;
         double t0 = it_now();
-        while (it_now() - t0 < 30.0) {
+        while (it_now() - t0 < wait_s) {
             int st;
             if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
                 s->pid = 0;

@@ -17,8 +17,21 @@ struct it_server {
 /* The --backend it_start passes ("mock" unless a test sets it). */
 extern const char *it_backend;
 
+/* The backend named by $INT4SERVE_IT_BACKEND ("cuda", "cpu"), or NULL when
+ * it is unset or empty. Suites whose checks hold for any model (test_cpu)
+ * run on it; suites that need the mock (its reference logits, its byte
+ * tokenizer's exact text, INT4SERVE_MOCK_FAIL_STEP) ignore it. */
+const char *it_env_backend(void);
+/* A checkpoint for a real backend, its folder written into dir:
+ * $INT4SERVE_IT_MODEL when set (made there by int4serve-mkmodel --preset
+ * ${INT4SERVE_IT_PRESET:-tiny} --seed seed when it holds no config.json, and
+ * kept), else a fresh tiny one under /tmp that the caller removes (*owned is
+ * then true). Returns false (after printing the command) when mkmodel fails. */
+bool it_model(unsigned seed, char *dir, size_t cap, bool *owned);
+
 /* Start int4serve with it_backend and the extra arguments (NULL
- * terminated, may be NULL), wait until /health/ready answers 200.
+ * terminated, may be NULL), wait until /health/ready answers 200 (at most
+ * $INT4SERVE_IT_START_S seconds, default 30).
  * Returns false (after printing the server's log) when it did not come up. */
 bool it_start(struct it_server *s, const char *const *extra);
 /* Send sig (0 = SIGTERM) and wait up to timeout_s for the exit; returns the

@@ -1,7 +1,10 @@
 /* test_faults.c — clients that go away, KV cache exhaustion, an engine that
  * fails mid-request (the mock's INT4SERVE_MOCK_FAIL_STEP), and shutdown:
  * SIGTERM under load (drain), drain_timeout 0, a drain that times out, and
- * a second signal. */
+ * a second signal. Always the mock backend, whatever $INT4SERVE_IT_BACKEND
+ * says: the engine failure needs INT4SERVE_MOCK_FAIL_STEP, and the KV and
+ * drain tests time their loads against the mock's step (INT4SERVE_MIN_STEP_US
+ * on a step that costs nothing otherwise). */
 #include "harness.h"
 
 #include <arpa/inet.h>

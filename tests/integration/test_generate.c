@@ -1,7 +1,11 @@
 /* test_generate.c — generation through the daemon (mock backend): the
  * single-token path, streaming against non-streamed output, 128 concurrent
  * greedy requests against the same requests alone, n choices and seeds, stop
- * strings spanning tokens, logprobs, echo (with the prompt's logprobs). */
+ * strings spanning tokens, logprobs, echo (with the prompt's logprobs).
+ * Always the mock backend, whatever $INT4SERVE_IT_BACKEND says: it checks
+ * exact text of the mock's byte tokenizer and the mock's reference logits
+ * (eng_mock_logits). test_cpu runs the model-independent checks on a real
+ * backend. */
 #include "engine/mock.h"
 #include "harness.h"
 

@@ -1,6 +1,8 @@
 /* test_http.c — the daemon's HTTP surface: routes, methods, auth, request
  * ids, body limits, the bad-input matrix (answered while a stream runs on
- * unharmed) and the admission queue's 429. */
+ * unharmed) and the admission queue's 429. Always the mock backend, whatever
+ * $INT4SERVE_IT_BACKEND says: the bad-input matrix counts on the mock's
+ * 512-token vocabulary and max_model_len, and the queue tests on its pacing. */
 #include "api/api.h"
 #include "harness.h"
 
