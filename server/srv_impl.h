@@ -101,9 +101,11 @@ struct srv_server {
     struct MHD_Daemon *mhd;
     int listen_fd;
     uint16_t port;
-    uv_poll_t mhd_poll;   /* MHD's epoll fd */
-    uv_timer_t mhd_timer; /* MHD_get_timeout */
-    uv_async_t async;     /* engine outbox went non-empty */
+    uv_poll_t mhd_poll;                  /* MHD's epoll fd */
+    uv_timer_t mhd_timer;                /* MHD_get_timeout */
+    uv_async_t async;                    /* engine outbox went non-empty */
+    uv_idle_t events_idle;               /* started while events wait in the pending list */
+    struct eng_event *ev_head, *ev_tail; /* taken from the outbox, not yet dispatched */
     uv_signal_t sig_term, sig_int;
     uv_timer_t drain_timer;
     uv_timer_t sweep_timer; /* watches suspended connections for a closed client */
