@@ -150,6 +150,9 @@ void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t
 void srv_req_suspend(struct srv_req *r);
 /* Resume r's connection if suspended (outside MHD callbacks) and kick. */
 void srv_req_resume(struct srv_req *r);
+/* Close r's connection (outside MHD callbacks): shut its socket down and
+ * resume it, so libmicrohttpd sees the error and ends the request. */
+void srv_req_close(struct srv_req *r);
 /* The engine-id registry: add, remove (no-op when absent), find. */
 void srv_sub_register(struct srv_server *s, struct srv_sub *sub);
 void srv_sub_unregister(struct srv_server *s, struct srv_sub *sub);
