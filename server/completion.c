@@ -27,6 +27,10 @@
 #include <time.h>
 
 #define STREAM_BLOCK 16384
+/* The most stream bytes kept for a client that does not read them (past what
+ * the echo put there at the start); past it the request is cancelled and the
+ * connection closed (docs/API.md, "Slow clients"). */
+#define STREAM_BUFFER_MAX ((size_t)4 << 20)
 
 struct srv_choice {
     struct srv_buf text; /* non-streamed: the whole generated text */
@@ -60,7 +64,9 @@ struct srv_cmpl {
     uint64_t submit_ns;
     struct srv_buf out; /* streamed bytes not yet handed to libmicrohttpd */
     size_t out_off;
+    size_t out_allow; /* unsent bytes allowed: STREAM_BUFFER_MAX plus the echo's */
     bool out_end;
+    bool dropped; /* the client was too slow: nothing more is queued */
 };
 
 static eng_tok_t *server_tok(struct srv_server *s)
@@ -223,13 +229,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct srv_req *r = cls;
     struct srv_cmpl *c = r->cmpl;
     (void)pos;
+    if (c->dropped)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
     size_t avail = c->out.len - c->out_off;
     if (avail) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, c->out.p + c->out_off, n);
         c->out_off += n;
-        if (c->out_off == c->out.len)
+        if (c->out_off == c->out.len) {
             c->out.len = c->out_off = 0;
+        } else if (c->out_off >= 4 * STREAM_BLOCK && c->out_off * 2 >= c->out.len) {
+            /* A client that reads, but behind: keep only what is unsent. */
+            memmove(c->out.p, c->out.p + c->out_off, c->out.len - c->out_off + 1);
+            c->out.len -= c->out_off;
+            c->out_off = 0;
+        }
         return (ssize_t)n;
     }
     if (c->out_end)
@@ -242,6 +256,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_put(struct srv_req *r, const char *s, size_t len)
 {
     struct srv_cmpl *c = r->cmpl;
+    if (c->dropped)
+        return;
     if (!srv_buf_put(&c->out, s, len))
         inf_log(ERROR, "req=%llu out of memory queueing stream data", (unsigned long long)r->id);
 }
@@ -298,6 +314,24 @@ void srv_cmpl_cancel(struct srv_req *r, const char *why)
     for (uint32_t i = 0; i < c->n_subs; i++)
         if (c->subs[i].submitted && !c->subs[i].done)
             eng_request_cancel(r->srv->eng, c->subs[i].id);
+}
+
+/* A streamed request whose client left more than out_allow bytes unread:
+ * cancel it in the engine and close the connection, rather than buffer
+ * without bound (as a proxy drops a client that stopped reading). */
+static void stream_check_backlog(struct srv_req *r)
+{
+    struct srv_cmpl *c = r->cmpl;
+    size_t unsent = c->out.len - c->out_off;
+    if (c->dropped || unsent <= c->out_allow)
+        return;
+    inf_log(WARN, "req=%llu client too slow: %zu bytes unread, over the limit of %zu: closing",
+            (unsigned long long)r->id, unsent, c->out_allow);
+    c->dropped = true;
+    srv_buf_free(&c->out);
+    c->out_off = 0;
+    srv_cmpl_cancel(r, "client too slow");
+    srv_req_close(r);
 }
 
 /* ---- the final answer ---------------------------------------------------------------------- */
@@ -457,6 +491,7 @@ static void prompt_logprobs(struct srv_sub *sub, const struct eng_event *ev)
         c->choices[idx].echo_sent = true;
     }
     inf_arena_reset(&c->scratch);
+    stream_check_backlog(r);
     srv_req_resume(r);
 }
 
@@ -475,7 +510,7 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
         struct srv_choice *ch = &c->choices[idx];
         if (ev->finish != ENG_FINISH_NONE)
             ch->finish = ev->finish;
-        if (c->over)
+        if (c->over || c->dropped)
             break;
         bool want_lp = c->req.logprobs >= 0 && ev->tokens && ev->n_tokens > 0;
         if (c->stream && c->req.echo && !ch->echo_sent) {
@@ -500,6 +535,7 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
                 stream_chunk(r, idx, ev->text, ev->text_len, want_lp ? &lp : NULL,
                              to_api_finish(ev->finish));
             inf_arena_reset(&c->scratch);
+            stream_check_backlog(r);
             srv_req_resume(r);
         } else {
             if (ev->text_len && !srv_buf_put(&ch->text, ev->text, ev->text_len))
@@ -523,7 +559,8 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
         break;
     }
     case ENG_EV_PROMPT:
-        if (c->over || !c->req.echo || c->req.logprobs < 0 || !ev->tokens || ev->n_tokens < 1)
+        if (c->over || c->dropped || !c->req.echo || c->req.logprobs < 0 || !ev->tokens ||
+            ev->n_tokens < 1)
             break;
         prompt_logprobs(sub, ev);
         break;
@@ -807,6 +844,7 @@ void srv_cmpl_handle(struct srv_req *r)
             c->choices[i].echo_sent = true;
         }
     inf_arena_reset(&c->scratch);
+    c->out_allow = STREAM_BUFFER_MAX + c->out.len;
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, r, NULL);
     if (resp) {

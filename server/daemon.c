@@ -77,13 +77,44 @@ static struct eng_event *next_event(struct eng_event *ev)
     return n ? (struct eng_event *)((char *)n - offsetof(struct eng_event, node)) : NULL;
 }
 
-static void dispatch_events(struct srv_server *s)
+/* Work one loop iteration may spend on the engine's events: at most this many
+ * events, and no more once this much time went by (checked every 16 events).
+ * The rest waits in the loop's pending list for the next iteration, so that
+ * timers, signals and other connections are served in between. */
+#define EVENTS_PER_ITERATION 256
+#define EVENTS_NS_PER_ITERATION (4ull * 1000000ull)
+
+/* Move what the outbox holds to the end of the loop's pending list. */
+static void take_events(struct srv_server *s)
 {
     if (!s->eng)
         return;
     struct eng_event *ev = eng_events_take(s->eng);
-    while (ev) {
-        struct eng_event *next = next_event(ev);
+    if (!ev)
+        return;
+    if (s->ev_tail)
+        s->ev_tail->node.next = &ev->node;
+    else
+        s->ev_head = ev;
+    for (struct eng_event *n = next_event(ev); n; n = next_event(n))
+        ev = n;
+    s->ev_tail = ev;
+}
+
+/* Dispatch pending events within one iteration's budget; true when some are
+ * left for the next iteration. */
+static bool dispatch_events(struct srv_server *s)
+{
+    take_events(s);
+    uint64_t t0 = inf_now_ns();
+    for (unsigned k = 0; s->ev_head; k++) {
+        if (k == EVENTS_PER_ITERATION ||
+            (k % 16 == 15 && inf_now_ns() - t0 > EVENTS_NS_PER_ITERATION))
+            return true;
+        struct eng_event *ev = s->ev_head;
+        s->ev_head = next_event(ev);
+        if (!s->ev_head)
+            s->ev_tail = NULL;
         struct srv_sub *sub = srv_sub_lookup(s, ev->req_id);
         if (sub)
             srv_cmpl_event(sub, ev);
@@ -91,14 +122,23 @@ static void dispatch_events(struct srv_server *s)
             inf_log(DEBUG, "event for unknown request %llu dropped",
                     (unsigned long long)ev->req_id);
         eng_event_destroy(ev);
-        ev = next;
     }
+    return false;
+}
+
+static void on_events_idle(uv_idle_t *idle)
+{
+    struct srv_server *s = idle->data;
+    if (!dispatch_events(s))
+        uv_idle_stop(idle);
+    srv_http_kick(s);
 }
 
 static void on_async(uv_async_t *a)
 {
     struct srv_server *s = a->data;
-    dispatch_events(s);
+    if (dispatch_events(s) && !uv_is_closing((uv_handle_t *)&s->events_idle))
+        uv_idle_start(&s->events_idle, on_events_idle);
     srv_http_kick(s);
 }
 
@@ -119,7 +159,15 @@ static void stop_everything(struct srv_server *s)
     inf_log(INFO, "stopping: %zu request(s) left", s->n_live);
     if (s->eng)
         eng_engine_abort_all(s->eng);
-    dispatch_events(s);
+    /* One last batch for the clients; what is left is dropped unread, as
+     * the requests it belongs to are freed below. */
+    if (dispatch_events(s))
+        inf_log(DEBUG, "stopping with engine events left undelivered");
+    for (struct eng_event *ev = s->ev_head, *next; ev; ev = next) {
+        next = next_event(ev);
+        eng_event_destroy(ev);
+    }
+    s->ev_head = s->ev_tail = NULL;
     srv_http_stop(s);
     eng_engine_destroy(s->eng);
     s->eng = NULL;
@@ -135,6 +183,7 @@ static void stop_everything(struct srv_server *s)
         srv_req_maybe_free(r);
     }
     uv_close((uv_handle_t *)&s->async, on_closed);
+    uv_close((uv_handle_t *)&s->events_idle, on_closed);
     uv_close((uv_handle_t *)&s->sig_term, on_closed);
     uv_close((uv_handle_t *)&s->sig_int, on_closed);
     uv_close((uv_handle_t *)&s->drain_timer, on_closed);
@@ -232,6 +281,8 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
 
     uv_async_init(&loop, &s->async, on_async);
     s->async.data = s;
+    uv_idle_init(&loop, &s->events_idle);
+    s->events_idle.data = s;
     uv_signal_init(&loop, &s->sig_term);
     s->sig_term.data = s;
     uv_signal_init(&loop, &s->sig_int);
@@ -240,7 +291,7 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
     s->drain_timer.data = s;
     uv_timer_init(&loop, &s->stop_timer);
     s->stop_timer.data = s;
-    s->n_handles = 5;
+    s->n_handles = 6;
 
     st = eng_engine_create(ecfg, on_engine_notify, s, &s->eng, err);
     if (st != INF_OK)
@@ -268,6 +319,7 @@ fail_http:
     s->eng = NULL;
 fail_engine:
     uv_close((uv_handle_t *)&s->async, on_closed);
+    uv_close((uv_handle_t *)&s->events_idle, on_closed);
     uv_close((uv_handle_t *)&s->sig_term, on_closed);
     uv_close((uv_handle_t *)&s->sig_int, on_closed);
     uv_close((uv_handle_t *)&s->drain_timer, on_closed);

@@ -166,6 +166,18 @@ void srv_req_resume(struct srv_req *r)
     srv_http_kick(r->srv);
 }
 
+void srv_req_close(struct srv_req *r)
+{
+    if (!r->conn)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        shutdown(ci->connect_fd, SHUT_RDWR);
+    srv_req_resume(r);
+    srv_http_kick(r->srv);
+}
+
 /* A suspended connection is not polled by libmicrohttpd: peek at its socket to
  * see whether the client closed it, and cancel the request if so. */
 static void on_sweep(uv_timer_t *t)

@@ -101,9 +101,11 @@ struct srv_server {
     struct MHD_Daemon *mhd;
     int listen_fd;
     uint16_t port;
-    uv_poll_t mhd_poll;   /* MHD's epoll fd */
-    uv_timer_t mhd_timer; /* MHD_get_timeout */
-    uv_async_t async;     /* engine outbox went non-empty */
+    uv_poll_t mhd_poll;                  /* MHD's epoll fd */
+    uv_timer_t mhd_timer;                /* MHD_get_timeout */
+    uv_async_t async;                    /* engine outbox went non-empty */
+    uv_idle_t events_idle;               /* started while events wait in the pending list */
+    struct eng_event *ev_head, *ev_tail; /* taken from the outbox, not yet dispatched */
     uv_signal_t sig_term, sig_int;
     uv_timer_t drain_timer;
     uv_timer_t sweep_timer; /* watches suspended connections for a closed client */
@@ -148,6 +150,9 @@ void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t
 void srv_req_suspend(struct srv_req *r);
 /* Resume r's connection if suspended (outside MHD callbacks) and kick. */
 void srv_req_resume(struct srv_req *r);
+/* Close r's connection (outside MHD callbacks): shut its socket down and
+ * resume it, so libmicrohttpd sees the error and ends the request. */
+void srv_req_close(struct srv_req *r);
 /* The engine-id registry: add, remove (no-op when absent), find. */
 void srv_sub_register(struct srv_server *s, struct srv_sub *sub);
 void srv_sub_unregister(struct srv_server *s, struct srv_sub *sub);
