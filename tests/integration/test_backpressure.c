@@ -197,9 +197,12 @@ START_TEST(test_slow_client_dropped)
      * cancelled in the engine (nothing runs, no KV block is held) before
      * its 16 x 4000 tokens. */
     double t0 = it_now();
-    while (log_count("client too slow") == 0 && it_now() - t0 < 15.0)
+    /* Wait for the last of the two lines the drop writes (the WARN naming
+     * the backlog, then the cancel): reading between them would miss it. */
+    while (log_count("client too slow: cancelling") == 0 && it_now() - t0 < 15.0)
         usleep(20000);
     ck_assert_int_eq(log_count("client too slow: cancelling"), 1);
+    ck_assert_int_eq(log_count("client too slow: "), 2);
     ck_assert(wait_metric("int4serve_num_requests_running", 0, 5.0));
     ck_assert(wait_metric("int4serve_num_requests_waiting", 0, 5.0));
     ck_assert(wait_metric("int4serve_kv_cache_blocks_used", 0, 5.0));
