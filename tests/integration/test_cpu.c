@@ -7,6 +7,7 @@
  * logprobs), and a clean exit. Nothing here depends on the model's values:
  * every expectation comes from the same server's other answers. */
 #include "harness.h"
+#include "it_check.h"
 
 #include <check.h>
 #include <math.h>
@@ -39,22 +40,6 @@ static void start_cpu(void)
     ck_assert_msg(it_start(&srv, args), "server did not start");
 }
 
-static json_t *post_json(const char *body)
-{
-    struct it_resp r;
-    ck_assert(it_post(&srv, "/v1/completions", body, &r));
-    ck_assert_msg(r.status == 200, "status %ld: %s", r.status, r.body);
-    json_t *j = it_json(&r);
-    ck_assert_ptr_nonnull(j);
-    it_resp_free(&r);
-    return j;
-}
-
-static int64_t usage_of(json_t *j, const char *key)
-{
-    return json_integer_value(json_object_get(json_object_get(j, "usage"), key));
-}
-
 START_TEST(test_single_token)
 {
     start_cpu();
@@ -67,11 +52,12 @@ START_TEST(test_single_token)
     json_decref(tk);
     it_resp_free(&r);
 
-    json_t *j = post_json("{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0,"
-                          "\"ignore_eos\":true}");
-    ck_assert_int_eq(usage_of(j, "prompt_tokens"), count);
-    ck_assert_int_eq(usage_of(j, "completion_tokens"), 1);
-    ck_assert_int_eq(usage_of(j, "total_tokens"), count + 1);
+    json_t *j =
+        it_post_json_ok(&srv, "{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0,"
+                              "\"ignore_eos\":true}");
+    ck_assert_int_eq(it_usage_of(j, "prompt_tokens"), count);
+    ck_assert_int_eq(it_usage_of(j, "completion_tokens"), 1);
+    ck_assert_int_eq(it_usage_of(j, "total_tokens"), count + 1);
     ck_assert(it_post(&srv, "/v1/completions",
                       "{\"prompt\":\"Once upon a time\",\"max_tokens\":1,\"temperature\":0,"
                       "\"ignore_eos\":true,\"stream\":true,"
@@ -96,7 +82,7 @@ START_TEST(test_stream_and_echo)
                        "\"ignore_eos\":true";
     char body[512];
     snprintf(body, sizeof body, "%s}", base);
-    json_t *j = post_json(body);
+    json_t *j = it_post_json_ok(&srv, body);
     snprintf(body, sizeof body, "%s,\"stream\":true}", base);
     struct it_resp r;
     ck_assert(it_post(&srv, "/v1/completions", body, &r));
@@ -109,7 +95,7 @@ START_TEST(test_stream_and_echo)
     it_resp_free(&r);
 
     snprintf(body, sizeof body, "%s,\"echo\":true}", base);
-    json_t *e = post_json(body);
+    json_t *e = it_post_json_ok(&srv, body);
     char want[1024];
     snprintf(want, sizeof want, "The quick brown fox%s", it_choice_text(j, 0));
     ck_assert_str_eq(it_choice_text(e, 0), want);
@@ -139,7 +125,7 @@ START_TEST(test_echo_logprobs)
              "{\"prompt\":%s,\"max_tokens\":2,\"temperature\":0,\"ignore_eos\":true,"
              "\"logprobs\":1,\"echo\":true}",
              ids_s);
-    json_t *e = post_json(body);
+    json_t *e = it_post_json_ok(&srv, body);
     json_t *lp = json_object_get(json_array_get(json_object_get(e, "choices"), 0), "logprobs");
     json_t *tlp = json_object_get(lp, "token_logprobs");
     ck_assert_uint_eq(json_array_size(tlp), n + 2);
@@ -154,7 +140,7 @@ START_TEST(test_echo_logprobs)
                  "],\"max_tokens\":1,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":0,"
                  "\"logit_bias\":{\"%lld\":100}}",
                  want_id);
-        json_t *g = post_json(body);
+        json_t *g = it_post_json_ok(&srv, body);
         json_t *glp = json_object_get(json_array_get(json_object_get(g, "choices"), 0), "logprobs");
         double want = json_real_value(json_array_get(json_object_get(glp, "token_logprobs"), 0));
         double got = json_real_value(json_array_get(tlp, i));
@@ -184,7 +170,7 @@ START_TEST(test_batched)
                  "{\"prompt\":\"%s %s number %d\",\"max_tokens\":12,\"temperature\":0,"
                  "\"ignore_eos\":true}",
                  words[i % 6], words[(i / 6) % 6], i);
-        json_t *j = post_json(bodies[i]);
+        json_t *j = it_post_json_ok(&srv, bodies[i]);
         alone[i] = strdup(it_choice_text(j, 0));
         json_decref(j);
     }

@@ -8,6 +8,7 @@
  * backend. */
 #include "engine/mock.h"
 #include "harness.h"
+#include "it_check.h"
 
 #include <check.h>
 #include <math.h>
@@ -27,22 +28,6 @@ static void stop_clean(void)
     ck_assert_int_eq(it_stop(&srv, 0, 20.0), 0);
 }
 
-static json_t *post_json(const char *body)
-{
-    struct it_resp r;
-    ck_assert(it_post(&srv, "/v1/completions", body, &r));
-    ck_assert_msg(r.status == 200, "status %ld: %s", r.status, r.body);
-    json_t *j = it_json(&r);
-    ck_assert_ptr_nonnull(j);
-    it_resp_free(&r);
-    return j;
-}
-
-static int64_t usage_of(json_t *j, const char *key)
-{
-    return json_integer_value(json_object_get(json_object_get(j, "usage"), key));
-}
-
 static const char *finish_of(json_t *j, size_t i)
 {
     json_t *ch = json_array_get(json_object_get(j, "choices"), i);
@@ -52,11 +37,12 @@ static const char *finish_of(json_t *j, size_t i)
 START_TEST(test_single_token)
 {
     start_default();
-    json_t *j = post_json("{\"prompt\":[1,72,105,33],\"max_tokens\":1,\"temperature\":0,"
-                          "\"ignore_eos\":true}");
-    ck_assert_int_eq(usage_of(j, "prompt_tokens"), 4);
-    ck_assert_int_eq(usage_of(j, "completion_tokens"), 1);
-    ck_assert_int_eq(usage_of(j, "total_tokens"), 5);
+    json_t *j =
+        it_post_json_ok(&srv, "{\"prompt\":[1,72,105,33],\"max_tokens\":1,\"temperature\":0,"
+                              "\"ignore_eos\":true}");
+    ck_assert_int_eq(it_usage_of(j, "prompt_tokens"), 4);
+    ck_assert_int_eq(it_usage_of(j, "completion_tokens"), 1);
+    ck_assert_int_eq(it_usage_of(j, "total_tokens"), 5);
     ck_assert_int_eq(json_array_size(json_object_get(j, "choices")), 1);
     ck_assert_str_eq(finish_of(j, 0), "length");
     const char *text = it_choice_text(j, 0);
@@ -85,9 +71,9 @@ START_TEST(test_single_token)
     json_decref(d);
     json_t *u = json_loads(ev[1], 0, NULL);
     ck_assert_int_eq(json_array_size(json_object_get(u, "choices")), 0);
-    ck_assert_int_eq(usage_of(u, "prompt_tokens"), 4);
-    ck_assert_int_eq(usage_of(u, "completion_tokens"), 1);
-    ck_assert_int_eq(usage_of(u, "total_tokens"), 5);
+    ck_assert_int_eq(it_usage_of(u, "prompt_tokens"), 4);
+    ck_assert_int_eq(it_usage_of(u, "completion_tokens"), 1);
+    ck_assert_int_eq(it_usage_of(u, "total_tokens"), 5);
     json_decref(u);
     it_strv_free(ev, n);
     it_resp_free(&r);
@@ -105,7 +91,7 @@ START_TEST(test_stream_matches)
                  60 + p, 90 + p, 200 + p * 7);
         snprintf(sbody, sizeof sbody, "%s,\"stream\":true}", body);
         strcat(body, "}");
-        json_t *j = post_json(body);
+        json_t *j = it_post_json_ok(&srv, body);
         struct it_resp r;
         ck_assert(it_post(&srv, "/v1/completions", sbody, &r));
         ck_assert_int_eq(r.status, 200);
@@ -149,7 +135,7 @@ START_TEST(test_batched)
                  "{\"prompt\":[1,%d,%d,%d],\"max_tokens\":20,\"temperature\":0,"
                  "\"ignore_eos\":true}",
                  3 + i, 131 + (i * 7) % 128, 259 + (i * 13) % 250);
-        json_t *j = post_json(bodies[i]);
+        json_t *j = it_post_json_ok(&srv, bodies[i]);
         alone[i] = strdup(it_choice_text(j, 0));
         json_decref(j);
     }
@@ -162,7 +148,7 @@ START_TEST(test_batched)
         ck_assert_msg(strcmp(it_choice_text(j, 0), alone[i]) == 0,
                       "request %d: batched \"%s\" != alone \"%s\"", i, it_choice_text(j, 0),
                       alone[i]);
-        ck_assert_int_eq(usage_of(j, "completion_tokens"), 20);
+        ck_assert_int_eq(it_usage_of(j, "completion_tokens"), 20);
         json_decref(j);
         it_resp_free(&rs[i]);
     }
@@ -202,8 +188,8 @@ START_TEST(test_n_and_seed)
     start_default();
     const char *body = "{\"prompt\":[1,300,301],\"max_tokens\":16,\"n\":3,\"temperature\":1.0,"
                        "\"seed\":42,\"ignore_eos\":true}";
-    json_t *a = post_json(body);
-    json_t *b = post_json(body);
+    json_t *a = it_post_json_ok(&srv, body);
+    json_t *b = it_post_json_ok(&srv, body);
     json_t *chs = json_object_get(a, "choices");
     ck_assert_int_eq(json_array_size(chs), 3);
     for (size_t i = 0; i < 3; i++) {
@@ -212,14 +198,15 @@ START_TEST(test_n_and_seed)
         ck_assert_str_eq(it_choice_text(a, i), it_choice_text(b, i));
         ck_assert_str_eq(finish_of(a, i), "length");
     }
-    ck_assert_int_eq(usage_of(a, "completion_tokens"), 48);
-    ck_assert_int_eq(usage_of(a, "prompt_tokens"), 3);
+    ck_assert_int_eq(it_usage_of(a, "completion_tokens"), 48);
+    ck_assert_int_eq(it_usage_of(a, "prompt_tokens"), 3);
     ck_assert_msg(strcmp(it_choice_text(a, 0), it_choice_text(a, 1)) != 0 ||
                       strcmp(it_choice_text(a, 1), it_choice_text(a, 2)) != 0,
                   "three sampled choices are identical");
     /* best_of equal to n changes nothing. */
-    json_t *bo = post_json("{\"prompt\":[1,300,301],\"max_tokens\":16,\"n\":3,\"best_of\":3,"
-                           "\"temperature\":1.0,\"seed\":42,\"ignore_eos\":true}");
+    json_t *bo =
+        it_post_json_ok(&srv, "{\"prompt\":[1,300,301],\"max_tokens\":16,\"n\":3,\"best_of\":3,"
+                              "\"temperature\":1.0,\"seed\":42,\"ignore_eos\":true}");
     for (size_t i = 0; i < 3; i++)
         ck_assert_str_eq(it_choice_text(bo, i), it_choice_text(a, i));
     json_decref(bo);
@@ -240,15 +227,17 @@ START_TEST(test_n_and_seed)
     it_resp_free(&r);
 
     /* Two prompts, n=2: choices numbered prompt*n + j. */
-    json_t *m = post_json("{\"prompt\":[[1,300,301],[1,72,105,33]],\"max_tokens\":5,\"n\":2,"
-                          "\"temperature\":0,\"ignore_eos\":true}");
+    json_t *m =
+        it_post_json_ok(&srv, "{\"prompt\":[[1,300,301],[1,72,105,33]],\"max_tokens\":5,\"n\":2,"
+                              "\"temperature\":0,\"ignore_eos\":true}");
     ck_assert_int_eq(json_array_size(json_object_get(m, "choices")), 4);
-    json_t *one = post_json("{\"prompt\":[1,72,105,33],\"max_tokens\":5,\"temperature\":0,"
-                            "\"ignore_eos\":true}");
+    json_t *one =
+        it_post_json_ok(&srv, "{\"prompt\":[1,72,105,33],\"max_tokens\":5,\"temperature\":0,"
+                              "\"ignore_eos\":true}");
     ck_assert_str_eq(it_choice_text(m, 2), it_choice_text(one, 0));
     ck_assert_str_eq(it_choice_text(m, 3), it_choice_text(one, 0));
-    ck_assert_int_eq(usage_of(m, "prompt_tokens"), 7);
-    ck_assert_int_eq(usage_of(m, "completion_tokens"), 20);
+    ck_assert_int_eq(it_usage_of(m, "prompt_tokens"), 7);
+    ck_assert_int_eq(it_usage_of(m, "completion_tokens"), 20);
     json_decref(one);
     json_decref(m);
     json_decref(a);
@@ -269,7 +258,7 @@ START_TEST(test_stop)
                        "\"ignore_eos\":true";
     char body[512];
     snprintf(body, sizeof body, "%s}", base);
-    json_t *j = post_json(body);
+    json_t *j = it_post_json_ok(&srv, body);
     const char *t = it_choice_text(j, 0);
     /* A 3-byte stop string (three tokens of the byte-level mock) that first
      * occurs at position i >= 4. */
@@ -286,7 +275,7 @@ START_TEST(test_stop)
     }
     ck_assert_msg(at > 0, "no usable stop string in \"%s\"", t);
     snprintf(body, sizeof body, "%s,\"stop\":[\"%s\",\"never-seen\"]}", base, stop);
-    json_t *s = post_json(body);
+    json_t *s = it_post_json_ok(&srv, body);
     ck_assert_uint_eq(strlen(it_choice_text(s, 0)), at);
     ck_assert(strncmp(it_choice_text(s, 0), t, at) == 0);
     ck_assert_str_eq(finish_of(s, 0), "stop");
@@ -310,8 +299,9 @@ END_TEST
 START_TEST(test_logprobs)
 {
     start_default();
-    json_t *j = post_json("{\"prompt\":[1,72,105,33],\"max_tokens\":8,\"temperature\":0,"
-                          "\"ignore_eos\":true,\"logprobs\":2}");
+    json_t *j =
+        it_post_json_ok(&srv, "{\"prompt\":[1,72,105,33],\"max_tokens\":8,\"temperature\":0,"
+                              "\"ignore_eos\":true,\"logprobs\":2}");
     json_t *lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
     json_t *toks = json_object_get(lp, "tokens");
     json_t *tlp = json_object_get(lp, "token_logprobs");
@@ -385,14 +375,16 @@ START_TEST(test_echo)
     start_default();
     /* Token ids: the echoed prompt is their decoding, then the completion. */
     char *ptext = detokenize("[1,72,105,33]");
-    json_t *plain = post_json("{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
+    json_t *plain =
+        it_post_json_ok(&srv, "{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
                               "\"ignore_eos\":true}");
-    json_t *echo = post_json("{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
-                             "\"ignore_eos\":true,\"echo\":true}");
+    json_t *echo =
+        it_post_json_ok(&srv, "{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
+                              "\"ignore_eos\":true,\"echo\":true}");
     char want[512];
     snprintf(want, sizeof want, "%s%s", ptext, it_choice_text(plain, 0));
     ck_assert_str_eq(it_choice_text(echo, 0), want);
-    ck_assert_int_eq(usage_of(echo, "completion_tokens"), 6);
+    ck_assert_int_eq(it_usage_of(echo, "completion_tokens"), 6);
     struct it_resp r;
     ck_assert(it_post(&srv, "/v1/completions",
                       "{\"prompt\":[1,72,105,33],\"max_tokens\":6,\"temperature\":0,"
@@ -415,19 +407,19 @@ START_TEST(test_echo)
     ck_assert_int_eq(count, (int64_t)json_array_size(json_object_get(tk, "tokens")));
     ck_assert_int_gt(count, 0);
     it_resp_free(&r);
-    plain = post_json("{\"prompt\":\"Hi there!\",\"max_tokens\":5,\"temperature\":0,"
-                      "\"ignore_eos\":true}");
-    echo = post_json("{\"prompt\":\"Hi there!\",\"max_tokens\":5,\"temperature\":0,"
-                     "\"ignore_eos\":true,\"echo\":true}");
+    plain = it_post_json_ok(&srv, "{\"prompt\":\"Hi there!\",\"max_tokens\":5,\"temperature\":0,"
+                                  "\"ignore_eos\":true}");
+    echo = it_post_json_ok(&srv, "{\"prompt\":\"Hi there!\",\"max_tokens\":5,\"temperature\":0,"
+                                 "\"ignore_eos\":true,\"echo\":true}");
     snprintf(want, sizeof want, "Hi there!%s", it_choice_text(plain, 0));
     ck_assert_str_eq(it_choice_text(echo, 0), want);
-    ck_assert_int_eq(usage_of(plain, "prompt_tokens"), count);
+    ck_assert_int_eq(it_usage_of(plain, "prompt_tokens"), count);
     /* The same ids sent as ids give the same completion. */
     char *ids = json_dumps(json_object_get(tk, "tokens"), JSON_COMPACT);
     char body[1024];
     snprintf(body, sizeof body,
              "{\"prompt\":%s,\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true}", ids);
-    json_t *byid = post_json(body);
+    json_t *byid = it_post_json_ok(&srv, body);
     ck_assert_str_eq(it_choice_text(byid, 0), it_choice_text(plain, 0));
     char *back = detokenize(ids);
     ck_assert_msg(strstr(back, "Hi there!") != NULL, "detokenized \"%s\"", back);
@@ -499,9 +491,9 @@ START_TEST(test_echo_logprobs)
                        "\"ignore_eos\":true,\"logprobs\":2";
     char body[512];
     snprintf(body, sizeof body, "%s}", base);
-    json_t *plain = post_json(body);
+    json_t *plain = it_post_json_ok(&srv, body);
     snprintf(body, sizeof body, "%s,\"echo\":true,\"n\":2}", base);
-    json_t *echo = post_json(body);
+    json_t *echo = it_post_json_ok(&srv, body);
     char *ptext = detokenize("[1,72,105,33]");
     size_t pchars = strlen(ptext); /* ASCII: "<s>" and three bytes */
     json_t *glp = choice_lp(plain, 0);
@@ -626,8 +618,8 @@ START_TEST(test_echo_logprobs)
 
     /* A text prompt is echoed as sent, a special token written in it too:
      * the offsets count it where it stands. */
-    json_t *tx = post_json("{\"prompt\":\"<s>Hi\",\"max_tokens\":2,\"temperature\":0,"
-                           "\"ignore_eos\":true,\"logprobs\":1,\"echo\":true}");
+    json_t *tx = it_post_json_ok(&srv, "{\"prompt\":\"<s>Hi\",\"max_tokens\":2,\"temperature\":0,"
+                                       "\"ignore_eos\":true,\"logprobs\":1,\"echo\":true}");
     json_t *tlp = choice_lp(tx, 0);
     ck_assert_uint_eq(json_array_size(json_object_get(tlp, "tokens")), 5);
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(tlp, "tokens"), 0)), "<s>");
