@@ -33,6 +33,8 @@
 #ifdef INT4SERVE_HAVE_CUDA
 
 #include "engine/batch.h"
+#include "engine/par.h"
+#include "engine/quant.h"
 #include "kernels/activation_cuda.h"
 #include "kernels/attn_cuda.h"
 #include "kernels/embedding_cuda.h"
@@ -429,7 +431,13 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
         st = inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d weight", w->n, w->k);
         goto fail;
     }
-    st = krn_int4_gemm_repack(w, &q->lay, host, q->lay.bytes, err);
+    /* Repacking is a pass over every code: on every core (threads made for
+     * the call; the bytes do not depend on their count). */
+    eng_par_t *par = NULL;
+    st = eng_par_create(0, &par, err);
+    if (st == INF_OK)
+        st = eng_q4_gemm_repack(w, &q->lay, host, q->lay.bytes, par, err);
+    eng_par_destroy(par);
     if (st == INF_OK) {
         cudaError_t e = cudaMalloc(&q->dev, q->lay.bytes);
         if (e == cudaErrorMemoryAllocation) {

@@ -15,6 +15,7 @@
  * (decode and prefill runs), logit rows [T], block table (grows). */
 #define INF_LOG_MODULE "eng"
 #include "engine/model.h"
+#include "engine/par.h"
 #include "engine/quant.h"
 #include "engine/safetensors.h"
 
@@ -24,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define LOGIT_ROWS 32 /* rows of logits computed per lm_head call */
 
@@ -74,6 +74,12 @@ struct eng_model {
     int32_t graph_rows;
     int32_t *pad_tok, *pad_pos, *pad_bt;
     bool graph_failed[16];
+    /* while loading: the threads, and seconds spent per phase */
+    eng_par_t *par;
+    double t_quantize;   /* converting and quantizing INT4 layers */
+    double t_q4_backend; /* the backend's repack and upload of them */
+    double t_convert;    /* converting fp weights to their dtype */
+    double t_upload;     /* uploading fp weights */
 };
 
 static const char *const default_keep[] = {"model.embed_tokens.*", "lm_head.*"};
@@ -92,6 +98,7 @@ void eng_model_opts_default(struct eng_model_opts *o)
     o->max_slots = 0;
     o->max_seq_blocks = 0;
     o->decode_graphs = ENG_GRAPHS_ON;
+    o->load_threads = 0;
 }
 
 /* ---- loading -------------------------------------------------------------- */
@@ -143,82 +150,128 @@ static enum eng_wdtype fp_wdt(const struct eng_model *m)
                                                                               : ENG_W_F32;
 }
 
-/* Quantization of a slice of rows, run on a thread of quantize(). */
-struct qslice {
-    const float *w;
-    int32_t n, k, group;
-    bool symmetric;
-    struct krn_q4_weight out;
+/* The rows of one linear layer as they lie in the checkpoint: the parts'
+ * tensors ([rows[i]][k] each) stacked in order (q | k | v when fused). */
+struct src {
+    const struct eng_st_tensor *t[3];
+    int32_t rows[3];
+    int32_t np;
+    int32_t k;
+};
+
+/* The tensor holding row r of s, and the element offset of that row in it. */
+static const struct eng_st_tensor *src_row(const struct src *s, int64_t r, int64_t *first)
+{
+    int32_t i = 0;
+    while (i < s->np - 1 && r >= s->rows[i])
+        r -= s->rows[i++];
+    *first = r * s->k;
+    return s->t[i];
+}
+
+/* Work shared by the load threads over the rows of one weight: convert each
+ * row from the checkpoint and quantize it (q set) or store it as fp16 / fp32
+ * (host set). Errors keep the one of the lowest row, whatever the threads. */
+struct rows_job {
+    const struct src *src;
+    struct krn_q4_weight *q;
+    void *host;
+    enum eng_wdtype wdt;
+    pthread_mutex_t mu;
+    int64_t err_row;
     inf_status_t st;
     struct inf_err err;
 };
 
-static void *qslice_run(void *arg)
+static void rows_fail(struct rows_job *j, int64_t r, inf_status_t st, const struct inf_err *e)
 {
-    struct qslice *j = arg;
-    j->st = eng_q4_quantize(j->w, j->n, j->k, j->group, j->symmetric, &j->out, &j->err);
-    return NULL;
+    pthread_mutex_lock(&j->mu);
+    if (j->st == INF_OK || r < j->err_row) {
+        j->st = st;
+        j->err = *e;
+        j->err_row = r;
+    }
+    pthread_mutex_unlock(&j->mu);
 }
 
-#define QUANT_THREADS 16
-
-/* eng_q4_quantize over slices of rows on up to QUANT_THREADS threads (rows
- * are quantized independently, so the result is the same bytes): loading a
- * 7B model is bound by this. */
-static inf_status_t quantize(const float *w, int32_t n, int32_t k, int32_t group, bool symmetric,
-                             struct krn_q4_weight *out, struct inf_err *err)
+static void rows_run(void *arg, int64_t r0, int64_t r1)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int32_t nt = cores > QUANT_THREADS ? QUANT_THREADS : cores < 1 ? 1 : (int32_t)cores;
-    if (nt > n / 256)
-        nt = n / 256;
-    if (nt <= 1)
-        return eng_q4_quantize(w, n, k, group, symmetric, out, err);
-    struct qslice jobs[QUANT_THREADS];
-    pthread_t th[QUANT_THREADS];
-    bool started[QUANT_THREADS] = {false};
-    int32_t per = (n + nt - 1) / nt;
-    for (int32_t i = 0; i < nt; i++) {
-        int32_t r0 = i * per, rows = n - r0 < per ? n - r0 : per;
-        jobs[i] = (struct qslice){
-            .w = w + (int64_t)r0 * k, .n = rows, .k = k, .group = group, .symmetric = symmetric};
-        if (rows > 0)
-            started[i] = pthread_create(&th[i], NULL, qslice_run, &jobs[i]) == 0;
-        if (rows > 0 && !started[i])
-            qslice_run(&jobs[i]); /* no thread: do it here */
+    struct rows_job *j = arg;
+    const int32_t k = j->src->k;
+    struct inf_err e = {0};
+    float *row = NULL;
+    if (j->q && !(row = malloc((size_t)k * sizeof(float)))) {
+        inf_err_set(&e, INF_E_NOMEM, "out of memory converting a weight");
+        rows_fail(j, r0, INF_E_NOMEM, &e);
+        return;
     }
-    inf_status_t st = INF_OK;
-    for (int32_t i = 0; i < nt; i++) {
-        if (started[i])
-            pthread_join(th[i], NULL);
-        if (jobs[i].n > 0 && jobs[i].st != INF_OK && st == INF_OK)
-            st = inf_err_set(err, jobs[i].st, "%s", jobs[i].err.msg);
-    }
-    if (st == INF_OK)
-        st = eng_q4_alloc(n, k, jobs[0].out.kp, jobs[0].out.group, symmetric, out, err);
-    if (st == INF_OK) {
-        int32_t g = krn_q4_groups(out);
-        for (int32_t i = 0; i < nt; i++) {
-            const struct krn_q4_weight *q = &jobs[i].out;
-            if (jobs[i].n <= 0)
-                continue;
-            int64_t r0 = (int64_t)i * per;
-            memcpy(out->q + r0 * (out->kp / 2), q->q, (size_t)q->n * (size_t)(out->kp / 2));
-            memcpy(out->scale + r0 * g, q->scale, (size_t)q->n * (size_t)g * 2);
-            memcpy(out->zero + r0 * g, q->zero, (size_t)q->n * (size_t)g * 2);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t first;
+        const struct eng_st_tensor *t = src_row(j->src, r, &first);
+        inf_status_t s;
+        if (j->q) {
+            s = eng_st_read_f32(t, first, k, row, &e);
+            if (s == INF_OK)
+                s = eng_q4_quantize_rows(row, (int32_t)r, 1, j->q, &e);
+        } else if (j->wdt == ENG_W_F16) {
+            s = eng_st_read_f16(t, first, k, (uint16_t *)j->host + r * k, &e);
+        } else {
+            s = eng_st_read_f32(t, first, k, (float *)j->host + r * k, &e);
+        }
+        if (s != INF_OK) {
+            rows_fail(j, r, s, &e);
+            break;
         }
     }
-    for (int32_t i = 0; i < nt; i++)
-        eng_q4_free(&jobs[i].out);
-    return st;
+    free(row);
 }
 
-/* Upload (or quantize and repack) the f32 weight w[n][k] as linear `name`. */
-static inf_status_t make_linear(struct eng_model *m, const char *name, const float *w, int32_t n,
-                                int32_t k, const float *bias, bool keep, struct lin *l,
+/* Rows of one weight on the load threads, 16 to a chunk. */
+static inf_status_t rows_convert(struct eng_model *m, struct rows_job *j, int32_t n,
+                                 struct inf_err *err)
+{
+    j->st = INF_OK;
+    pthread_mutex_init(&j->mu, NULL);
+    eng_par_run(m->par, n, 16, rows_run, j);
+    pthread_mutex_destroy(&j->mu);
+    if (j->st != INF_OK)
+        return inf_err_set(err, j->st, "%s", j->err.msg);
+    return INF_OK;
+}
+
+static double secs_since(uint64_t t0)
+{
+    return (double)(inf_now_ns() - t0) * 1e-9;
+}
+
+/* The rows of src converted to an fp buffer of dtype dt on the backend. */
+static inf_status_t upload_fp(struct eng_model *m, const struct src *src, int32_t n,
+                              enum eng_wdtype dt, struct eng_buf **out, struct inf_err *err)
+{
+    size_t bytes = (size_t)n * (size_t)src->k * eng_w_size(dt);
+    uint64_t t0 = inf_now_ns();
+    struct rows_job j = {.src = src, .wdt = dt, .host = malloc(bytes)};
+    if (!j.host)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory converting a %dx%d weight", n,
+                           src->k);
+    inf_status_t s = rows_convert(m, &j, n, err);
+    m->t_convert += secs_since(t0);
+    t0 = inf_now_ns();
+    if (s == INF_OK)
+        s = eng_buf_from_host(m->be, j.host, bytes, out, err);
+    m->t_upload += secs_since(t0);
+    free(j.host);
+    return s;
+}
+
+/* Quantize and repack (or upload as fp) the rows of src, [n][k], as linear
+ * `name`. */
+static inf_status_t make_linear(struct eng_model *m, const char *name, const struct src *src,
+                                int32_t n, const float *bias, bool keep, struct lin *l,
                                 struct inf_err *err)
 {
     inf_status_t s;
+    int32_t k = src->k;
     struct eng_layer_info *inf = add_info(m);
     if (!inf)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for layer records");
@@ -229,11 +282,18 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const flo
     inf->n = n;
     inf->k = k;
     if (m->opts.quant == ENG_QUANT_INT4 && !keep) {
+        int32_t group = m->opts.group_size, kp = eng_q4_padded_k(k, group);
         struct krn_q4_weight q;
-        s = quantize(w, n, k, m->opts.group_size, m->opts.symmetric, &q, err);
-        if (s != INF_OK)
+        if ((s = eng_q4_alloc(n, k, kp, group == 0 ? kp : group, m->opts.symmetric, &q, err)))
             return s;
-        s = eng_weight_q4_create(m->be, &q, &l->q4, err);
+        uint64_t t0 = inf_now_ns();
+        struct rows_job j = {.src = src, .q = &q};
+        s = rows_convert(m, &j, n, err);
+        m->t_quantize += secs_since(t0);
+        t0 = inf_now_ns();
+        if (s == INF_OK)
+            s = eng_weight_q4_create(m->be, &q, &l->q4, err);
+        m->t_q4_backend += secs_since(t0);
         inf->quantized = true;
         inf->kp = q.kp;
         inf->group = q.group;
@@ -241,22 +301,10 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const flo
         if (s != INF_OK)
             return s;
     } else {
-        size_t cnt = (size_t)n * (size_t)k;
         l->wdt = fp_wdt(m);
         inf->fp_dtype = l->wdt;
         inf->kp = k;
-        if (l->wdt == ENG_W_F32) {
-            s = eng_buf_from_host(m->be, w, cnt * 4, &l->w, err);
-        } else {
-            uint16_t *h = malloc(cnt * 2);
-            if (!h)
-                return inf_err_set(err, INF_E_NOMEM, "out of memory converting %s", name);
-            for (size_t i = 0; i < cnt; i++)
-                h[i] = inf_f32_to_f16(w[i]);
-            s = eng_buf_from_host(m->be, h, cnt * 2, &l->w, err);
-            free(h);
-        }
-        if (s != INF_OK)
+        if ((s = upload_fp(m, src, n, l->wdt, &l->w, err)))
             return s;
     }
     if (bias)
@@ -274,23 +322,24 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
     int64_t total = 0;
     for (int32_t i = 0; i < np; i++)
         total += rows[i];
-    float *w = malloc((size_t)total * (size_t)k * sizeof(float));
     float *b = with_bias ? malloc((size_t)total * sizeof(float)) : NULL;
     inf_status_t s = INF_OK;
     char names[3][256];
     const char *name_ptrs[4];
-    if (!w || (with_bias && !b)) {
-        s = inf_err_set(err, INF_E_NOMEM, "out of memory loading %s", prefix);
-        goto done;
-    }
+    struct src all = {.np = np, .k = k};
+    if (with_bias && !b)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory loading %s", prefix);
     int64_t r0 = 0;
     for (int32_t i = 0; i < np; i++) {
         char bn[256];
+        int64_t shape[2] = {rows[i], k};
         snprintf(names[i], sizeof names[i], "%s.%s.weight", prefix, parts[i]);
         name_ptrs[i] = names[i];
-        s = read_tensor(st, names[i], rows[i], k, w + r0 * k, err);
-        if (s != INF_OK)
+        if ((s = eng_st_require(st, names[i], 2, shape, &all.t[i], err)))
             goto done;
+        if ((s = eng_st_read_f32(all.t[i], 0, 0, NULL, err))) /* a float dtype */
+            goto done;
+        all.rows[i] = rows[i];
         if (with_bias) {
             snprintf(bn, sizeof bn, "%s.%s.bias", prefix, parts[i]);
             s = read_tensor(st, bn, rows[i], 0, b + r0, err);
@@ -305,20 +354,20 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         snprintf(fname, sizeof fname, "%s.%s.weight", prefix, fn);
         snprintf(lname, sizeof lname, "%s.%s", prefix, fn);
         name_ptrs[np] = fname;
-        s = make_linear(m, lname, w, (int32_t)total, k, b, keep_fp(m, name_ptrs, np + 1), &l[0],
+        s = make_linear(m, lname, &all, (int32_t)total, b, keep_fp(m, name_ptrs, np + 1), &l[0],
                         err);
     } else {
         r0 = 0;
         for (int32_t i = 0; i < np && s == INF_OK; i++) {
             char lname[320];
+            struct src one = {.t = {all.t[i]}, .rows = {rows[i]}, .np = 1, .k = k};
             snprintf(lname, sizeof lname, "%s.%s", prefix, parts[i]);
-            s = make_linear(m, lname, w + r0 * k, rows[i], k, b ? b + r0 : NULL,
+            s = make_linear(m, lname, &one, rows[i], b ? b + r0 : NULL,
                             keep_fp(m, &name_ptrs[i], 1), &l[i], err);
             r0 += rows[i];
         }
     }
 done:
-    free(w);
     free(b);
     return s;
 }
@@ -354,42 +403,39 @@ static inf_status_t load_norm(struct eng_model *m, const eng_st_t *st, const cha
     return s;
 }
 
+/* Start reading the weights of layer l from the disk in the background. */
+static void prefetch_layer(const eng_st_t *st, int32_t l)
+{
+    static const char *const parts[] = {
+        "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+    char nm[128];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, parts[i]);
+        eng_st_prefetch(eng_st_find(st, nm));
+    }
+}
+
 static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
                                         struct inf_err *err)
 {
     int32_t V = m->cfg.vocab, H = m->cfg.hidden;
-    size_t cnt = (size_t)V * (size_t)H;
-    float *w = malloc(cnt * sizeof(float));
-    if (!w)
-        return inf_err_set(err, INF_E_NOMEM, "out of memory loading the embeddings");
-    inf_status_t s = read_tensor(st, "model.embed_tokens.weight", V, H, w, err);
+    int64_t shape[2] = {V, H};
+    struct src emb = {.rows = {V}, .np = 1, .k = H};
+    inf_status_t s = eng_st_require(st, "model.embed_tokens.weight", 2, shape, &emb.t[0], err);
     if (s != INF_OK)
-        goto done;
+        return s;
     m->embed_dt = fp_wdt(m);
-    if (m->embed_dt == ENG_W_F32) {
-        s = eng_buf_from_host(m->be, w, cnt * 4, &m->embed, err);
-    } else {
-        uint16_t *h = malloc(cnt * 2);
-        if (!h) {
-            s = inf_err_set(err, INF_E_NOMEM, "out of memory converting the embeddings");
-            goto done;
-        }
-        for (size_t i = 0; i < cnt; i++)
-            h[i] = inf_f32_to_f16(w[i]);
-        s = eng_buf_from_host(m->be, h, cnt * 2, &m->embed, err);
-        free(h);
-    }
-    if (s != INF_OK)
-        goto done;
+    if ((s = upload_fp(m, &emb, V, m->embed_dt, &m->embed, err)))
+        return s;
     const char *hn[1] = {"lm_head.weight"};
     bool keep = keep_fp(m, hn, 1);
     if (m->cfg.tie_embeddings && (keep || m->opts.quant == ENG_QUANT_NONE)) {
         /* The tied head reads the embedding table as is. */
         struct eng_layer_info *inf = add_info(m);
-        if (!inf) {
-            s = inf_err_set(err, INF_E_NOMEM, "out of memory for layer records");
-            goto done;
-        }
+        if (!inf)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for layer records");
         snprintf(inf->name, sizeof inf->name, "lm_head (tied)");
         inf->n = V;
         inf->k = H;
@@ -401,16 +447,15 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
                                   .w = m->embed,
                                   .wdt = m->embed_dt,
                                   .w_borrowed = true};
-    } else if (m->cfg.tie_embeddings) {
-        s = make_linear(m, "lm_head (tied)", w, V, H, NULL, false, &m->lm_head, err);
-    } else {
-        s = read_tensor(st, "lm_head.weight", V, H, w, err);
-        if (s == INF_OK)
-            s = make_linear(m, "lm_head", w, V, H, NULL, keep, &m->lm_head, err);
+        return INF_OK;
     }
-done:
-    free(w);
-    return s;
+    if (m->cfg.tie_embeddings)
+        return make_linear(m, "lm_head (tied)", &emb, V, NULL, false, &m->lm_head, err);
+    struct src head = {.rows = {V}, .np = 1, .k = H};
+    if ((s = eng_st_require(st, "lm_head.weight", 2, shape, &head.t[0], err)))
+        return s;
+    eng_st_prefetch(head.t[0]);
+    return make_linear(m, "lm_head", &head, V, NULL, keep, &m->lm_head, err);
 }
 
 static void log_padding(const struct eng_model *m)
@@ -568,10 +613,10 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
                            "group_size must be 32, 64, 128, 256 or 0 (per-channel), got %d",
                            o.group_size);
     if (o.max_tokens <= 0 || o.n_kv_blocks < 0 || o.n_keep_fp16 < 0 || o.max_slots < 0 ||
-        o.max_seq_blocks < 0)
+        o.max_seq_blocks < 0 || o.load_threads < 0)
         return inf_err_set(err, INF_E_INVALID,
-                           "max_tokens must be > 0; n_kv_blocks, max_slots and max_seq_blocks "
-                           ">= 0");
+                           "max_tokens must be > 0; n_kv_blocks, max_slots, max_seq_blocks and "
+                           "load_threads >= 0");
     eng_st_t *st = NULL;
     struct eng_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -596,6 +641,10 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
     s = eng_st_open(dir, &st, err);
     if (s != INF_OK)
         goto fail;
+    uint64_t t_load = inf_now_ns();
+    if ((s = eng_par_create(o.load_threads, &m->par, err)))
+        goto fail;
+    prefetch_layer(st, 0);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
         s = inf_err_set(err, INF_E_NOMEM, "out of memory for layers");
@@ -606,6 +655,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
     for (int32_t l = 0; l < c->n_layers; l++) {
         struct layer *L = &m->layers[l];
         char pre[96], nm[128];
+        if (l + 1 < c->n_layers)
+            prefetch_layer(st, l + 1);
         static const char *const qkv_parts[3] = {"q_proj", "k_proj", "v_proj"};
         static const char *const gu_parts[2] = {"gate_proj", "up_proj"};
         int32_t qkv_rows[3] = {qd, kvd, kvd}, gu_rows[2] = {I, I};
@@ -631,7 +682,16 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
             goto fail;
     }
     if ((s = load_norm(m, st, "model.norm.weight", &m->final_norm, err)) ||
-        (s = load_embed_and_head(m, st, err)) || (s = alloc_work(m, err)))
+        (s = load_embed_and_head(m, st, err)))
+        goto fail;
+    inf_log(INFO,
+            "weights loaded in %.2f s on %d threads: INT4 convert+quantize %.2f s, repack+upload "
+            "%.2f s; fp convert %.2f s, upload %.2f s",
+            secs_since(t_load), eng_par_size(m->par), m->t_quantize, m->t_q4_backend,
+            m->t_convert, m->t_upload);
+    eng_par_destroy(m->par);
+    m->par = NULL;
+    if ((s = alloc_work(m, err)))
         goto fail;
     eng_st_close(st);
     log_padding(m);
@@ -688,6 +748,7 @@ void eng_model_destroy(eng_model_t *m)
     free(m->pad_bt);
     free(m->layers);
     free(m->info);
+    eng_par_destroy(m->par);
     free(m);
 }
 

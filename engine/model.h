@@ -53,6 +53,10 @@ struct eng_model_opts {
      * one arrives. */
     int32_t max_slots, max_seq_blocks;
     enum eng_graphs decode_graphs; /* needs max_slots and max_seq_blocks */
+    /* Threads that convert, quantize and repack the weights while loading
+     * (0, the default: one per usable core); the loaded model is the same
+     * bytes whatever the count. */
+    int32_t load_threads;
 };
 
 /* Defaults: INT4, group 128, asymmetric, fused, default patterns. */

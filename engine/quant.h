@@ -22,6 +22,8 @@
  * rounded up to even (the packed nibbles need an even row length).
  * Thread: any (pure functions over caller data). */
 #include "common/inf.h"
+#include "engine/par.h"
+#include "kernels/int4_gemm.h"
 #include "kernels/q4.h"
 
 #include <stdbool.h>
@@ -43,6 +45,25 @@ int32_t eng_q4_padded_k(int32_t k, int32_t group);
  * not finite, or a scale beyond fp16), INF_E_NOMEM. */
 inf_status_t eng_q4_quantize(const float *w, int32_t n, int32_t k, int32_t group, bool symmetric,
                              struct krn_q4_weight *out, struct inf_err *err);
+
+/* Quantize rows [r0, r0 + rows) of out from w[rows][k] (row-major fp32, row
+ * r0 first): the bytes eng_q4_quantize writes for those rows of the whole
+ * matrix. out was allocated by eng_q4_alloc with the shape eng_q4_quantize
+ * makes (kp = eng_q4_padded_k(k, group); stored group, kp when
+ * per-channel) and its k, kp, group and symmetric are used. Rows are
+ * independent: disjoint ranges of one out may be quantized on several
+ * threads at once. On error the rows are partly written.
+ * Errors: INF_E_INVALID (rows outside out), INF_E_RANGE (a value that is not
+ * finite, naming its row r0 + i, or a scale beyond fp16). */
+inf_status_t eng_q4_quantize_rows(const float *w, int32_t r0, int32_t rows,
+                                  struct krn_q4_weight *out, struct inf_err *err);
+
+/* krn_int4_gemm_repack on the threads of par (NULL: the caller's alone),
+ * 64-column tiles at a time (krn_int4_gemm_repack_tiles): the same bytes
+ * whatever the thread count. Errors: those of krn_int4_gemm_repack. */
+inf_status_t eng_q4_gemm_repack(const struct krn_q4_weight *w,
+                                const struct krn_int4_gemm_layout *lay, void *dst,
+                                size_t dst_bytes, eng_par_t *par, struct inf_err *err);
 
 /* Allocate a zeroed canonical weight of the given shape (q, scale, zero
  * zero-filled); for loaders that fill it from an AWQ/GPTQ source and for

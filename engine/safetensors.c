@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -696,8 +697,19 @@ const struct eng_st_tensor *eng_st_at(const eng_st_t *st, int64_t i)
     return st->all[i];
 }
 
-inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64_t n, float *dst,
-                             struct inf_err *err)
+/* fp16 -> fp32 by table: inf_f16_to_f32 of every bit pattern, built once
+ * (256 KiB), so converting a checkpoint costs a load per element. */
+static float f16_table[65536];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+
+static void f16_table_init(void)
+{
+    for (uint32_t i = 0; i < 65536; i++)
+        f16_table[i] = inf_f16_to_f32((uint16_t)i);
+}
+
+static inf_status_t read_check(const struct eng_st_tensor *t, int64_t first, int64_t n,
+                               struct inf_err *err)
 {
     if (t->dtype != ENG_DT_F32 && t->dtype != ENG_DT_F16 && t->dtype != ENG_DT_BF16)
         return inf_err_set(err, INF_E_UNSUPPORTED, "%s: tensor '%.80s' is %s, not a float type",
@@ -706,8 +718,15 @@ inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64
         return inf_err_set(err, INF_E_RANGE,
                            "%s: tensor '%.80s': elements [%lld, +%lld) outside its %lld", t->file,
                            t->name, (long long)first, (long long)n, (long long)t->numel);
-    if (n == 0)
-        return INF_OK;
+    return INF_OK;
+}
+
+inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64_t n, float *dst,
+                             struct inf_err *err)
+{
+    inf_status_t s = read_check(t, first, n, err);
+    if (s != INF_OK || n == 0)
+        return s;
     const unsigned char *src =
         (const unsigned char *)t->data + (size_t)first * eng_dtype_size(t->dtype);
     switch (t->dtype) {
@@ -715,10 +734,11 @@ inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64
         memcpy(dst, src, (size_t)n * 4);
         break;
     case ENG_DT_F16:
+        pthread_once(&f16_once, f16_table_init);
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            dst[i] = inf_f16_to_f32(h);
+            dst[i] = f16_table[h];
         }
         break;
     default:
@@ -730,4 +750,50 @@ inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64
         break;
     }
     return INF_OK;
+}
+
+inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64_t n,
+                             uint16_t *dst, struct inf_err *err)
+{
+    inf_status_t s = read_check(t, first, n, err);
+    if (s != INF_OK || n == 0)
+        return s;
+    const unsigned char *src =
+        (const unsigned char *)t->data + (size_t)first * eng_dtype_size(t->dtype);
+    switch (t->dtype) {
+    case ENG_DT_F16:
+        /* fp16 -> fp32 -> fp16 gives every value back but NaNs, which
+         * inf_f32_to_f16 turns into the quiet NaN of their sign. */
+        memcpy(dst, src, (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++)
+            if ((dst[i] & 0x7c00u) == 0x7c00u && (dst[i] & 0x3ffu) != 0)
+                dst[i] = (uint16_t)((dst[i] & 0x8000u) | 0x7e00u);
+        break;
+    case ENG_DT_F32:
+        for (int64_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, src + 4 * i, 4);
+            dst[i] = inf_f32_to_f16(f);
+        }
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = inf_f32_to_f16(inf_bf16_to_f32(h));
+        }
+        break;
+    }
+    return INF_OK;
+}
+
+void eng_st_prefetch(const struct eng_st_tensor *t)
+{
+    if (!t || t->nbytes == 0)
+        return;
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)t->data, b = a + t->nbytes;
+    uintptr_t page = pg > 0 ? (uintptr_t)pg : 4096;
+    a -= a % page;
+    (void)madvise((void *)a, b - a, MADV_WILLNEED); /* a hint: failure changes nothing */
 }

@@ -61,6 +61,17 @@ const struct eng_st_tensor *eng_st_at(const eng_st_t *st, int64_t i);
 inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64_t n,
                              float *dst, struct inf_err *err);
 
+/* Convert elements [first, first + n) of a float tensor to fp16 bit patterns
+ * in dst: the values eng_st_read_f32 gives, rounded to fp16 as
+ * inf_f32_to_f16 does (an F16 tensor is copied, its NaNs made the one quiet
+ * NaN that round trip gives). Errors as eng_st_read_f32. */
+inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64_t n,
+                             uint16_t *dst, struct inf_err *err);
+
+/* Ask the kernel to start reading t's bytes from the file now (a hint, in
+ * the background), so a later read does not wait for the disk. Thread: any. */
+void eng_st_prefetch(const struct eng_st_tensor *t);
+
 /* Bytes per element of a dtype; its safetensors name ("F16"). */
 size_t eng_dtype_size(enum eng_dtype dt);
 const char *eng_dtype_name(enum eng_dtype dt);

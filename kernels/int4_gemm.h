@@ -66,6 +66,19 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
                                   const struct krn_int4_gemm_layout *lay, void *dst,
                                   size_t dst_bytes, struct inf_err *err);
 
+/* The bytes krn_int4_gemm_repack writes for the 64-column tiles [t0, t1)
+ * only (0 <= t0 <= t1 <= lay->n_pad / 64): their codes, scales and zeros,
+ * plus, in the call whose t1 is the last tile, the zero bytes between and
+ * after the sections. Disjoint ranges that together cover every tile give
+ * exactly krn_int4_gemm_repack's buffer, so they may run on several threads
+ * at once. Checks as krn_int4_gemm_repack (zero points only of the rows in
+ * the range) plus INF_E_INVALID for a range out of bounds.
+ * Thread: any (ranges of one dst must not overlap). */
+inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
+                                        const struct krn_int4_gemm_layout *lay, void *dst,
+                                        size_t dst_bytes, int32_t t0, int32_t t1,
+                                        struct inf_err *err);
+
 /* Launcher flags. */
 #define KRN_INT4_GEMM_FORCE_SM75 0x1u /* use the sm_75 fallback whatever the GPU */
 

@@ -99,9 +99,53 @@ static unsigned code_at(const struct krn_q4_weight *w, const struct krn_int4_gem
     return (unsigned)inf_f16_to_f32(canon_zero(w, n, g));
 }
 
-inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
-                                  const struct krn_int4_gemm_layout *lay, void *dst,
-                                  size_t dst_bytes, struct inf_err *err)
+/* Chunk (t, s) of the codes section, any tile: code_at for every nibble. */
+static void chunk_slow(const struct krn_q4_weight *w, const struct krn_int4_gemm_layout *lay,
+                       int32_t t, int32_t s, uint32_t *chunk)
+{
+    for (int lane = 0; lane < 32; lane++) {
+        int r = lane / 4, c = lane % 4;
+        for (int j = 0; j < 4; j++) {
+            uint32_t word = 0;
+            for (int nib = 0; nib < 8; nib++) {
+                int p = nib % 4, odd = nib / 4;
+                int frag = 2 * j + p / 2, hi8 = p % 2;
+                int32_t n = t * 64 + frag * 8 + r;
+                int32_t k = s * 16 + 2 * c + odd + 8 * hi8;
+                word |= (code_at(w, lay, n, k) & 0xfu) << (4 * nib);
+            }
+            chunk[lane * 4 + j] = word;
+        }
+    }
+}
+
+/* Chunk (t, s) whose 64 rows and 16 k all lie inside the logical matrix:
+ * the same words, from whole bytes. Codes k = 16s + 2c + 8h (low nibble)
+ * and k + 1 (high nibble) are byte 8s + c + 4h of a row, so nibble p of a
+ * word comes from the low nibble and nibble p + 4 from the high nibble of
+ * byte c + 4 (p % 2) of row 8 (2j + p / 2) + r. */
+static void chunk_fast(const struct krn_q4_weight *w, int32_t t, int32_t s, uint32_t *chunk)
+{
+    const uint8_t *rows[64];
+    for (int i = 0; i < 64; i++)
+        rows[i] = w->q + (int64_t)(t * 64 + i) * (w->kp / 2) + (int64_t)s * 8;
+    for (int lane = 0; lane < 32; lane++) {
+        int r = lane / 4, c = lane % 4;
+        for (int j = 0; j < 4; j++) {
+            uint32_t word = 0;
+            for (int p = 0; p < 4; p++) {
+                uint32_t b = rows[(2 * j + p / 2) * 8 + r][c + 4 * (p % 2)];
+                word |= (b & 0xfu) << (4 * p) | (b >> 4) << (4 * (p + 4));
+            }
+            chunk[lane * 4 + j] = word;
+        }
+    }
+}
+
+inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
+                                        const struct krn_int4_gemm_layout *lay, void *dst,
+                                        size_t dst_bytes, int32_t t0, int32_t t1,
+                                        struct inf_err *err)
 {
     if (!w || !lay || !dst || !w->q || !w->scale || !w->zero)
         return inf_err_set(err, INF_E_INVALID, "int4 gemm repack: NULL argument");
@@ -114,39 +158,45 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
     if (dst_bytes < lay->bytes)
         return inf_err_set(err, INF_E_INVALID, "int4 gemm repack: buffer %zu bytes, need %zu",
                            dst_bytes, lay->bytes);
+    const int32_t tiles = lay->n_pad / 64;
+    if (t0 < 0 || t1 < t0 || t1 > tiles)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm repack: tiles [%d, %d) outside [0, %d)",
+                           (int)t0, (int)t1, (int)tiles);
     /* Zero points: integers in [0, 15] (8 when symmetric), so that 1024 + z is
      * exact in fp16 and the kernel's subtraction is exact. */
     int32_t ng = krn_q4_groups(w);
-    for (int64_t i = 0; i < (int64_t)w->n * ng; i++) {
+    int64_t row0 = (int64_t)t0 * 64, row1 = (int64_t)t1 * 64 < w->n ? (int64_t)t1 * 64 : w->n;
+    for (int64_t i = row0 * ng; i < row1 * ng; i++) {
         float z = inf_f16_to_f32(w->zero[i]);
         if (!(z >= 0.0f && z <= 15.0f) || z != floorf(z) || (w->symmetric && z != 8.0f))
             return inf_err_set(
                 err, INF_E_UNSUPPORTED, "int4 gemm: zero point %g of row %lld is not %s", (double)z,
                 (long long)(i / ng), w->symmetric ? "8 (symmetric)" : "an integer in [0, 15]");
     }
-    memset(dst, 0, lay->bytes);
     uint8_t *base = dst;
+    size_t q_bytes = (size_t)lay->n_pad * (size_t)lay->k_pad / 2;
+    size_t s_bytes = (size_t)lay->n_pad * (size_t)lay->groups * 2;
+    if (t1 == tiles) {
+        /* The alignment gaps: every other byte of the buffer is written below. */
+        memset(base + q_bytes, 0, lay->scale_offset - q_bytes);
+        memset(base + lay->scale_offset + s_bytes, 0,
+               lay->zero_offset - (lay->scale_offset + s_bytes));
+        if (!lay->symmetric)
+            memset(base + lay->zero_offset + s_bytes, 0,
+                   lay->bytes - (lay->zero_offset + s_bytes));
+    }
 
     /* Codes: chunk (t, s) covers columns 64t..64t+63 and k 16s..16s+15. */
     uint32_t *q = (uint32_t *)(base + lay->q_offset);
     int32_t ksteps = lay->k_pad / 16;
-    for (int32_t t = 0; t < lay->n_pad / 64; t++) {
+    for (int32_t t = t0; t < t1; t++) {
+        bool rows_in = (t + 1) * 64 <= w->n;
         for (int32_t s = 0; s < ksteps; s++) {
             uint32_t *chunk = q + ((int64_t)t * ksteps + s) * 128;
-            for (int lane = 0; lane < 32; lane++) {
-                int r = lane / 4, c = lane % 4;
-                for (int j = 0; j < 4; j++) {
-                    uint32_t word = 0;
-                    for (int nib = 0; nib < 8; nib++) {
-                        int p = nib % 4, odd = nib / 4;
-                        int frag = 2 * j + p / 2, hi8 = p % 2;
-                        int32_t n = t * 64 + frag * 8 + r;
-                        int32_t k = s * 16 + 2 * c + odd + 8 * hi8;
-                        word |= (code_at(w, lay, n, k) & 0xfu) << (4 * nib);
-                    }
-                    chunk[lane * 4 + j] = word;
-                }
-            }
+            if (rows_in && (s + 1) * 16 <= w->k)
+                chunk_fast(w, t, s, chunk);
+            else
+                chunk_slow(w, lay, t, s, chunk);
         }
     }
 
@@ -154,7 +204,7 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
      * so lane l (r = l/4) reads its eight fragments' values as one word. */
     uint16_t *sc = (uint16_t *)(base + lay->scale_offset);
     uint16_t *zr = lay->symmetric ? NULL : (uint16_t *)(base + lay->zero_offset);
-    for (int32_t t = 0; t < lay->n_pad / 64; t++) {
+    for (int32_t t = t0; t < t1; t++) {
         for (int32_t g = 0; g < lay->groups; g++) {
             for (int i = 0; i < 64; i++) {
                 int r = i / 8, f = i % 8;
@@ -167,4 +217,13 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
         }
     }
     return INF_OK;
+}
+
+inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
+                                  const struct krn_int4_gemm_layout *lay, void *dst,
+                                  size_t dst_bytes, struct inf_err *err)
+{
+    if (!lay)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm repack: NULL argument");
+    return krn_int4_gemm_repack_tiles(w, lay, dst, dst_bytes, 0, lay->n_pad / 64, err);
 }
