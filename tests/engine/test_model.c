@@ -444,6 +444,53 @@ START_TEST(fused_equals_unfused_int4)
 }
 END_TEST
 
+/* The model loaded on 1, 2 and 3 load threads (0: the cores) gives the same
+ * logits bit for bit: quantized rows, converted fp weights and the
+ * embedding table do not depend on how the rows were shared out. Every
+ * source dtype (F32, F16, BF16), tied heads, biases, INT4 and fp. */
+START_TEST(load_threads_same_logits)
+{
+    static const struct tm_spec *const specs[] = {&LLAMA, &MISTRAL, &LLAMA3_TIED, &QWEN2};
+    const struct tm_spec *sp = specs[_i / 2];
+    enum eng_quant q = _i % 2 ? ENG_QUANT_INT4 : ENG_QUANT_NONE;
+    make_model(sp);
+    enum { N = 10 };
+    int V = sp->vocab;
+    int32_t tok[N];
+    prompt(tok, N, V, 3);
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    static const int32_t threads[] = {1, 2, 3, 0};
+    for (int ti = 0; ti < 4; ti++) {
+        struct eng_model_opts o;
+        eng_model_opts_default(&o);
+        o.quant = q;
+        o.group_size = 32;
+        o.max_tokens = 256;
+        o.n_kv_blocks = 64;
+        o.load_threads = threads[ti];
+        eng_model_t *m = NULL;
+        struct inf_err err = {0};
+        ck_assert_msg(eng_model_load(dir, be, &o, &m, &err) == INF_OK, "load: %s", err.msg);
+        run_positions(m, tok, N, 8, ti == 0 ? ref : got);
+        if (ti > 0)
+            ck_assert_msg(memcmp(ref, got, sizeof(float) * N * V) == 0,
+                          "%s quant %d: %d load threads differ from 1", sp->arch, (int)q,
+                          threads[ti]);
+        eng_model_destroy(m);
+    }
+    struct eng_model_opts o;
+    eng_model_opts_default(&o);
+    o.load_threads = -1;
+    eng_model_t *m = NULL;
+    struct inf_err err = {0};
+    ck_assert_int_eq(eng_model_load(dir, be, &o, &m, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "load_threads"));
+    free(ref);
+    free(got);
+    drop_model();
+}
+END_TEST
+
 /* ---- generation ---------------------------------------------------------------- */
 
 /* Greedy generation for n_seq prompts run together (continuous batching
@@ -868,6 +915,10 @@ static Suite *suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, fused_equals_unfused_fp32);
     tcase_add_test(t, fused_equals_unfused_int4);
+    suite_add_tcase(s, t);
+    t = tcase_create("load threads");
+    tcase_set_timeout(t, 120);
+    tcase_add_loop_test(t, load_threads_same_logits, 0, 8);
     suite_add_tcase(s, t);
     t = tcase_create("generation");
     tcase_set_timeout(t, 240);

@@ -181,6 +181,156 @@ START_TEST(zero_rows_and_bad_input)
 }
 END_TEST
 
+/* The quantizer as first written (one element at a time, nibbles set one
+ * by one): the reference the row-wise, vectorized one must equal byte for
+ * byte. */
+static void ref_quantize(const float *w, int n, int k, int group, bool sym, struct krn_q4_weight *q)
+{
+    int kp = eng_q4_padded_k(k, group), g = group ? group : kp, ng = kp / g;
+    ck_assert_int_eq(eng_q4_alloc(n, k, kp, g, sym, q, NULL), INF_OK);
+    for (int r = 0; r < n; r++)
+        for (int gi = 0; gi < ng; gi++) {
+            int c0 = gi * g, c1 = c0 + g < k ? c0 + g : k;
+            float lo = 0.0f, hi = 0.0f;
+            for (int c = c0; c < c1; c++) {
+                lo = w[r * k + c] < lo ? w[r * k + c] : lo;
+                hi = w[r * k + c] > hi ? w[r * k + c] : hi;
+            }
+            float scale = sym ? fmaxf(-lo, hi) / 7.0f : (hi - lo) / 15.0f, zero = sym ? 8.0f : 0.0f;
+            uint16_t sh = inf_f32_to_f16(scale);
+            float sc = inf_f16_to_f32(sh);
+            if (!sym && sc > 0.0f) {
+                zero = rintf(-lo / sc); /* -0 when lo is 0, kept as such */
+                zero = zero < 0.0f ? 0.0f : zero > 15.0f ? 15.0f : zero;
+            }
+            q->scale[r * ng + gi] = sh;
+            q->zero[r * ng + gi] = inf_f32_to_f16(zero);
+            for (int c = c0; c < c0 + g; c++) {
+                int code = (int)zero;
+                if (c < k && sc > 0.0f) {
+                    float qv = rintf(w[r * k + c] / sc) + zero;
+                    code = qv < 0.0f ? 0 : qv > 15.0f ? 15 : (int)qv;
+                }
+                uint8_t *b = &q->q[(size_t)r * (size_t)(kp / 2) + (size_t)(c / 2)];
+                *b = (uint8_t)(c % 2 ? (*b & 0x0f) | (code << 4) : (*b & 0xf0) | code);
+            }
+        }
+}
+
+static bool same_q4(const struct krn_q4_weight *a, const struct krn_q4_weight *b)
+{
+    size_t ng = (size_t)a->n * (size_t)(a->kp / a->group);
+    return a->n == b->n && a->k == b->k && a->kp == b->kp && a->group == b->group &&
+           a->symmetric == b->symmetric &&
+           memcmp(a->q, b->q, (size_t)a->n * (size_t)(a->kp / 2)) == 0 &&
+           memcmp(a->scale, b->scale, ng * 2) == 0 && memcmp(a->zero, b->zero, ng * 2) == 0;
+}
+
+/* eng_q4_quantize, and eng_q4_quantize_rows over ranges of every size, give
+ * the reference bytes (with zeros, negative zeros, all-zero groups, tails
+ * shorter than the 8-lane loop and per-channel rows longer than 256). */
+START_TEST(rows_match_reference_any_split)
+{
+    static const struct {
+        int n, k, group;
+    } shapes[] = {{37, 288, 128}, {16, 100, 32}, {9, 4096, 256}, {5, 300, 0}, {33, 70, 64}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int sym = 0; sym < 2; sym++) {
+            int n = shapes[si].n, k = shapes[si].k, group = shapes[si].group;
+            float *w = random_matrix(n, k, 0.01f * (float)sym);
+            for (int c = 0; c < k; c++) /* a row of zeros and -0 */
+                w[c] = (c & 1) ? -0.0f : 0.0f;
+            w[k + 3] = -0.0f;
+            struct krn_q4_weight ref, whole, rows;
+            ref_quantize(w, n, k, group, sym, &ref);
+            ck_assert_int_eq(eng_q4_quantize(w, n, k, group, sym, &whole, NULL), INF_OK);
+            ck_assert_msg(same_q4(&whole, &ref), "shape %zu sym %d: whole differs", si, sym);
+            for (int step = 1; step <= 7; step += 3) {
+                int kp = eng_q4_padded_k(k, group);
+                ck_assert_int_eq(eng_q4_alloc(n, k, kp, group ? group : kp, sym, &rows, NULL),
+                                 INF_OK);
+                for (int r0 = n; r0 > 0;) { /* last rows first */
+                    int len = r0 < step ? r0 : step;
+                    r0 -= len;
+                    ck_assert_int_eq(eng_q4_quantize_rows(w + (size_t)r0 * (size_t)k, r0, len,
+                                                          &rows, NULL),
+                                     INF_OK);
+                }
+                ck_assert_msg(same_q4(&rows, &ref), "shape %zu sym %d step %d differs", si, sym,
+                              step);
+                eng_q4_free(&rows);
+            }
+            eng_q4_free(&ref);
+            eng_q4_free(&whole);
+            free(w);
+        }
+}
+END_TEST
+
+START_TEST(rows_errors)
+{
+    float *w = random_matrix(4, 64, 0.0f);
+    struct krn_q4_weight q;
+    struct inf_err err;
+    ck_assert_int_eq(eng_q4_alloc(4, 64, 64, 32, false, &q, NULL), INF_OK);
+    ck_assert_int_eq(eng_q4_quantize_rows(w, 3, 2, &q, &err), INF_E_INVALID);
+    w[64 + 40] = NAN; /* row 1 of w, quantized as row 2 */
+    ck_assert_int_eq(eng_q4_quantize_rows(w, 1, 2, &q, &err), INF_E_RANGE);
+    ck_assert_str_eq(err.msg, "weight [2][40] is not finite");
+    w[64 + 40] = 0.0f;
+    w[64 + 5] = -INFINITY;
+    ck_assert_int_eq(eng_q4_quantize_rows(w, 1, 2, &q, &err), INF_E_RANGE);
+    ck_assert_str_eq(err.msg, "weight [2][5] is not finite");
+    eng_q4_free(&q);
+    free(w);
+}
+END_TEST
+
+/* eng_q4_gemm_repack on pools of 1, 2, 3 and 5 threads writes the bytes of
+ * krn_int4_gemm_repack. */
+START_TEST(gemm_repack_any_thread_count)
+{
+    static const struct {
+        int n, k, group;
+    } shapes[] = {{1000, 300, 128}, {64, 4096, 32}, {257, 100, 0}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        float *w = random_matrix(shapes[si].n, shapes[si].k, 0.02f);
+        struct krn_q4_weight q;
+        ck_assert_int_eq(
+            eng_q4_quantize(w, shapes[si].n, shapes[si].k, shapes[si].group, false, &q, NULL),
+            INF_OK);
+        struct krn_int4_gemm_layout lay;
+        ck_assert_int_eq(krn_int4_gemm_plan(&q, &lay, NULL), INF_OK);
+        uint8_t *want = malloc(lay.bytes), *got = malloc(lay.bytes);
+        ck_assert_int_eq(krn_int4_gemm_repack(&q, &lay, want, lay.bytes, NULL), INF_OK);
+        static const int threads[] = {1, 2, 3, 5};
+        for (int ti = 0; ti < 4; ti++) {
+            eng_par_t *par = NULL;
+            ck_assert_int_eq(eng_par_create(threads[ti], &par, NULL), INF_OK);
+            ck_assert_int_eq(eng_par_size(par), threads[ti]);
+            memset(got, 0xee, lay.bytes);
+            ck_assert_int_eq(eng_q4_gemm_repack(&q, &lay, got, lay.bytes, par, NULL), INF_OK);
+            ck_assert_msg(memcmp(got, want, lay.bytes) == 0, "shape %zu, %d threads differ", si,
+                          threads[ti]);
+            eng_par_destroy(par);
+        }
+        /* an error from a worker comes back */
+        struct inf_err err;
+        eng_par_t *par = NULL;
+        ck_assert_int_eq(eng_par_create(3, &par, NULL), INF_OK);
+        q.zero[q.n * (q.kp / q.group) - 1] = inf_f32_to_f16(2.5f);
+        ck_assert_int_eq(eng_q4_gemm_repack(&q, &lay, got, lay.bytes, par, &err),
+                         INF_E_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(err.msg, "zero point 2.5"));
+        eng_par_destroy(par);
+        free(want);
+        free(got);
+        eng_q4_free(&q);
+        free(w);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("quant");
@@ -194,6 +344,12 @@ int main(void)
     tcase_add_test(t, grid_values_are_exact);
     tcase_add_test(t, symmetric_uses_absmax_over_7);
     tcase_add_test(t, zero_rows_and_bad_input);
+    suite_add_tcase(s, t);
+    t = tcase_create("rows");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, rows_match_reference_any_split);
+    tcase_add_test(t, rows_errors);
+    tcase_add_test(t, gemm_repack_any_thread_count);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -673,6 +673,55 @@ START_TEST(not_found)
 }
 END_TEST
 
+/* Every fp16 bit pattern: eng_st_read_f32 gives inf_f16_to_f32 (the table
+ * is that function), and eng_st_read_f16 gives what converting that value
+ * back with inf_f32_to_f16 gives (NaNs become the quiet NaN of their sign);
+ * F32 and BF16 sources convert as f32 -> inf_f32_to_f16. */
+START_TEST(read_f16_is_the_f32_round_trip)
+{
+    uint16_t *h = malloc(65536 * 2), *out = malloc(65536 * 2);
+    float *f = malloc(65536 * 4);
+    for (uint32_t i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    struct eng_st_tensor t = {.name = "t", .dtype = ENG_DT_F16, .ndim = 1, .shape = {65536},
+                              .numel = 65536, .data = h, .nbytes = 65536 * 2, .file = "f"};
+    ck_assert_int_eq(eng_st_read_f32(&t, 0, 65536, f, NULL), INF_OK);
+    ck_assert_int_eq(eng_st_read_f16(&t, 0, 65536, out, NULL), INF_OK);
+    for (uint32_t i = 0; i < 65536; i++) {
+        float want = inf_f16_to_f32((uint16_t)i);
+        ck_assert_msg(memcmp(&f[i], &want, 4) == 0, "f32 of %04x", i);
+        ck_assert_msg(out[i] == inf_f32_to_f16(want), "f16 of %04x: %04x", i, out[i]);
+    }
+    ck_assert_uint_eq(out[0x7c01], 0x7e00); /* a signalling NaN */
+    ck_assert_uint_eq(out[0xfc00], 0xfc00); /* -inf */
+    ck_assert_uint_eq(out[0x0001], 0x0001); /* the smallest subnormal */
+    /* a range inside, and bf16 / f32 sources */
+    ck_assert_int_eq(eng_st_read_f16(&t, 0x3c00, 3, out, NULL), INF_OK);
+    ck_assert_uint_eq(out[2], 0x3c02);
+    struct inf_err err;
+    ck_assert_int_eq(eng_st_read_f16(&t, 65535, 2, out, &err), INF_E_RANGE);
+    t.dtype = ENG_DT_BF16;
+    ck_assert_int_eq(eng_st_read_f16(&t, 0, 65536, out, NULL), INF_OK);
+    for (uint32_t i = 0; i < 65536; i++)
+        ck_assert_uint_eq(out[i], inf_f32_to_f16(inf_bf16_to_f32((uint16_t)i)));
+    float fv[5] = {1.0f, -65520.0f, 1e-8f, 3.14159265f, 65504.0f};
+    t = (struct eng_st_tensor){.name = "t", .dtype = ENG_DT_F32, .ndim = 1, .shape = {5},
+                               .numel = 5, .data = fv, .nbytes = 20, .file = "f"};
+    ck_assert_int_eq(eng_st_read_f16(&t, 0, 5, out, NULL), INF_OK);
+    ck_assert_uint_eq(out[0], 0x3c00);
+    ck_assert_uint_eq(out[1], 0xfc00); /* rounds past the largest half */
+    ck_assert_uint_eq(out[3], 0x4248);
+    ck_assert_uint_eq(out[4], 0x7bff);
+    t.dtype = ENG_DT_I32;
+    ck_assert_int_eq(eng_st_read_f16(&t, 0, 5, out, &err), INF_E_UNSUPPORTED);
+    eng_st_prefetch(&t); /* a hint on any memory: no effect to see, must not fail */
+    eng_st_prefetch(NULL);
+    free(h);
+    free(out);
+    free(f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -683,6 +732,9 @@ static Suite *suite(void)
     tcase_add_test(tc, roundtrip_sharded);
     tcase_add_test(tc, writer_refusals);
     tcase_add_test(tc, dtype_names);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("convert");
+    tcase_add_test(tc, read_f16_is_the_f32_round_trip);
     suite_add_tcase(s, tc);
     tc = tcase_create("malformed");
     tcase_add_checked_fixture(tc, setup, teardown);

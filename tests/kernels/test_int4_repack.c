@@ -199,6 +199,107 @@ START_TEST(round_trip_ragged)
 }
 END_TEST
 
+/* The layout written out the slow way, one nibble at a time from the
+ * header's description (an independent reference for the fast paths and
+ * the tile ranges): every byte of the buffer, gaps zero. */
+static unsigned naive_code(const struct krn_q4_weight *w, const struct krn_int4_gemm_layout *lay,
+                           int32_t n, int32_t k)
+{
+    int32_t ng = w->kp / w->group;
+    if (n >= w->n)
+        return 8;
+    if (k < w->k)
+        return (unsigned)((w->q[(int64_t)n * (w->kp / 2) + k / 2] >> (4 * (k & 1))) & 0xf);
+    int32_t g = lay->groups == 1 ? 0 : k / w->group;
+    return g < ng ? (unsigned)inf_f16_to_f32(w->zero[(int64_t)n * ng + g]) : 8u;
+}
+
+static void naive_repack(const struct krn_q4_weight *w, const struct krn_int4_gemm_layout *lay,
+                         uint8_t *dst)
+{
+    memset(dst, 0, lay->bytes);
+    int32_t ng = w->kp / w->group, ksteps = lay->k_pad / 16;
+    uint32_t *q = (uint32_t *)(dst + lay->q_offset);
+    for (int32_t t = 0; t < lay->n_pad / 64; t++)
+        for (int32_t s = 0; s < ksteps; s++)
+            for (int lane = 0; lane < 32; lane++)
+                for (int j = 0; j < 4; j++) {
+                    uint32_t word = 0;
+                    for (int nib = 0; nib < 8; nib++) {
+                        int p = nib % 4, odd = nib / 4;
+                        int32_t n = t * 64 + (2 * j + p / 2) * 8 + lane / 4;
+                        int32_t k = s * 16 + 2 * (lane % 4) + odd + 8 * (p % 2);
+                        word |= naive_code(w, lay, n, k) << (4 * nib);
+                    }
+                    q[((int64_t)t * ksteps + s) * 128 + lane * 4 + j] = word;
+                }
+    uint16_t *sc = (uint16_t *)(dst + lay->scale_offset);
+    uint16_t *zr = lay->symmetric ? NULL : (uint16_t *)(dst + lay->zero_offset);
+    for (int32_t t = 0; t < lay->n_pad / 64; t++)
+        for (int32_t g = 0; g < lay->groups; g++)
+            for (int i = 0; i < 64; i++) {
+                int32_t n = t * 64 + (i % 8) * 8 + i / 8;
+                int64_t o = ((int64_t)t * lay->groups + g) * 64 + i;
+                bool in = n < w->n && g < ng;
+                sc[o] = in ? w->scale[(int64_t)n * ng + g] : 0;
+                if (zr)
+                    zr[o] = in ? w->zero[(int64_t)n * ng + g] : 0x4800;
+            }
+}
+
+/* krn_int4_gemm_repack into a buffer full of garbage, and the same through
+ * tile ranges of random lengths in random order, both byte-equal to the
+ * naive layout. */
+static void check_tiles(int32_t n, int32_t k, int32_t group, bool per_channel, bool sym)
+{
+    struct canon c;
+    canon_make(&c, n, k, group, per_channel, sym);
+    struct krn_int4_gemm_layout lay;
+    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, NULL), INF_OK);
+    uint8_t *want = malloc(lay.bytes), *got = malloc(lay.bytes);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(got);
+    naive_repack(&c.w, &lay, want);
+    memset(got, 0xa5, lay.bytes);
+    ck_assert_int_eq(krn_int4_gemm_repack(&c.w, &lay, got, lay.bytes, NULL), INF_OK);
+    ck_assert_msg(memcmp(got, want, lay.bytes) == 0, "whole repack differs: n=%d k=%d g=%d", n, k,
+                  group);
+    /* ranges cut at random, repacked last range first */
+    int32_t tiles = lay.n_pad / 64, cuts[64], nc = 0;
+    for (int32_t t = 0; t < tiles; t += 1 + (int32_t)(rnd() % 5))
+        cuts[nc++] = t;
+    cuts[nc] = tiles;
+    memset(got, 0x5a, lay.bytes);
+    for (int32_t i = nc - 1; i >= 0; i--)
+        ck_assert_int_eq(
+            krn_int4_gemm_repack_tiles(&c.w, &lay, got, lay.bytes, cuts[i], cuts[i + 1], NULL),
+            INF_OK);
+    ck_assert_msg(memcmp(got, want, lay.bytes) == 0, "tile ranges differ: n=%d k=%d g=%d", n, k,
+                  group);
+    struct inf_err err;
+    ck_assert_int_eq(krn_int4_gemm_repack_tiles(&c.w, &lay, got, lay.bytes, 1, 0, &err),
+                     INF_E_INVALID);
+    ck_assert_int_eq(krn_int4_gemm_repack_tiles(&c.w, &lay, got, lay.bytes, 0, tiles + 1, &err),
+                     INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "outside"));
+    free(want);
+    free(got);
+    canon_free(&c);
+}
+
+START_TEST(tiles_match_naive)
+{
+    rng_state = 0x5eed5u;
+    check_tiles(256, 512, 128, false, false);
+    check_tiles(512, 256, 32, false, true);
+    check_tiles(300, 136, 32, false, false); /* ragged N and K */
+    check_tiles(70, 200, 64, false, true);
+    check_tiles(5, 40, 32, false, false); /* kernel groups beyond the canonical ones */
+    check_tiles(129, 100, 0, true, false); /* per-channel */
+    check_tiles(1000, 384, 256, false, false);
+}
+END_TEST
+
 START_TEST(plan_sizes)
 {
     struct canon c;
@@ -268,6 +369,10 @@ static Suite *suite(void)
     tcase_add_test(tc, round_trip_groups);
     tcase_add_test(tc, round_trip_ragged);
     suite_add_tcase(s, tc);
+    TCase *tt = tcase_create("tiles");
+    tcase_set_timeout(tt, 120);
+    tcase_add_test(tt, tiles_match_naive);
+    suite_add_tcase(s, tt);
     TCase *tl = tcase_create("layout");
     tcase_add_test(tl, plan_sizes);
     tcase_add_test(tl, errors);

@@ -1,0 +1,87 @@
+/* The load-time thread pool (engine/par.h): every item of a run is handed
+ * out exactly once, in chunks of at most grain, whatever the pool size; a
+ * pool runs job after job; NULL runs on the caller. */
+#include "engine/par.h"
+
+#include <check.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct count_job {
+    atomic_int *hits; /* per item */
+    int64_t grain;
+    atomic_int chunks, bad_chunks;
+};
+
+static void count_run(void *arg, int64_t i0, int64_t i1)
+{
+    struct count_job *j = arg;
+    atomic_fetch_add(&j->chunks, 1);
+    if (i1 <= i0 || i1 - i0 > j->grain)
+        atomic_fetch_add(&j->bad_chunks, 1);
+    for (int64_t i = i0; i < i1; i++)
+        atomic_fetch_add(&j->hits[i], 1);
+}
+
+static void check_run(eng_par_t *p, int64_t n, int64_t grain)
+{
+    struct count_job j = {.hits = calloc((size_t)(n ? n : 1), sizeof(atomic_int)),
+                          .grain = grain < 1 ? 1 : grain};
+    atomic_init(&j.chunks, 0);
+    atomic_init(&j.bad_chunks, 0);
+    eng_par_run(p, n, grain, count_run, &j);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(atomic_load(&j.hits[i]) == 1, "item %lld run %d times", (long long)i,
+                      atomic_load(&j.hits[i]));
+    ck_assert_int_eq(atomic_load(&j.bad_chunks), 0);
+    int64_t g = grain < 1 ? 1 : grain;
+    ck_assert_int_eq(atomic_load(&j.chunks), (int)((n + g - 1) / g));
+    free(j.hits);
+}
+
+START_TEST(every_item_once)
+{
+    static const int32_t sizes[] = {1, 2, 3, 8};
+    for (int si = 0; si < 4; si++) {
+        eng_par_t *p = NULL;
+        ck_assert_int_eq(eng_par_create(sizes[si], &p, NULL), INF_OK);
+        ck_assert_int_eq(eng_par_size(p), sizes[si]);
+        for (int rep = 0; rep < 20; rep++) { /* one pool, many jobs */
+            check_run(p, 1000, 7);
+            check_run(p, 5, 16);
+            check_run(p, 0, 4);
+            check_run(p, 97, 1);
+            check_run(p, 64, 0);
+        }
+        eng_par_destroy(p);
+    }
+    check_run(NULL, 33, 5);
+    ck_assert_int_eq(eng_par_size(NULL), 1);
+    eng_par_destroy(NULL);
+}
+END_TEST
+
+START_TEST(thread_counts)
+{
+    ck_assert_int_eq(eng_par_threads(3), 3);
+    ck_assert_int_eq(eng_par_threads(1000), ENG_PAR_MAX);
+    int32_t all = eng_par_threads(0);
+    ck_assert(all >= 1 && all <= ENG_PAR_MAX);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("par");
+    TCase *t = tcase_create("run");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, every_item_once);
+    tcase_add_test(t, thread_counts);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
