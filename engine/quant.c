@@ -157,7 +157,9 @@ inf_status_t eng_q4_quantize_rows(const float *w, int32_t r0, int32_t rows,
             }
             float scale, zero;
             if (symmetric) {
-                float amax = fmaxf(-lo, hi);
+                /* not fmaxf: its sign for max(-0, +0) depends on how it is
+                 * compiled; +0 (an all-zero group) as optimized builds give */
+                float amax = -lo > hi ? -lo : hi;
                 scale = amax / 7.0f;
                 zero = 8.0f;
             } else {

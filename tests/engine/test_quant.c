@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -196,7 +197,8 @@ static void ref_quantize(const float *w, int n, int k, int group, bool sym, stru
                 lo = w[r * k + c] < lo ? w[r * k + c] : lo;
                 hi = w[r * k + c] > hi ? w[r * k + c] : hi;
             }
-            float scale = sym ? fmaxf(-lo, hi) / 7.0f : (hi - lo) / 15.0f, zero = sym ? 8.0f : 0.0f;
+            float amax = -lo > hi ? -lo : hi; /* +0 for an all-zero group */
+            float scale = sym ? amax / 7.0f : (hi - lo) / 15.0f, zero = sym ? 8.0f : 0.0f;
             uint16_t sh = inf_f32_to_f16(scale);
             float sc = inf_f16_to_f32(sh);
             if (!sym && sc > 0.0f) {
@@ -217,13 +219,25 @@ static void ref_quantize(const float *w, int n, int k, int group, bool sym, stru
         }
 }
 
+/* Same shape and bytes; the first difference goes to stderr. */
 static bool same_q4(const struct krn_q4_weight *a, const struct krn_q4_weight *b)
 {
-    size_t ng = (size_t)a->n * (size_t)(a->kp / a->group);
-    return a->n == b->n && a->k == b->k && a->kp == b->kp && a->group == b->group &&
-           a->symmetric == b->symmetric &&
-           memcmp(a->q, b->q, (size_t)a->n * (size_t)(a->kp / 2)) == 0 &&
-           memcmp(a->scale, b->scale, ng * 2) == 0 && memcmp(a->zero, b->zero, ng * 2) == 0;
+    size_t ng = (size_t)a->n * (size_t)(a->kp / a->group), nq = (size_t)a->n * (size_t)(a->kp / 2);
+    if (a->n != b->n || a->k != b->k || a->kp != b->kp || a->group != b->group ||
+        a->symmetric != b->symmetric)
+        return false;
+    for (size_t i = 0; i < nq; i++)
+        if (a->q[i] != b->q[i]) {
+            fprintf(stderr, "q byte %zu: %02x vs %02x\n", i, a->q[i], b->q[i]);
+            return false;
+        }
+    for (size_t i = 0; i < ng; i++)
+        if (a->scale[i] != b->scale[i] || a->zero[i] != b->zero[i]) {
+            fprintf(stderr, "group %zu: scale %04x vs %04x, zero %04x vs %04x\n", i, a->scale[i],
+                    b->scale[i], a->zero[i], b->zero[i]);
+            return false;
+        }
+    return true;
 }
 
 /* eng_q4_quantize, and eng_q4_quantize_rows over ranges of every size, give
