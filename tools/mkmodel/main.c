@@ -16,10 +16,12 @@
  *   norm weights     1 + N(0, 0.02^2)
  *   lm_head          N(0, 1/hidden)
  * Each chunk of 65536 values of a tensor has its own random stream seeded
- * from (--seed, tensor index, chunk index), so chunks are generated on up to
- * 16 threads and the bytes do not depend on the thread count. */
+ * from (--seed, tensor index, chunk index), so chunks are generated on every
+ * core, while a writer thread writes the batch before, and the bytes do not
+ * depend on the thread count. */
 #include "common/inf.h"
 #include "engine/model_config.h"
+#include "engine/par.h"
 #include "engine/safetensors_write.h"
 #include "tools/mkmodel/bpe.h"
 
@@ -155,12 +157,12 @@ static int32_t build_specs(const struct eng_model_config *c, struct spec *sp)
     return n;
 }
 
-/* Generation runs on up to GEN_THREADS threads: chunk c of tensor i has its
+/* Generation runs on every core (engine/par.h): chunk c of tensor i has its
  * own stream seeded from (seed, i, c), so the bytes do not depend on the
- * thread count, and a batch of chunks is generated in parallel, then
- * written in order. */
-#define GEN_THREADS 16
-#define BATCH_CHUNKS (4 * GEN_THREADS)
+ * thread count. A batch of chunks of one tensor is generated in parallel
+ * into one of two buffers while a writer thread writes the other, in order,
+ * so the disk and the generators work at the same time. */
+#define BATCH_CHUNKS 256 /* 16 Mi values: 32 MiB of fp16 */
 
 struct gen_job {
     const struct spec *sp;
@@ -168,14 +170,16 @@ struct gen_job {
     uint64_t seed;
     enum eng_dtype dt;
     int64_t numel;
-    int64_t c0, c1;     /* chunks [c0, c1) of the tensor */
+    int64_t c0;         /* first chunk of the batch */
     unsigned char *out; /* bytes of chunk c0 */
 };
 
-static void gen_chunks(const struct gen_job *j)
+/* Chunks [c0 + i0, c0 + i1) of the batch. */
+static void gen_chunks(void *arg, int64_t i0, int64_t i1)
 {
+    const struct gen_job *j = arg;
     size_t es = eng_dtype_size(j->dt);
-    for (int64_t c = j->c0; c < j->c1; c++) {
+    for (int64_t c = j->c0 + i0; c < j->c0 + i1; c++) {
         int64_t first = c * CHUNK;
         int64_t k = j->numel - first < CHUNK ? j->numel - first : CHUNK;
         /* chunk 0 keeps the tensor's own stream (tensors of one chunk are
@@ -196,10 +200,63 @@ static void gen_chunks(const struct gen_job *j)
     }
 }
 
-static void *gen_run(void *arg)
+/* The writer thread: writes one handed-over buffer at a time. */
+struct writer {
+    eng_st_writer_t *w;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const unsigned char *data; /* pending buffer, NULL when idle */
+    size_t len;
+    bool stop;
+    pthread_t th;
+    inf_status_t st; /* first write error */
+    struct inf_err err;
+};
+
+static void *writer_run(void *arg)
 {
-    gen_chunks(arg);
+    struct writer *wr = arg;
+    pthread_mutex_lock(&wr->mu);
+    for (;;) {
+        while (!wr->data && !wr->stop)
+            pthread_cond_wait(&wr->cv, &wr->mu);
+        if (!wr->data)
+            break;
+        const unsigned char *d = wr->data;
+        size_t n = wr->len;
+        pthread_mutex_unlock(&wr->mu);
+        struct inf_err e = {0};
+        inf_status_t st = wr->st == INF_OK ? eng_st_writer_write(wr->w, d, n, &e) : INF_OK;
+        pthread_mutex_lock(&wr->mu);
+        if (st != INF_OK) {
+            wr->st = st;
+            wr->err = e;
+        }
+        wr->data = NULL;
+        pthread_cond_broadcast(&wr->cv);
+    }
+    pthread_mutex_unlock(&wr->mu);
     return NULL;
+}
+
+/* Wait until the writer is idle; its status so far. */
+static inf_status_t writer_wait(struct writer *wr)
+{
+    pthread_mutex_lock(&wr->mu);
+    while (wr->data)
+        pthread_cond_wait(&wr->cv, &wr->mu);
+    inf_status_t st = wr->st;
+    pthread_mutex_unlock(&wr->mu);
+    return st;
+}
+
+static void writer_submit(struct writer *wr, const unsigned char *d, size_t n)
+{
+    pthread_mutex_lock(&wr->mu);
+    wr->data = d;
+    wr->len = n;
+    pthread_cond_broadcast(&wr->cv);
+    pthread_mutex_unlock(&wr->mu);
 }
 
 static inf_status_t write_weights(const char *dir, const struct eng_model_config *c,
@@ -208,62 +265,80 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
 {
     size_t max_specs = 3 + 12 * (size_t)c->n_layers;
     struct spec *sp = calloc(max_specs, sizeof *sp);
-    size_t es = eng_dtype_size(dt);
-    unsigned char *buf = malloc((size_t)BATCH_CHUNKS * CHUNK * es);
-    eng_st_writer_t *w = NULL;
+    size_t es = eng_dtype_size(dt), bbytes = (size_t)BATCH_CHUNKS * CHUNK * es;
+    unsigned char *buf[2] = {malloc(bbytes), malloc(bbytes)};
+    struct writer wr = {.st = INF_OK};
+    bool writer_started = false;
+    eng_par_t *par = NULL;
     inf_status_t st = INF_OK;
-    if (!sp || !buf) {
+    pthread_mutex_init(&wr.mu, NULL);
+    pthread_cond_init(&wr.cv, NULL);
+    if (!sp || !buf[0] || !buf[1]) {
         st = inf_err_set(err, INF_E_NOMEM, "out of memory");
         goto out;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int nthreads = cores > GEN_THREADS ? GEN_THREADS : cores < 1 ? 1 : (int)cores;
     int32_t n = build_specs(c, sp);
-    if ((st = eng_st_writer_create(dir, shards, &w, err)) != INF_OK)
+    if ((st = eng_par_create(0, &par, err)) != INF_OK ||
+        (st = eng_st_writer_create(dir, shards, &wr.w, err)) != INF_OK)
         goto out;
     for (int32_t i = 0; i < n; i++)
-        if ((st = eng_st_writer_add(w, sp[i].name, dt, sp[i].ndim, sp[i].shape, err)) != INF_OK)
+        if ((st = eng_st_writer_add(wr.w, sp[i].name, dt, sp[i].ndim, sp[i].shape, err)) !=
+            INF_OK)
             goto out;
+    if (pthread_create(&wr.th, NULL, writer_run, &wr) != 0) {
+        st = inf_err_set(err, INF_E_NOMEM, "cannot start the writer thread");
+        goto out;
+    }
+    writer_started = true;
     *total_bytes = 0;
-    for (int32_t i = 0; i < n; i++) {
+    int cur = 0;
+    for (int32_t i = 0; i < n && st == INF_OK; i++) {
         int64_t numel = sp[i].shape[0] * (sp[i].ndim == 2 ? sp[i].shape[1] : 1);
         int64_t n_chunks = (numel + CHUNK - 1) / CHUNK;
         for (int64_t b0 = 0; b0 < n_chunks; b0 += BATCH_CHUNKS) {
             int64_t b1 = b0 + BATCH_CHUNKS < n_chunks ? b0 + BATCH_CHUNKS : n_chunks;
-            int64_t per = (b1 - b0 + nthreads - 1) / nthreads;
-            struct gen_job jobs[GEN_THREADS];
-            pthread_t th[GEN_THREADS];
-            bool started[GEN_THREADS] = {false};
-            int nj = 0;
-            for (int64_t c0 = b0; c0 < b1; c0 += per, nj++) {
-                jobs[nj] = (struct gen_job){.sp = &sp[i],
-                                            .tensor = i,
-                                            .seed = seed,
-                                            .dt = dt,
-                                            .numel = numel,
-                                            .c0 = c0,
-                                            .c1 = c0 + per < b1 ? c0 + per : b1,
-                                            .out = buf + (size_t)(c0 - b0) * CHUNK * es};
-                started[nj] = nj > 0 && pthread_create(&th[nj], NULL, gen_run, &jobs[nj]) == 0;
-            }
-            gen_chunks(&jobs[0]); /* the calling thread takes the first share */
-            for (int j = 1; j < nj; j++) {
-                if (started[j])
-                    pthread_join(th[j], NULL);
-                else
-                    gen_chunks(&jobs[j]);
-            }
+            struct gen_job job = {.sp = &sp[i],
+                                  .tensor = i,
+                                  .seed = seed,
+                                  .dt = dt,
+                                  .numel = numel,
+                                  .c0 = b0,
+                                  .out = buf[cur]};
+            /* buf[cur] was handed to the writer two batches ago and is free
+             * once the writer took the last one: it works on one at a time */
+            eng_par_run(par, b1 - b0, 1, gen_chunks, &job);
             int64_t k = (b1 * CHUNK < numel ? b1 * CHUNK : numel) - b0 * CHUNK;
-            if ((st = eng_st_writer_write(w, buf, (size_t)k * es, err)) != INF_OK)
-                goto out;
+            if ((st = writer_wait(&wr)) != INF_OK)
+                break;
+            writer_submit(&wr, buf[cur], (size_t)k * es);
             *total_bytes += (uint64_t)k * es;
+            cur ^= 1;
         }
     }
-    st = eng_st_writer_finish(w, err);
+    if (st == INF_OK)
+        st = writer_wait(&wr);
+    if (st != INF_OK) {
+        if (wr.st != INF_OK)
+            st = inf_err_set(err, wr.st, "%s", wr.err.msg);
+        goto out;
+    }
+    st = eng_st_writer_finish(wr.w, err);
 out:
-    eng_st_writer_destroy(w);
+    if (writer_started) {
+        writer_wait(&wr);
+        pthread_mutex_lock(&wr.mu);
+        wr.stop = true;
+        pthread_cond_broadcast(&wr.cv);
+        pthread_mutex_unlock(&wr.mu);
+        pthread_join(wr.th, NULL);
+    }
+    eng_st_writer_destroy(wr.w);
+    eng_par_destroy(par);
+    pthread_cond_destroy(&wr.cv);
+    pthread_mutex_destroy(&wr.mu);
     free(sp);
-    free(buf);
+    free(buf[0]);
+    free(buf[1]);
     return st;
 }
 
