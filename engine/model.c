@@ -74,8 +74,11 @@ struct eng_model {
     int32_t graph_rows;
     int32_t *pad_tok, *pad_pos, *pad_bt;
     bool graph_failed[16];
-    /* while loading: the threads, and seconds spent per phase */
+    /* while loading: the threads, the host buffer of fp conversions, and
+     * seconds spent per phase */
     eng_par_t *par;
+    void *stage;
+    size_t stage_bytes;
     double t_quantize;   /* converting and quantizing INT4 layers */
     double t_q4_backend; /* the backend's repack and upload of them */
     double t_convert;    /* converting fp weights to their dtype */
@@ -250,17 +253,23 @@ static inf_status_t upload_fp(struct eng_model *m, const struct src *src, int32_
 {
     size_t bytes = (size_t)n * (size_t)src->k * eng_w_size(dt);
     uint64_t t0 = inf_now_ns();
-    struct rows_job j = {.src = src, .wdt = dt, .host = malloc(bytes)};
-    if (!j.host)
-        return inf_err_set(err, INF_E_NOMEM, "out of memory converting a %dx%d weight", n,
-                           src->k);
+    if (bytes > m->stage_bytes) {
+        /* One host buffer for every fp weight of the load, grown to the
+         * largest: its pages are faulted in once, not once per weight. */
+        free(m->stage);
+        m->stage_bytes = 0;
+        if (!(m->stage = malloc(bytes)))
+            return inf_err_set(err, INF_E_NOMEM, "out of memory converting a %dx%d weight", n,
+                               src->k);
+        m->stage_bytes = bytes;
+    }
+    struct rows_job j = {.src = src, .wdt = dt, .host = m->stage};
     inf_status_t s = rows_convert(m, &j, n, err);
     m->t_convert += secs_since(t0);
     t0 = inf_now_ns();
     if (s == INF_OK)
         s = eng_buf_from_host(m->be, j.host, bytes, out, err);
     m->t_upload += secs_since(t0);
-    free(j.host);
     return s;
 }
 
@@ -691,6 +700,9 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
             m->t_convert, m->t_upload);
     eng_par_destroy(m->par);
     m->par = NULL;
+    free(m->stage);
+    m->stage = NULL;
+    m->stage_bytes = 0;
     if ((s = alloc_work(m, err)))
         goto fail;
     eng_st_close(st);
@@ -749,6 +761,7 @@ void eng_model_destroy(eng_model_t *m)
     free(m->layers);
     free(m->info);
     eng_par_destroy(m->par);
+    free(m->stage);
     free(m);
 }
 
