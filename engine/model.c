@@ -696,8 +696,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
     inf_log(INFO,
             "weights loaded in %.2f s on %d threads: INT4 convert+quantize %.2f s, repack+upload "
             "%.2f s; fp convert %.2f s, upload %.2f s",
-            secs_since(t_load), eng_par_size(m->par), m->t_quantize, m->t_q4_backend,
-            m->t_convert, m->t_upload);
+            secs_since(t_load), eng_par_size(m->par), m->t_quantize, m->t_q4_backend, m->t_convert,
+            m->t_upload);
     eng_par_destroy(m->par);
     m->par = NULL;
     free(m->stage);

@@ -169,8 +169,8 @@ inf_status_t eng_q4_quantize_rows(const float *w, int32_t r0, int32_t rows,
             uint16_t sh = inf_f32_to_f16(scale);
             float s = inf_f16_to_f32(sh);
             if (!isfinite(s)) {
-                st = inf_err_set(err, INF_E_RANGE, "row %d group %d: scale %g does not fit fp16",
-                                 r, gi, scale);
+                st = inf_err_set(err, INF_E_RANGE, "row %d group %d: scale %g does not fit fp16", r,
+                                 gi, scale);
                 break;
             }
             if (!symmetric && s > 0.0f) {
@@ -249,8 +249,8 @@ static void repack_range(void *arg, int64_t t0, int64_t t1)
 }
 
 inf_status_t eng_q4_gemm_repack(const struct krn_q4_weight *w,
-                                const struct krn_int4_gemm_layout *lay, void *dst,
-                                size_t dst_bytes, eng_par_t *par, struct inf_err *err)
+                                const struct krn_int4_gemm_layout *lay, void *dst, size_t dst_bytes,
+                                eng_par_t *par, struct inf_err *err)
 {
     if (!lay)
         return krn_int4_gemm_repack(w, lay, dst, dst_bytes, err); /* its NULL error */

@@ -62,8 +62,8 @@ inf_status_t eng_q4_quantize_rows(const float *w, int32_t r0, int32_t rows,
  * 64-column tiles at a time (krn_int4_gemm_repack_tiles): the same bytes
  * whatever the thread count. Errors: those of krn_int4_gemm_repack. */
 inf_status_t eng_q4_gemm_repack(const struct krn_q4_weight *w,
-                                const struct krn_int4_gemm_layout *lay, void *dst,
-                                size_t dst_bytes, eng_par_t *par, struct inf_err *err);
+                                const struct krn_int4_gemm_layout *lay, void *dst, size_t dst_bytes,
+                                eng_par_t *par, struct inf_err *err);
 
 /* Allocate a zeroed canonical weight of the given shape (q, scale, zero
  * zero-filled); for loaders that fill it from an AWQ/GPTQ source and for

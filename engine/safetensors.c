@@ -752,8 +752,8 @@ inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64
     return INF_OK;
 }
 
-inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64_t n,
-                             uint16_t *dst, struct inf_err *err)
+inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64_t n, uint16_t *dst,
+                             struct inf_err *err)
 {
     inf_status_t s = read_check(t, first, n, err);
     if (s != INF_OK || n == 0)

@@ -65,8 +65,8 @@ inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64
  * in dst: the values eng_st_read_f32 gives, rounded to fp16 as
  * inf_f32_to_f16 does (an F16 tensor is copied, its NaNs made the one quiet
  * NaN that round trip gives). Errors as eng_st_read_f32. */
-inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64_t n,
-                             uint16_t *dst, struct inf_err *err);
+inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64_t n, uint16_t *dst,
+                             struct inf_err *err);
 
 /* Ask the kernel to start reading t's bytes from the file now (a hint, in
  * the background), so a later read does not wait for the disk. Thread: any. */

@@ -182,8 +182,7 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
         memset(base + lay->scale_offset + s_bytes, 0,
                lay->zero_offset - (lay->scale_offset + s_bytes));
         if (!lay->symmetric)
-            memset(base + lay->zero_offset + s_bytes, 0,
-                   lay->bytes - (lay->zero_offset + s_bytes));
+            memset(base + lay->zero_offset + s_bytes, 0, lay->bytes - (lay->zero_offset + s_bytes));
     }
 
     /* Codes: chunk (t, s) covers columns 64t..64t+63 and k 16s..16s+15. */

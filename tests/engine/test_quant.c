@@ -266,9 +266,9 @@ START_TEST(rows_match_reference_any_split)
                 for (int r0 = n; r0 > 0;) { /* last rows first */
                     int len = r0 < step ? r0 : step;
                     r0 -= len;
-                    ck_assert_int_eq(eng_q4_quantize_rows(w + (size_t)r0 * (size_t)k, r0, len,
-                                                          &rows, NULL),
-                                     INF_OK);
+                    ck_assert_int_eq(
+                        eng_q4_quantize_rows(w + (size_t)r0 * (size_t)k, r0, len, &rows, NULL),
+                        INF_OK);
                 }
                 ck_assert_msg(same_q4(&rows, &ref), "shape %zu sym %d step %d differs", si, sym,
                               step);

@@ -683,8 +683,14 @@ START_TEST(read_f16_is_the_f32_round_trip)
     float *f = malloc(65536 * 4);
     for (uint32_t i = 0; i < 65536; i++)
         h[i] = (uint16_t)i;
-    struct eng_st_tensor t = {.name = "t", .dtype = ENG_DT_F16, .ndim = 1, .shape = {65536},
-                              .numel = 65536, .data = h, .nbytes = 65536 * 2, .file = "f"};
+    struct eng_st_tensor t = {.name = "t",
+                              .dtype = ENG_DT_F16,
+                              .ndim = 1,
+                              .shape = {65536},
+                              .numel = 65536,
+                              .data = h,
+                              .nbytes = 65536 * 2,
+                              .file = "f"};
     ck_assert_int_eq(eng_st_read_f32(&t, 0, 65536, f, NULL), INF_OK);
     ck_assert_int_eq(eng_st_read_f16(&t, 0, 65536, out, NULL), INF_OK);
     for (uint32_t i = 0; i < 65536; i++) {
@@ -705,8 +711,14 @@ START_TEST(read_f16_is_the_f32_round_trip)
     for (uint32_t i = 0; i < 65536; i++)
         ck_assert_uint_eq(out[i], inf_f32_to_f16(inf_bf16_to_f32((uint16_t)i)));
     float fv[5] = {1.0f, -65520.0f, 1e-8f, 3.14159265f, 65504.0f};
-    t = (struct eng_st_tensor){.name = "t", .dtype = ENG_DT_F32, .ndim = 1, .shape = {5},
-                               .numel = 5, .data = fv, .nbytes = 20, .file = "f"};
+    t = (struct eng_st_tensor){.name = "t",
+                               .dtype = ENG_DT_F32,
+                               .ndim = 1,
+                               .shape = {5},
+                               .numel = 5,
+                               .data = fv,
+                               .nbytes = 20,
+                               .file = "f"};
     ck_assert_int_eq(eng_st_read_f16(&t, 0, 5, out, NULL), INF_OK);
     ck_assert_uint_eq(out[0], 0x3c00);
     ck_assert_uint_eq(out[1], 0xfc00); /* rounds past the largest half */

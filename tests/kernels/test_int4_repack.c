@@ -294,7 +294,7 @@ START_TEST(tiles_match_naive)
     check_tiles(512, 256, 32, false, true);
     check_tiles(300, 136, 32, false, false); /* ragged N and K */
     check_tiles(70, 200, 64, false, true);
-    check_tiles(5, 40, 32, false, false); /* kernel groups beyond the canonical ones */
+    check_tiles(5, 40, 32, false, false);  /* kernel groups beyond the canonical ones */
     check_tiles(129, 100, 0, true, false); /* per-channel */
     check_tiles(1000, 384, 256, false, false);
 }

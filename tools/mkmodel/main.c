@@ -282,8 +282,7 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
         (st = eng_st_writer_create(dir, shards, &wr.w, err)) != INF_OK)
         goto out;
     for (int32_t i = 0; i < n; i++)
-        if ((st = eng_st_writer_add(wr.w, sp[i].name, dt, sp[i].ndim, sp[i].shape, err)) !=
-            INF_OK)
+        if ((st = eng_st_writer_add(wr.w, sp[i].name, dt, sp[i].ndim, sp[i].shape, err)) != INF_OK)
             goto out;
     if (pthread_create(&wr.th, NULL, writer_run, &wr) != 0) {
         st = inf_err_set(err, INF_E_NOMEM, "cannot start the writer thread");
