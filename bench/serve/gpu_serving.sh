@@ -74,6 +74,10 @@ BACKEND=${BACKEND:-cuda}
 MODEL_DIR=${MODEL_DIR:-/tmp}
 TOKCACHE=${INT4SERVE_TOKENIZER_CACHE:-}
 mkdir -p "$OUT" || exit 1
+if ! command -v curl >/dev/null && ! python3 -c "import urllib.request" 2>/dev/null; then
+    echo "gpu_serving.sh: needs curl or python3 to poll /health" >&2
+    exit 1
+fi
 T_START=$(date +%s)
 ms() { date +%s%3N; }
 left() { echo $((BUDGET_S - ($(date +%s) - T_START))); }
@@ -161,7 +165,11 @@ bench() {
 }
 
 healthy() {
-    curl -sf -m 1 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1
+    if command -v curl >/dev/null; then
+        curl -sf -m 1 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1
+    else
+        python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=1)" 2>/dev/null
+    fi
 }
 
 for model in $MODELS; do
