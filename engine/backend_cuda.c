@@ -785,8 +785,8 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
     const int32_t R = cfg.rows, tile = cfg.tile;
     /* Validate the tables from their host copies, as every backend does. */
     int32_t n_tok = 0;
-    st = eng_attn_tables_check(p, pos, (int64_t)(p->pos->size / 4), seqs, bt,
-                                            fixed != 0, &n_tok, NULL, err);
+    st = eng_attn_tables_check(p, pos, (int64_t)(p->pos->size / 4), seqs, bt, fixed != 0, &n_tok,
+                               NULL, err);
     if (st != INF_OK)
         return st;
     int64_t n_chunks = 0;

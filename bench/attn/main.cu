@@ -87,11 +87,11 @@ struct bcase {
 };
 
 static const bcase kCases[] = {
-    {"a l2 128x512", 128, 512, 32, 32, 128},  {"b l3 64x2048", 64, 2048, 32, 8, 128},
-    {"c l3 1x32768", 1, 32768, 32, 8, 128},   {"d l2 1x384", 1, 384, 32, 32, 128},
-    {"d l3 1x384", 1, 384, 32, 8, 128},       {"l2 1x32768", 1, 32768, 32, 32, 128},
-    {"l3 128x512", 128, 512, 32, 8, 128},     {"l2 32x2048", 32, 2048, 32, 32, 128},
-    {"l3 8x4096", 8, 4096, 32, 8, 128},       {"hd64 64x1024", 64, 1024, 32, 8, 64},
+    {"a l2 128x512", 128, 512, 32, 32, 128}, {"b l3 64x2048", 64, 2048, 32, 8, 128},
+    {"c l3 1x32768", 1, 32768, 32, 8, 128},  {"d l2 1x384", 1, 384, 32, 32, 128},
+    {"d l3 1x384", 1, 384, 32, 8, 128},      {"l2 1x32768", 1, 32768, 32, 32, 128},
+    {"l3 128x512", 128, 512, 32, 8, 128},    {"l2 32x2048", 32, 2048, 32, 32, 128},
+    {"l3 8x4096", 8, 4096, 32, 8, 128},      {"hd64 64x1024", 64, 1024, 32, 8, 64},
 };
 
 static cudaStream_t g_stream;
@@ -152,8 +152,8 @@ static wlist build_list(const bcase &c, const struct krn_cuda_attn_config &cfg, 
         for (int kvh = 0; kvh < c.n_kv; kvh++)
             for (int row0 = 0; row0 < G; row0 += R) {
                 const int nr = std::min(R, G - row0), ctx = c.ctx;
-                int64_t splits = std::min<int64_t>((ctx + cfg.split_keys - 1) / cfg.split_keys,
-                                                   max_splits);
+                int64_t splits =
+                    std::min<int64_t>((ctx + cfg.split_keys - 1) / cfg.split_keys, max_splits);
                 int len = ctx;
                 if (splits > 1) {
                     len = (int)((ctx + splits - 1) / splits);
@@ -388,12 +388,13 @@ int main(int argc, char **argv)
             CS(krn_cuda_attention(&ps[0], g_stream, &err_));
             CK(cudaStreamSynchronize(g_stream));
             const double rel = ref_check(c, k_pool, v_pool, cps[0]);
-            const int launches = std::max(copies, std::max(8, (int)(2e7 / bytes)) / copies * copies);
+            const int launches =
+                std::max(copies, std::max(8, (int)(2e7 / bytes)) / copies * copies);
             const double us = time_graph(std::min(launches, 2048), replays, [&](int i) {
                 CS(krn_cuda_attention(&ps[i % copies], g_stream, &err_));
             });
-            rows.push_back({c.name, impl, us, bytes / (us * 1e-6) / 1e12, rel,
-                            (int)w.items.size()});
+            rows.push_back(
+                {c.name, impl, us, bytes / (us * 1e-6) / 1e12, rel, (int)w.items.size()});
             const row &r = rows.back();
             printf("%-14s %-16s %6d items %9.2f us %6.2f TB/s  rel err %.1e%s\n", r.cas,
                    krn_cuda_attn_impl_name(impl), r.items, r.us, r.tbs, r.err,
@@ -413,8 +414,8 @@ int main(int argc, char **argv)
     }
 
     /* Summary: SIMT (before) against the automatic choice (after). */
-    printf("\n%-14s %12s %8s %12s %8s %7s   (copy ceiling %.2f TB/s)\n", "case", "simt us",
-           "TB/s", "auto us", "TB/s", "speedup", copy_tbs);
+    printf("\n%-14s %12s %8s %12s %8s %7s   (copy ceiling %.2f TB/s)\n", "case", "simt us", "TB/s",
+           "auto us", "TB/s", "speedup", copy_tbs);
     for (const bcase &c : kCases) {
         const row *a = nullptr, *b = nullptr;
         for (const row &r : rows)
@@ -425,8 +426,8 @@ int main(int argc, char **argv)
                     b = &r;
             }
         if (a && b)
-            printf("%-14s %12.2f %8.2f %12.2f %8.2f %6.2fx\n", c.name, a->us, a->tbs, b->us,
-                   b->tbs, a->us / b->us);
+            printf("%-14s %12.2f %8.2f %12.2f %8.2f %6.2fx\n", c.name, a->us, a->tbs, b->us, b->tbs,
+                   a->us / b->us);
     }
     int wrong = 0;
     for (const row &r : rows)

@@ -529,8 +529,7 @@ extern "C" const char *krn_cuda_attn_impl_name(int32_t impl)
 }
 
 extern "C" inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
-                                             struct krn_cuda_attn_config *out,
-                                             struct inf_err *err)
+                                             struct krn_cuda_attn_config *out, struct inf_err *err)
 {
     const int hdp = hdp_of(head_dim);
     if (!hdp)

@@ -157,7 +157,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     const int lc = lane % CH, lk = lane / CH;
     const bool chunk_ok = lc * 8 < hd;
     const int64_t col = (int64_t)it.kvh * hd + lc * 8;
-    auto issue = [&](int i) { /* the warp's i-th tile into stage i % S */
+    /* The warp's i-th tile into stage i % S. */
+    auto issue = [&](int i) {
         const int kt = it.k0 + (warp + i * NW) * TK;
         const uint32_t st = ring + (uint32_t)((i % S) * (RING / S));
 #pragma unroll
@@ -377,9 +378,10 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
      * weights (one per split and row), then float4 accumulators with eight
      * splits in flight. */
     const int ns = grp.n_splits;
-    const float *part0 = p.partials + (int64_t)(it.part - (int)(blockIdx.x - grp.item)) * R * (hd + 2);
+    const float *part0 =
+        p.partials + (int64_t)(it.part - (int)(blockIdx.x - grp.item)) * R * (hd + 2);
     const int64_t sstride = (int64_t)R * (hd + 2); /* floats per slot */
-    float *sw = reinterpret_cast<float *>(smem); /* weight [R][ns], then den [R] */
+    float *sw = reinterpret_cast<float *>(smem);   /* weight [R][ns], then den [R] */
     float *sden = sw + R * ns;
     for (int r = warp; r < it.nrows; r += NW) {
         float M = -INFINITY;
@@ -408,7 +410,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
 #pragma unroll 8
         for (int j = 0; j < ns; j++) {
             const float w = sw[r * ns + j];
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(part0 + j * sstride + r * hd + d));
+            const float4 v =
+                __ldcg(reinterpret_cast<const float4 *>(part0 + j * sstride + r * hd + d));
             acc.x += w * v.x;
             acc.y += w * v.y;
             acc.z += w * v.z;
@@ -416,7 +419,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         }
         const float inv = 1.0f / sden[r];
         const int rr = it.row0 + r;
-        __half *o4 = og + (int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd + d;
+        __half *o4 =
+            og + (int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd + d;
         o4[0] = __float2half_rn(acc.x * inv);
         o4[1] = __float2half_rn(acc.y * inv);
         o4[2] = __float2half_rn(acc.z * inv);
@@ -435,18 +439,21 @@ struct Variant {
     int smem[2];
 };
 
-#define DECODE_VARIANT(NW, S, NAME)                                                                \
-    {NW,                                                                                           \
-     S,                                                                                            \
-     NAME,                                                                                         \
-     {reinterpret_cast<const void *>(decode_kernel<64, NW, S>),                                    \
-      reinterpret_cast<const void *>(decode_kernel<128, NW, S>)},                                  \
-     {NW * ring_bytes<64, S>(), NW * ring_bytes<128, S>()}}
+template <int NW, int S> Variant variant(const char *name)
+{
+    return {NW,
+            S,
+            name,
+            {reinterpret_cast<const void *>(decode_kernel<64, NW, S>),
+             reinterpret_cast<const void *>(decode_kernel<128, NW, S>)},
+            {NW * ring_bytes<64, S>(), NW * ring_bytes<128, S>()}};
+}
 
+/* Index order is the impl order of kernels/attn_cuda.h (impl - 2). */
 const Variant kVariants[] = {
-    DECODE_VARIANT(4, 3, "tc-decode w4 s3"), DECODE_VARIANT(4, 2, "tc-decode w4 s2"),
-    DECODE_VARIANT(8, 2, "tc-decode w8 s2"), DECODE_VARIANT(4, 4, "tc-decode w4 s4"),
-    DECODE_VARIANT(2, 4, "tc-decode w2 s4"),
+    variant<4, 3>("tc-decode w4 s3"), variant<4, 2>("tc-decode w4 s2"),
+    variant<8, 2>("tc-decode w8 s2"), variant<4, 4>("tc-decode w4 s4"),
+    variant<2, 4>("tc-decode w2 s4"),
 };
 constexpr int kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]);
 
@@ -467,8 +474,7 @@ cudaError_t prepare(int hdp, int v, int *ctas)
         return cudaSuccess;
     }
     const Variant &c = kVariants[v];
-    e = cudaFuncSetAttribute(c.kernel[hi], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             c.smem[hi]);
+    e = cudaFuncSetAttribute(c.kernel[hi], cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem[hi]);
     if (e != cudaSuccess)
         return e;
     int n = 0;
@@ -532,11 +538,21 @@ cudaError_t decode_launch(const krn_cuda_attn_params &p, int hdp, int v, cudaStr
         return e;
     const int smem = kVariants[v].smem[hdp == 64 ? 0 : 1];
     switch (v) {
-    case 0: launch_one<4, 3>(p, hdp, smem, s); break;
-    case 1: launch_one<4, 2>(p, hdp, smem, s); break;
-    case 2: launch_one<8, 2>(p, hdp, smem, s); break;
-    case 3: launch_one<4, 4>(p, hdp, smem, s); break;
-    default: launch_one<2, 4>(p, hdp, smem, s); break;
+    case 0:
+        launch_one<4, 3>(p, hdp, smem, s);
+        break;
+    case 1:
+        launch_one<4, 2>(p, hdp, smem, s);
+        break;
+    case 2:
+        launch_one<8, 2>(p, hdp, smem, s);
+        break;
+    case 3:
+        launch_one<4, 4>(p, hdp, smem, s);
+        break;
+    default:
+        launch_one<2, 4>(p, hdp, smem, s);
+        break;
     }
     return cudaGetLastError();
 }

@@ -567,8 +567,8 @@ static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int3
         DIE_IF(eng_buf_upload(g_gpu, out.g, 0, poison, (size_t)n_tok * ldo * 2, &err), "poison");
         free(poison);
         DIE_IF(op(g_gpu, &ag, &err), "gpu attention (again)");
-        snprintf(what, sizeof what, "attn decode %s h %d/%d hd %d: out again", name, n_heads,
-                 n_kv, hd);
+        snprintf(what, sizeof what, "attn decode %s h %d/%d hd %d: out again", name, n_heads, n_kv,
+                 hd);
         compare(what, &out, 3e-3);
     }
     /* The K/V rows this step wrote, compared exactly (the whole pools:
