@@ -28,9 +28,13 @@
  *          the step before: the KPW k steps of a warp are unrolled together.
  * Numerics fp32 accumulate; the dequantized weight is exactly the fp16 value
  *          the CPU reference uses; relative error ~1e-4 (fp16 output rounding).
+ * Launch   programmatic dependent launch on sm_90: the first weight stages
+ *          are issued before griddepcontrol.wait, so in a stream (or graph) of
+ *          kernels the weight stream starts while the previous kernel drains.
  * Arch     sm_80+ (mma.sync m16n8k16, cp.async, ldmatrix) — runs on Hopper;
- *          int4_gemm_sm75.cu is the Turing fallback. A Hopper wgmma path for
- *          the compute-bound M would slot into the dispatch in krn_int4_gemm().
+ *          int4_gemm_sm75.cu is the Turing fallback; sm90/int4_gemm_sm90.cu is
+ *          the Hopper wgmma kernel, which krn_int4_gemm() picks by shape
+ *          (sm90_auto_choice) where it is faster.
  */
 #include "kernels/cuda/int4_gemm_impl.cuh"
 #include "kernels/int4_gemm.h"
