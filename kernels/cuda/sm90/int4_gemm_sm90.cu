@@ -298,6 +298,82 @@ __device__ __forceinline__ void store_c(const Params &p, int row, int col, float
     }
 }
 
+/* The end of block b's part of tile (mt, nt), tn tokens x BN columns. When
+ * the block computed the whole tile it writes C (+ bias) directly; otherwise
+ * it stores its fp32 partial in its slot, and the last of the tile's
+ * contributors to arrive (one acq_rel atomic per block) sums all partials in
+ * block order (deterministic), writes C and resets the counter. Value e of
+ * out sits at token row / tile column pos(e); threads with has == false store
+ * nothing but take part in the barriers (all 256 consumer threads call it). */
+template <int NV, int BN, class Pos>
+__device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out)[NV], bool has,
+                                              Pos pos, int tn, int mt, int nt, int b, int grid,
+                                              int tid, int *s_last)
+{
+    const int t = nt * p.m_tiles + mt;
+    const int b_first = block_of_unit(t * p.k_tiles, p.units, grid);
+    const int b_last = block_of_unit(t * p.k_tiles + p.k_tiles - 1, p.units, grid);
+    const int rows = p.m - mt * tn; /* valid rows of this token tile */
+    if (b_first == b_last) {
+        if (has) {
+#pragma unroll
+            for (int e = 0; e < NV; e++) {
+                int r, cl;
+                pos(e, r, cl);
+                store_c(p, mt * tn + r, nt * BN + cl, out[e]);
+            }
+        }
+        consumer_sync(); /* the caller's shared scratch is free again */
+        return;
+    }
+    if (has) {
+        float *part = p.partials + (size_t)slot_of(b, t, p, grid) * tn * BN;
+#pragma unroll
+        for (int e = 0; e < NV; e++) {
+            int r, cl;
+            pos(e, r, cl);
+            if (r < rows)
+                part[r * BN + cl] = out[e];
+        }
+    }
+    consumer_sync();
+    if (tid == 0) {
+        int old;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                     : "=r"(old)
+                     : "l"(p.counters + b_first)
+                     : "memory");
+        *s_last = old == b_last - b_first;
+    }
+    consumer_sync();
+    if (*s_last && has) {
+        float v[NV];
+#pragma unroll
+        for (int e = 0; e < NV; e++)
+            v[e] = 0.0f;
+        for (int bb = b_first; bb <= b_last; bb++) {
+            const float *q = p.partials + (size_t)slot_of(bb, t, p, grid) * tn * BN;
+#pragma unroll
+            for (int e = 0; e < NV; e++) {
+                int r, cl;
+                pos(e, r, cl);
+                if (r < rows)
+                    v[e] += __ldcg(q + r * BN + cl);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < NV; e++) {
+            int r, cl;
+            pos(e, r, cl);
+            store_c(p, mt * tn + r, nt * BN + cl, v[e]);
+        }
+    }
+    if (*s_last && tid == 0)
+        p.counters[b_first] = 0; /* ready for the next launch */
+    /* s_last is rewritten by the next tile's arrival: everyone has read it */
+    consumer_sync();
+}
+
 /* GS: k16 steps per scale group inside one stage (2, 4 or 8; 8 also stands
  * for groups longer than a stage and for per-channel scales). */
 template <int TN, int GS>
@@ -498,77 +574,14 @@ __global__ void __launch_bounds__(kThreads90, Cfg90<TN>::BPS)
         }
 
         /* ---- this block's part of tile (mt, nt) is done ---- */
-        const int t = nt * p.m_tiles + mt;
-        const int b_first = block_of_unit(t * p.k_tiles, p.units, grid);
-        const int b_last = block_of_unit(t * p.k_tiles + p.k_tiles - 1, p.units, grid);
-        const int row0 = mt * TN + 2 * c4;
         const int colw = wg * 64 + wl * 16 + g; /* column inside the 128-wide tile */
-        const int col0 = nt * kBN + colw;
-        if (b_first == b_last) {
-#pragma unroll
-            for (int j = 0; j < TN / 8; j++) {
-                store_c(p, row0 + 8 * j, col0, out[4 * j + 0]);
-                store_c(p, row0 + 8 * j + 1, col0, out[4 * j + 1]);
-                store_c(p, row0 + 8 * j, col0 + 8, out[4 * j + 2]);
-                store_c(p, row0 + 8 * j + 1, col0 + 8, out[4 * j + 3]);
-            }
-        } else {
-            float *part = p.partials + (size_t)slot_of(b, t, p, grid) * TN * kBN;
-            const int rows = p.m - mt * TN; /* valid rows of this token tile */
-#pragma unroll
-            for (int j = 0; j < TN / 8; j++) {
-                const int r = 2 * c4 + 8 * j;
-                if (r < rows) {
-                    part[r * kBN + colw] = out[4 * j + 0];
-                    part[r * kBN + colw + 8] = out[4 * j + 2];
-                }
-                if (r + 1 < rows) {
-                    part[(r + 1) * kBN + colw] = out[4 * j + 1];
-                    part[(r + 1) * kBN + colw + 8] = out[4 * j + 3];
-                }
-            }
-            consumer_sync();
-            if (tid == 0) {
-                int old;
-                asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
-                             : "=r"(old)
-                             : "l"(p.counters + b_first)
-                             : "memory");
-                s_last = old == b_last - b_first;
-            }
-            consumer_sync();
-            if (s_last) {
-                /* sum the contributors in block order: deterministic */
-                float v[TN / 2];
-#pragma unroll
-                for (int j = 0; j < TN / 2; j++)
-                    v[j] = 0.0f;
-                for (int bb = b_first; bb <= b_last; bb++) {
-                    const float *q = p.partials + (size_t)slot_of(bb, t, p, grid) * TN * kBN;
-#pragma unroll
-                    for (int j = 0; j < TN / 8; j++) {
-                        const int r = 2 * c4 + 8 * j;
-                        if (r < rows) {
-                            v[4 * j + 0] += __ldcg(q + r * kBN + colw);
-                            v[4 * j + 2] += __ldcg(q + r * kBN + colw + 8);
-                        }
-                        if (r + 1 < rows) {
-                            v[4 * j + 1] += __ldcg(q + (r + 1) * kBN + colw);
-                            v[4 * j + 3] += __ldcg(q + (r + 1) * kBN + colw + 8);
-                        }
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < TN / 8; j++) {
-                    store_c(p, row0 + 8 * j, col0, v[4 * j + 0]);
-                    store_c(p, row0 + 8 * j + 1, col0, v[4 * j + 1]);
-                    store_c(p, row0 + 8 * j, col0 + 8, v[4 * j + 2]);
-                    store_c(p, row0 + 8 * j + 1, col0 + 8, v[4 * j + 3]);
-                }
-                if (tid == 0)
-                    p.counters[b_first] = 0; /* ready for the next launch */
-            }
-        }
+        tile_epilogue<TN / 2, kBN>(
+            p, out, true,
+            [&](int e, int &r, int &cl) {
+                r = 2 * c4 + 8 * (e >> 2) + (e & 1);
+                cl = colw + ((e >> 1) & 1) * 8;
+            },
+            TN, mt, nt, b, grid, tid, &s_last);
         /* next tile */
         kt = 0;
         if (++mt == p.m_tiles) {
@@ -587,18 +600,17 @@ typedef void (*Kernel90)(const Params, const CUtensorMap);
 
 struct Config90 {
     const char *name;
-    int tn, bps, smem;
+    int tn, bn, bps, smem;
     Kernel90 kernel[3]; /* GS = 2, 4, 8 */
 };
 
 #define I4G_SM90_CONFIG(NAME, TN)                                                                 \
     {                                                                                              \
-        NAME, TN, Cfg90<TN>::BPS, Cfg90<TN>::SMEM,                                                 \
+        NAME, TN, kBN, Cfg90<TN>::BPS, Cfg90<TN>::SMEM,                                            \
         {                                                                                          \
             int4_gemm_sm90<TN, 2>, int4_gemm_sm90<TN, 4>, int4_gemm_sm90<TN, 8>                    \
         }                                                                                          \
     }
-
 const Config90 kConfigs90[] = {
     I4G_SM90_CONFIG("sm90 wgmma t8 n128 k128", 8),
     I4G_SM90_CONFIG("sm90 wgmma t16 n128 k128", 16),
@@ -643,7 +655,7 @@ bool sm90_supported(const Params &p)
 
 size_t sm90_workspace(int ci, long long grid)
 {
-    return 2 * (size_t)grid * (size_t)kConfigs90[ci].tn * kBN * sizeof(float);
+    return 2 * (size_t)grid * (size_t)kConfigs90[ci].tn * kConfigs90[ci].bn * sizeof(float);
 }
 
 long long sm90_grid(int dev, int sms, int ci, const Params &p, cudaError_t *err)
@@ -728,7 +740,7 @@ void sm90_tiling(Params &p, int ci)
 {
     const int tn = kConfigs90[ci].tn;
     p.m_tiles = (p.m + tn - 1) / tn;
-    p.n_tiles = p.n_pad / kBN;
+    p.n_tiles = p.n_pad / kConfigs90[ci].bn;
     p.k_tiles = p.k_pad / kKS;
     p.slot_rows = p.m < tn ? p.m : tn;
 }
