@@ -87,10 +87,22 @@ struct list_cache {
     size_t bytes;
 };
 
-/* Where the parts of an uploaded work list lie. */
+/* Where the parts of an uploaded work list lie. A fixed-shape (decode
+ * graph) list ends with the pool row of each of its rows (-1 for padding
+ * rows) at map_off, for the fused RoPE + KV write; map_off is 0 otherwise. */
 struct attn_layout {
     int32_t n_kv, n_items, n_groups;
-    size_t kv_bytes, items_bytes, bytes;
+    size_t kv_bytes, items_bytes, bytes, map_off;
+};
+
+/* A RoPE call held back until the next op: the decode attention that
+ * follows it fuses the rotation with its KV write (one kernel instead of
+ * two); any other op launches it first as it is. */
+struct rope_call {
+    uint16_t *x;
+    int64_t ldx;
+    int32_t n_heads, head_dim, m;
+    const int32_t *pos;
 };
 
 struct cu_ctx {
@@ -114,9 +126,14 @@ struct cu_ctx {
     /* INT4 GEMM workspace, grown at load */
     void *gemm_ws;
     size_t gemm_ws_bytes;
-    /* pinned staging */
+    /* pinned staging; small uploads wait in `pend` (sources in the ring, read
+     * by the device through staging_dev) for one copy launch before the
+     * next work that may read them */
     uint8_t *staging;
+    uint8_t *staging_dev; /* the ring in the device's address space, or NULL */
     size_t staging_used;
+    bool batch_uploads;
+    struct krn_cuda_copy_batch pend;
     /* RoPE frequencies now on the device */
     bool inv_valid;
     struct eng_rope_params inv_params;
@@ -137,6 +154,10 @@ struct cu_ctx {
      * recording in progress, the recorded buckets */
     bool fx_active;
     struct attn_layout fx;
+    int32_t fx_rows;
+    bool fuse_rope_kv; /* INT4SERVE_CUDA_FUSE_ROPE_KV=0 turns the fusion off */
+    bool rope_held;
+    struct rope_call rope;
     bool capturing;
     int32_t n_graphs;
     int32_t graph_key[GRAPH_MAX];
@@ -208,18 +229,51 @@ static inf_status_t kst(struct cu_ctx *c, inf_status_t st, const struct inf_err 
     return inf_err_set(err, st, "%s", le->msg);
 }
 
+/* Launch the uploads waiting in c->pend (one kernel). */
+static inf_status_t uploads_flush(struct cu_ctx *c, struct inf_err *err)
+{
+    if (c->pend.n == 0)
+        return INF_OK;
+    struct inf_err le = {0};
+    inf_status_t st = krn_cuda_copy_batch(&c->pend, c->stream, &le);
+    c->pend.n = 0;
+    return st == INF_OK ? INF_OK : kst(c, st, &le, err);
+}
+
+/* A kernel launch: the uploads it may read are launched first. */
 #define KRN(c, call)                                                                               \
     do {                                                                                           \
         struct inf_err le_ = {0};                                                                  \
         struct inf_err *lep_ = &le_;                                                               \
+        inf_status_t fl_ = uploads_flush(c, err);                                                  \
+        if (fl_ != INF_OK)                                                                         \
+            return fl_;                                                                            \
         inf_status_t st_ = (call);                                                                 \
         if (st_ != INF_OK)                                                                         \
             return kst(c, st_, lep_, err);                                                         \
     } while (0)
 
-/* Start of every op: refuse after a failure, and make the backend's device
- * current on this thread (the engine thread may differ from the creator). */
-static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
+/* Launch a held RoPE call as it is. */
+static inf_status_t rope_flush(struct cu_ctx *c, struct inf_err *err)
+{
+    if (!c->rope_held)
+        return INF_OK;
+    c->rope_held = false;
+    const struct rope_call *r = &c->rope;
+    KRN(c, krn_cuda_rope(r->x, r->ldx, r->n_heads, r->head_dim, r->pos, c->d_inv_freq, r->m,
+                         c->stream, lep_));
+    return INF_OK;
+}
+
+/* What enter() leaves waiting. */
+#define KEEP_ROPE 1    /* a held RoPE call (the decode attention may fuse it) */
+#define KEEP_UPLOADS 2 /* waiting uploads (calls that only queue more of them) */
+
+/* Start of every op: refuse after a failure, make the backend's device
+ * current on this thread (the engine thread may differ from the creator),
+ * and launch what waits unless keep says otherwise: the uploads, then a held
+ * RoPE call. */
+static inf_status_t enter(struct cu_ctx *c, int keep, struct inf_err *err)
 {
     if (c->failed)
         return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
@@ -227,12 +281,15 @@ static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
     CU(c, cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != c->device)
         CU(c, cudaSetDevice(c->device), "cudaSetDevice");
-    return INF_OK;
+    inf_status_t st = (keep & KEEP_UPLOADS) ? INF_OK : uploads_flush(c, err);
+    if (st != INF_OK || (keep & KEEP_ROPE))
+        return st;
+    return rope_flush(c, err);
 }
 
 #define ENTER(c)                                                                                   \
     do {                                                                                           \
-        inf_status_t en_ = enter(c, err);                                                          \
+        inf_status_t en_ = enter(c, 0, err);                                                       \
         if (en_ != INF_OK)                                                                         \
             return en_;                                                                            \
     } while (0)
@@ -300,8 +357,12 @@ static void cu_buf_free(struct eng_backend *be, struct eng_buf *buf)
 {
     struct cu_ctx *c = ctx_of(be);
     struct cu_buf *b = cbuf(buf);
-    if (cudaSetDevice(c->device) == cudaSuccess)
+    if (cudaSetDevice(c->device) == cudaSuccess) {
+        /* a waiting upload into buf goes first (no write after the free) */
+        struct inf_err e = {0};
+        (void)uploads_flush(c, &e);
         (void)cudaFree(buf->ptr); /* implicitly waits for work that uses it */
+    }
     free(b->shadow);
     free(b);
 }
@@ -311,6 +372,9 @@ static inf_status_t cu_sync(struct cu_ctx *c, struct inf_err *err)
 {
     if (c->capturing)
         return inf_err_set(err, INF_E_UNSUPPORTED, "a synchronization while recording a graph");
+    inf_status_t st = uploads_flush(c, err);
+    if (st != INF_OK)
+        return st;
     CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
     c->staging_used = 0;
     return INF_OK;
@@ -327,6 +391,9 @@ static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, s
         return inf_err_set(err, INF_E_UNSUPPORTED, "an upload while recording a graph");
     if (bytes > STAGING_BYTES) {
         /* Large uploads happen while loading: a plain synchronous copy. */
+        inf_status_t st = uploads_flush(c, err);
+        if (st != INF_OK)
+            return st;
         CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
         return cu_sync(c, err);
     }
@@ -337,8 +404,32 @@ static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, s
     }
     uint8_t *s = c->staging + c->staging_used;
     memcpy(s, src, bytes);
-    CU(c, cudaMemcpyAsync(dst, s, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
     c->staging_used += (bytes + 255) / 256 * 256;
+    if (c->batch_uploads && bytes <= KRN_CUDA_COPY_MAX_BYTES) {
+        /* joins the waiting uploads; one launch copies them all */
+        struct krn_cuda_copy_batch *pb = &c->pend;
+        const uint8_t *d = dst;
+        bool clash = pb->n == KRN_CUDA_COPY_SEGS;
+        for (int32_t i = 0; i < pb->n && !clash; i++) {
+            const uint8_t *o = pb->dst[i];
+            clash =
+                d < o + pb->bytes[i] && o < d + bytes; /* keep the order of overlapping writes */
+        }
+        if (clash) {
+            inf_status_t st = uploads_flush(c, err);
+            if (st != INF_OK)
+                return st;
+        }
+        pb->dst[pb->n] = dst;
+        pb->src[pb->n] = c->staging_dev + (s - c->staging);
+        pb->bytes[pb->n] = (uint32_t)bytes;
+        pb->n++;
+        return INF_OK;
+    }
+    inf_status_t st = uploads_flush(c, err);
+    if (st != INF_OK)
+        return st;
+    CU(c, cudaMemcpyAsync(dst, s, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
     return INF_OK;
 }
 
@@ -346,7 +437,9 @@ static inf_status_t cu_buf_upload(struct eng_backend *be, struct eng_buf *dst, s
                                   const void *src, size_t bytes, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    inf_status_t en = enter(c, KEEP_UPLOADS, err);
+    if (en != INF_OK)
+        return en;
     struct cu_buf *b = cbuf(dst);
     if (!b->shadow && !b->shadow_dead && dst->size <= SHADOW_MAX)
         b->shadow = calloc(1, dst->size); /* on failure: simply no host copy */
@@ -697,9 +790,20 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
         c->inv_head_dim = head_dim;
         c->inv_valid = true;
     }
+    written(x.buf);
+    if (c->fx_active && c->fuse_rope_kv && m == c->fx_rows) {
+        /* a decode step: the attention that follows may fuse it */
+        c->rope = (struct rope_call){.x = dptr(x, 2),
+                                     .ldx = x.ld,
+                                     .n_heads = n_heads,
+                                     .head_dim = head_dim,
+                                     .m = m,
+                                     .pos = pos->ptr};
+        c->rope_held = true;
+        return INF_OK;
+    }
     KRN(c, krn_cuda_rope(dptr(x, 2), x.ld, n_heads, head_dim, pos->ptr, c->d_inv_freq, m, c->stream,
                          lep_));
-    written(x.buf);
     return INF_OK;
 }
 
@@ -898,6 +1002,23 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                 (size_t)n_groups * sizeof(struct krn_cuda_attn_group));
     size_t list_bytes =
         kv_bytes + items_used + (size_t)n_groups * sizeof(struct krn_cuda_attn_group);
+    size_t map_off = 0;
+    if (fixed) {
+        /* each row's pool row, for the fused RoPE + KV write */
+        map_off = align16(list_bytes);
+        size_t map_end = map_off + (size_t)fixed * sizeof(int32_t);
+        if (!h_list_reserve(c, map_end))
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for an attention work list");
+        int32_t *map = (int32_t *)(c->h_list + map_off);
+        const int32_t *kd = (const int32_t *)c->h_list;
+        memset(c->h_list + list_bytes, 0, map_off - list_bytes);
+        for (int32_t t = 0; t < fixed; t++)
+            map[t] = -1;
+        for (int32_t i = 0; i < n_kv; i++)
+            if (kd[2 * i + 1] >= 0 && kd[2 * i] >= 0 && kd[2 * i] < fixed)
+                map[kd[2 * i]] = kd[2 * i + 1];
+        list_bytes = map_end;
+    }
     struct list_cache *lc = &c->lists[decode ? 0 : 1];
     if (list_bytes > c->list_bytes)
         return inf_err_set(err, INF_E_NOMEM,
@@ -915,15 +1036,36 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                                 .n_groups = n_groups,
                                 .kv_bytes = kv_bytes,
                                 .items_bytes = items_used,
-                                .bytes = list_bytes};
+                                .bytes = list_bytes,
+                                .map_off = map_off};
     return INF_OK;
+}
+
+/* The held RoPE call rotates exactly the q and k heads of this decode
+ * step's rows (as the model issues them: q heads then k heads, adjacent in
+ * one row), and the fixed-shape list carries the rows' pool rows. */
+static bool rope_fusable(const struct cu_ctx *c, const struct eng_attn_params *p)
+{
+    const struct rope_call *r = &c->rope;
+    const int32_t hd = p->head_dim;
+    return c->rope_held && c->fuse_rope_kv && c->fx.map_off != 0 && r->m == c->fx_rows &&
+           r->head_dim == hd && r->n_heads == p->n_heads + p->n_kv_heads && r->pos == p->pos->ptr &&
+           r->x == (uint16_t *)dptr(p->q, 2) && r->ldx == p->q.ld && p->k.ld == p->q.ld &&
+           (uint16_t *)dptr(p->k, 2) == r->x + (int64_t)p->n_heads * hd &&
+           krn_cuda_rope_kv_ok(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, dptr(p->v, 2), p->v.ld,
+                               p->k_cache->ptr, p->v_cache->ptr);
 }
 
 static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params *p, bool decode,
                             struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    inf_status_t en = enter(c, KEEP_ROPE, err);
+    if (en != INF_OK)
+        return en;
+    const bool fused = decode && c->fx_active && rope_fusable(c, p);
+    if (!fused && (en = rope_flush(c, err)) != INF_OK)
+        return en;
     struct attn_layout lay;
     if (decode && c->fx_active) {
         lay = c->fx; /* prepared for the step by graph_prepare */
@@ -932,14 +1074,25 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         if (st != INF_OK)
             return st;
     }
-    if (lay.n_kv == 0)
-        return INF_OK;
     const struct list_cache *lc = &c->lists[decode ? 0 : 1];
     const int32_t hd = p->head_dim;
     const int64_t kv_row = (int64_t)p->n_kv_heads * hd;
-    KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
-                             p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, lay.n_kv,
-                             c->stream, lep_));
+    if (fused) {
+        /* RoPE of the step's rows with their K/V written into the pools */
+        c->rope_held = false;
+        const struct rope_call *r = &c->rope;
+        KRN(c, krn_cuda_rope_kv(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, r->pos, c->d_inv_freq,
+                                dptr(p->v, 2), p->v.ld, p->k_cache->ptr, p->v_cache->ptr,
+                                (const int32_t *)(lc->dev + lay.map_off), r->m, c->stream, lep_));
+        written(p->k_cache);
+        written(p->v_cache);
+    }
+    if (lay.n_kv == 0)
+        return INF_OK;
+    if (!fused)
+        KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
+                                 p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev,
+                                 lay.n_kv, c->stream, lep_));
     struct krn_cuda_attn_params kp = {
         .q = dptr(p->q, 2),
         .ldq = p->q.ld,
@@ -1125,12 +1278,15 @@ static inf_status_t cu_graph_prepare(struct eng_backend *be, const struct eng_at
                                      int32_t bucket, bool *have, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    inf_status_t st = enter(c, KEEP_UPLOADS, err);
+    if (st != INF_OK)
+        return st;
     c->fx_active = false;
-    inf_status_t st = attn_list(c, p, true, bucket, &c->fx, err);
+    st = attn_list(c, p, true, bucket, &c->fx, err);
     if (st != INF_OK)
         return st;
     c->fx_active = true;
+    c->fx_rows = bucket;
     *have = graph_find(c, bucket) >= 0;
     return INF_OK;
 }
@@ -1190,6 +1346,10 @@ static inf_status_t cu_graph_record(struct eng_backend *be, int32_t bucket, bool
 static void cu_graph_finish(struct eng_backend *be)
 {
     struct cu_ctx *c = ctx_of(be);
+    if (c->rope_held) { /* a RoPE no attention followed: launched as it is */
+        struct inf_err e = {0};
+        (void)rope_flush(c, &e);
+    }
     c->fx_active = false;
     if (c->capturing) { /* a recording abandoned by an error */
         cudaGraph_t g = NULL;
@@ -1355,8 +1515,18 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     c->d_bad = (int32_t *)c->small;
     c->d_inv_freq = (float *)(c->small + 256);
     CU(c, cudaMemsetAsync(c->small, 0, 4096, c->stream), "cudaMemset");
-    CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
+    CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocMapped),
        "pinned staging");
+    /* Small uploads are copied by one kernel reading the ring in place
+     * (INT4SERVE_CUDA_BATCH_UPLOADS=0: one cudaMemcpyAsync each). */
+    if (cudaHostGetDevicePointer((void **)&c->staging_dev, c->staging, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->staging_dev = NULL;
+    }
+    const char *bu = getenv("INT4SERVE_CUDA_BATCH_UPLOADS");
+    c->batch_uploads = c->staging_dev && !(bu && strcmp(bu, "0") == 0);
+    const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
+    c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
     /* Probe: a build without kernels for this device fails here, clearly. */
     {
         struct inf_err le = {0};
@@ -1388,6 +1558,14 @@ fail:
     return st;
 }
 
+void *eng_backend_cuda_stream(const struct eng_backend *be)
+{
+    if (!be || !be->iface || !be->iface->name || strcmp(be->iface->name, "cuda") != 0)
+        return NULL;
+    const struct cu_ctx *c = be->ctx;
+    return c->stream;
+}
+
 #else /* !INT4SERVE_HAVE_CUDA */
 
 inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
@@ -1398,6 +1576,12 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     return inf_err_set(err, INF_E_UNSUPPORTED,
                        "backend cuda: this build has no CUDA support (configure with nvcc "
                        "available and INT4SERVE_CUDA=ON)");
+}
+
+void *eng_backend_cuda_stream(const struct eng_backend *be)
+{
+    (void)be;
+    return NULL;
 }
 
 #endif

@@ -95,3 +95,46 @@ extern "C" inf_status_t krn_cuda_rows_gather(const uint16_t *x, int64_t ldx, int
         ldo, dim, m, bad);
     return krncuda::launched("rows_gather", err);
 }
+
+namespace {
+
+constexpr int kCopyThreads = 256;
+constexpr uint32_t kCopyChunk = 4096;
+
+__global__ void __launch_bounds__(kCopyThreads) copy_batch_kernel(struct krn_cuda_copy_batch b)
+{
+    const int32_t s = blockIdx.x;
+    const uint32_t lo = blockIdx.y * kCopyChunk, n = b.bytes[s];
+    if (lo >= n)
+        return;
+    const uint32_t hi = n - lo < kCopyChunk ? n : lo + kCopyChunk;
+    const uint8_t *src = static_cast<const uint8_t *>(b.src[s]);
+    uint8_t *dst = static_cast<uint8_t *>(b.dst[s]);
+    if (((uintptr_t)src | (uintptr_t)dst | n) % 16 == 0) {
+        for (uint32_t i = lo + 16 * threadIdx.x; i < hi; i += 16 * kCopyThreads)
+            *reinterpret_cast<uint4 *>(dst + i) = *reinterpret_cast<const uint4 *>(src + i);
+    } else {
+        for (uint32_t i = lo + threadIdx.x; i < hi; i += kCopyThreads)
+            dst[i] = src[i];
+    }
+}
+
+} // namespace
+
+extern "C" inf_status_t krn_cuda_copy_batch(const struct krn_cuda_copy_batch *b, void *stream,
+                                            struct inf_err *err)
+{
+    if (b->n <= 0 || b->n > KRN_CUDA_COPY_SEGS)
+        return inf_err_set(err, INF_E_INVALID, "copy_batch: %d segments", b->n);
+    uint32_t most = 0;
+    for (int32_t i = 0; i < b->n; i++) {
+        if (b->bytes[i] > KRN_CUDA_COPY_MAX_BYTES)
+            return inf_err_set(err, INF_E_INVALID, "copy_batch: a segment of %u bytes", b->bytes[i]);
+        most = b->bytes[i] > most ? b->bytes[i] : most;
+    }
+    if (most == 0)
+        return INF_OK;
+    dim3 grid((unsigned)b->n, (most + kCopyChunk - 1) / kCopyChunk);
+    copy_batch_kernel<<<grid, kCopyThreads, 0, static_cast<cudaStream_t>(stream)>>>(*b);
+    return krncuda::launched("copy_batch", err);
+}
