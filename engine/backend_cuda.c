@@ -126,14 +126,9 @@ struct cu_ctx {
     /* INT4 GEMM workspace, grown at load */
     void *gemm_ws;
     size_t gemm_ws_bytes;
-    /* pinned staging; small uploads wait in `pend` (sources in the ring, read
-     * by the device through staging_dev) for one copy launch before the
-     * next work that may read them */
+    /* pinned staging */
     uint8_t *staging;
-    uint8_t *staging_dev; /* the ring in the device's address space, or NULL */
     size_t staging_used;
-    bool batch_uploads;
-    struct krn_cuda_copy_batch pend;
     /* RoPE frequencies now on the device */
     bool inv_valid;
     struct eng_rope_params inv_params;
@@ -229,25 +224,10 @@ static inf_status_t kst(struct cu_ctx *c, inf_status_t st, const struct inf_err 
     return inf_err_set(err, st, "%s", le->msg);
 }
 
-/* Launch the uploads waiting in c->pend (one kernel). */
-static inf_status_t uploads_flush(struct cu_ctx *c, struct inf_err *err)
-{
-    if (c->pend.n == 0)
-        return INF_OK;
-    struct inf_err le = {0};
-    inf_status_t st = krn_cuda_copy_batch(&c->pend, c->stream, &le);
-    c->pend.n = 0;
-    return st == INF_OK ? INF_OK : kst(c, st, &le, err);
-}
-
-/* A kernel launch: the uploads it may read are launched first. */
 #define KRN(c, call)                                                                               \
     do {                                                                                           \
         struct inf_err le_ = {0};                                                                  \
         struct inf_err *lep_ = &le_;                                                               \
-        inf_status_t fl_ = uploads_flush(c, err);                                                  \
-        if (fl_ != INF_OK)                                                                         \
-            return fl_;                                                                            \
         inf_status_t st_ = (call);                                                                 \
         if (st_ != INF_OK)                                                                         \
             return kst(c, st_, lep_, err);                                                         \
@@ -265,15 +245,11 @@ static inf_status_t rope_flush(struct cu_ctx *c, struct inf_err *err)
     return INF_OK;
 }
 
-/* What enter() leaves waiting. */
-#define KEEP_ROPE 1    /* a held RoPE call (the decode attention may fuse it) */
-#define KEEP_UPLOADS 2 /* waiting uploads (calls that only queue more of them) */
-
 /* Start of every op: refuse after a failure, make the backend's device
  * current on this thread (the engine thread may differ from the creator),
- * and launch what waits unless keep says otherwise: the uploads, then a held
- * RoPE call. */
-static inf_status_t enter(struct cu_ctx *c, int keep, struct inf_err *err)
+ * and launch a held RoPE call unless keep_rope (the decode attention, which
+ * may fuse it). */
+static inf_status_t enter(struct cu_ctx *c, bool keep_rope, struct inf_err *err)
 {
     if (c->failed)
         return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
@@ -281,15 +257,12 @@ static inf_status_t enter(struct cu_ctx *c, int keep, struct inf_err *err)
     CU(c, cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != c->device)
         CU(c, cudaSetDevice(c->device), "cudaSetDevice");
-    inf_status_t st = (keep & KEEP_UPLOADS) ? INF_OK : uploads_flush(c, err);
-    if (st != INF_OK || (keep & KEEP_ROPE))
-        return st;
-    return rope_flush(c, err);
+    return keep_rope ? INF_OK : rope_flush(c, err);
 }
 
 #define ENTER(c)                                                                                   \
     do {                                                                                           \
-        inf_status_t en_ = enter(c, 0, err);                                                       \
+        inf_status_t en_ = enter(c, false, err);                                                   \
         if (en_ != INF_OK)                                                                         \
             return en_;                                                                            \
     } while (0)
@@ -357,12 +330,8 @@ static void cu_buf_free(struct eng_backend *be, struct eng_buf *buf)
 {
     struct cu_ctx *c = ctx_of(be);
     struct cu_buf *b = cbuf(buf);
-    if (cudaSetDevice(c->device) == cudaSuccess) {
-        /* a waiting upload into buf goes first (no write after the free) */
-        struct inf_err e = {0};
-        (void)uploads_flush(c, &e);
+    if (cudaSetDevice(c->device) == cudaSuccess)
         (void)cudaFree(buf->ptr); /* implicitly waits for work that uses it */
-    }
     free(b->shadow);
     free(b);
 }
@@ -372,9 +341,6 @@ static inf_status_t cu_sync(struct cu_ctx *c, struct inf_err *err)
 {
     if (c->capturing)
         return inf_err_set(err, INF_E_UNSUPPORTED, "a synchronization while recording a graph");
-    inf_status_t st = uploads_flush(c, err);
-    if (st != INF_OK)
-        return st;
     CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
     c->staging_used = 0;
     return INF_OK;
@@ -391,9 +357,6 @@ static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, s
         return inf_err_set(err, INF_E_UNSUPPORTED, "an upload while recording a graph");
     if (bytes > STAGING_BYTES) {
         /* Large uploads happen while loading: a plain synchronous copy. */
-        inf_status_t st = uploads_flush(c, err);
-        if (st != INF_OK)
-            return st;
         CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
         return cu_sync(c, err);
     }
@@ -404,32 +367,8 @@ static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, s
     }
     uint8_t *s = c->staging + c->staging_used;
     memcpy(s, src, bytes);
-    c->staging_used += (bytes + 255) / 256 * 256;
-    if (c->batch_uploads && bytes <= KRN_CUDA_COPY_MAX_BYTES) {
-        /* joins the waiting uploads; one launch copies them all */
-        struct krn_cuda_copy_batch *pb = &c->pend;
-        const uint8_t *d = dst;
-        bool clash = pb->n == KRN_CUDA_COPY_SEGS;
-        for (int32_t i = 0; i < pb->n && !clash; i++) {
-            const uint8_t *o = pb->dst[i];
-            clash =
-                d < o + pb->bytes[i] && o < d + bytes; /* keep the order of overlapping writes */
-        }
-        if (clash) {
-            inf_status_t st = uploads_flush(c, err);
-            if (st != INF_OK)
-                return st;
-        }
-        pb->dst[pb->n] = dst;
-        pb->src[pb->n] = c->staging_dev + (s - c->staging);
-        pb->bytes[pb->n] = (uint32_t)bytes;
-        pb->n++;
-        return INF_OK;
-    }
-    inf_status_t st = uploads_flush(c, err);
-    if (st != INF_OK)
-        return st;
     CU(c, cudaMemcpyAsync(dst, s, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
+    c->staging_used += (bytes + 255) / 256 * 256;
     return INF_OK;
 }
 
@@ -437,9 +376,7 @@ static inf_status_t cu_buf_upload(struct eng_backend *be, struct eng_buf *dst, s
                                   const void *src, size_t bytes, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    inf_status_t en = enter(c, KEEP_UPLOADS, err);
-    if (en != INF_OK)
-        return en;
+    ENTER(c);
     struct cu_buf *b = cbuf(dst);
     if (!b->shadow && !b->shadow_dead && dst->size <= SHADOW_MAX)
         b->shadow = calloc(1, dst->size); /* on failure: simply no host copy */
@@ -1060,7 +997,7 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
                             struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    inf_status_t en = enter(c, KEEP_ROPE, err);
+    inf_status_t en = enter(c, true, err);
     if (en != INF_OK)
         return en;
     const bool fused = decode && c->fx_active && rope_fusable(c, p);
@@ -1278,11 +1215,9 @@ static inf_status_t cu_graph_prepare(struct eng_backend *be, const struct eng_at
                                      int32_t bucket, bool *have, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    inf_status_t st = enter(c, KEEP_UPLOADS, err);
-    if (st != INF_OK)
-        return st;
+    ENTER(c);
     c->fx_active = false;
-    st = attn_list(c, p, true, bucket, &c->fx, err);
+    inf_status_t st = attn_list(c, p, true, bucket, &c->fx, err);
     if (st != INF_OK)
         return st;
     c->fx_active = true;
@@ -1515,16 +1450,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     c->d_bad = (int32_t *)c->small;
     c->d_inv_freq = (float *)(c->small + 256);
     CU(c, cudaMemsetAsync(c->small, 0, 4096, c->stream), "cudaMemset");
-    CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocMapped),
+    CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
        "pinned staging");
-    /* Small uploads are copied by one kernel reading the ring in place
-     * (INT4SERVE_CUDA_BATCH_UPLOADS=0: one cudaMemcpyAsync each). */
-    if (cudaHostGetDevicePointer((void **)&c->staging_dev, c->staging, 0) != cudaSuccess) {
-        (void)cudaGetLastError();
-        c->staging_dev = NULL;
-    }
-    const char *bu = getenv("INT4SERVE_CUDA_BATCH_UPLOADS");
-    c->batch_uploads = c->staging_dev && !(bu && strcmp(bu, "0") == 0);
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
     /* Probe: a build without kernels for this device fails here, clearly. */

@@ -1,5 +1,5 @@
-/* GPU test: the decode-step kernels of kernels/rope_cuda.h, norm_cuda.h and
- * embedding_cuda.h against references written here.
+/* GPU test: the decode-step kernels of kernels/rope_cuda.h and norm_cuda.h
+ * against references written here.
  *
  *   krn_cuda_rope_kv   RoPE fused with the KV write, against krn_cuda_rope
  *                      followed by a host copy of the rotated K and of V
@@ -12,18 +12,14 @@
  *                      against the host reference.
  *   krn_cuda_rmsnorm_add  dims 4096, 12288 and 20000 (one, two and four
  *                      16-byte vectors a thread), 4100 (the scalar path),
- *                      with and without the residual delta, 1 and 3 rows
- *                      of padded strides, two launches back to back (the
+ *                      with and without the residual delta, 1 to 3 rows
+ *                      (padded strides when several), two launches back to back (the
  *                      second reads what the first wrote: the programmatic
  *                      dependent launch waits): the stored residual is the
  *                      fp16 sum exactly, the output within 2 fp16 roundings
  *                      of a double-precision reference.
- *   krn_cuda_copy_batch  16 segments of 1 to 16384 bytes, aligned and not,
- *                      read from mapped pinned host memory: byte-identical,
- *                      bytes around the segments untouched.
  * Prints "SKIPPED: no GPU" without one. */
 #include "common/inf.h"
-#include "kernels/embedding_cuda.h"
 #include "kernels/norm_cuda.h"
 #include "kernels/rope.h"
 #include "kernels/rope_cuda.h"
@@ -305,45 +301,6 @@ static void test_norm(int32_t dim, int32_t m, bool with_delta)
     free(hx), free(hd), free(hx2), free(ho), free(ho2), free(w), free(x1);
 }
 
-/* ---- batched uploads ---------------------------------------------------------- */
-static void test_copy_batch(void)
-{
-    struct inf_err err = {0};
-    const size_t dev_bytes = 1 << 20, host_bytes = 1 << 19;
-    uint8_t *host = NULL, *hdev = NULL;
-    cu(cudaHostAlloc((void **)&host, host_bytes, cudaHostAllocMapped), "cudaHostAlloc");
-    cu(cudaHostGetDevicePointer((void **)&hdev, host, 0), "cudaHostGetDevicePointer");
-    uint8_t *dev = dalloc(dev_bytes), *back = malloc(dev_bytes), *want = malloc(dev_bytes);
-    for (size_t i = 0; i < dev_bytes; i++)
-        want[i] = (uint8_t)(i * 7 + 3);
-    for (size_t i = 0; i < host_bytes; i++)
-        host[i] = (uint8_t)(unif() * 256);
-    cu(cudaMemcpy(dev, want, dev_bytes, cudaMemcpyHostToDevice), "copy");
-    static const uint32_t sizes[KRN_CUDA_COPY_SEGS] = {
-        1, 4, 12, 16, 100, 256, 4095, 4096, 4097, 16384, 8, 33, 1024, 5000, 48, 16383};
-    struct krn_cuda_copy_batch b = {.n = KRN_CUDA_COPY_SEGS};
-    size_t hat = 0, dat = 0;
-    for (int i = 0; i < KRN_CUDA_COPY_SEGS; i++) {
-        size_t hoff = hat + (i % 3 == 1 ? 4 : 0), doff = dat + (i % 4 == 3 ? 8 : 0);
-        b.bytes[i] = sizes[i];
-        b.src[i] = hdev + hoff;
-        b.dst[i] = dev + doff;
-        memcpy(want + doff, host + hoff, sizes[i]);
-        hat = (hoff + sizes[i] + 255) / 256 * 256;
-        dat = (doff + sizes[i] + 64 + 255) / 256 * 256;
-    }
-    ok(krn_cuda_copy_batch(&b, NULL, &err), &err, "copy_batch");
-    cu(cudaDeviceSynchronize(), "sync");
-    cu(cudaMemcpy(back, dev, dev_bytes, cudaMemcpyDeviceToHost), "copy");
-    CHECK(memcmp(back, want, dev_bytes) == 0, "copy_batch: the device bytes differ");
-    b.bytes[3] = KRN_CUDA_COPY_MAX_BYTES + 1;
-    CHECK(krn_cuda_copy_batch(&b, NULL, &err) == INF_E_INVALID, "copy_batch: oversize accepted");
-    b.n = 0;
-    CHECK(krn_cuda_copy_batch(&b, NULL, &err) == INF_E_INVALID, "copy_batch: 0 segments accepted");
-    printf("copy_batch: %d segments of 1 to 16384 bytes\n", KRN_CUDA_COPY_SEGS);
-    cudaFreeHost(host), cudaFree(dev), free(back), free(want);
-}
-
 int main(void)
 {
     int n = 0;
@@ -364,7 +321,6 @@ int main(void)
         test_norm(20000, 1, d);
         test_norm(4100, 2, d);
     }
-    test_copy_batch();
     printf("%d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
