@@ -5,8 +5,9 @@
  * krn_rope_inv_freq (kernels/rope.h) so both backends share its math. Row r
  * is at position pos[r]: angle = (float)pos * inv_freq[i] in fp32, precise
  * sinf/cosf, (a, b) -> (a cos - b sin, b cos + a sin) in fp32, rounded once.
- * Device pointers; launched on stream. Errors: INF_E_INVALID (head_dim odd or
- * above 512), INF_E_DEVICE. */
+ * Device pointers; launched on stream, with programmatic dependent launch on
+ * sm_90 (it waits for the kernel before it on the stream before touching
+ * memory). Errors: INF_E_INVALID (head_dim odd or above 512), INF_E_DEVICE. */
 #include "common/inf.h"
 
 #include <stdbool.h>

@@ -68,7 +68,6 @@ static void cuda_ok(cudaError_t e, const char *what)
 
 /* ---- a backend wrapper that times the CUDA backend's ops --------------------- */
 enum kind {
-    K_UPLOAD,
     K_EMBED,
     K_NORM,
     K_ROPE,
@@ -79,17 +78,13 @@ enum kind {
     K_SAMPLE,
     K_Q4 /* + shape index */
 };
-static const char *const kind_name[] = {"uploads",
-                                        "embedding",
-                                        "rmsnorm_add",
-                                        "rope",
-                                        "attention (KV write + attend)",
-                                        "silu_mul",
-                                        "lm_head (cuBLAS fp16)",
-                                        "rows_gather",
-                                        "sample"};
+static const char *const kind_name[] = {
+    "embedding",   "rmsnorm_add",
+    "rope",        "attention (RoPE when held + KV write + attend)",
+    "silu_mul",    "lm_head (cuBLAS fp16)",
+    "rows_gather", "sample"};
 
-enum wrap_mode { W_PASS, W_STEP, W_OPS, W_SKIP_Q4 };
+enum wrap_mode { W_STEP, W_OPS, W_SKIP_Q4 };
 
 struct wrap {
     struct eng_backend pub; /* first: the table's be is this */
