@@ -8,9 +8,10 @@
  *             region that each op reuses from its start (strided copies,
  *             fp32 staging of fp32 linears, split-attention partials, fp16
  *             biases); cuBLAS's workspace (32 MiB, handed to cuBLAS so it
- *             never allocates); a 4 KiB block for the error flag and the
- *             RoPE frequencies; 16 MiB of pinned host staging for uploads
- *             and downloads.
+ *             never allocates); a 20 KiB block for the error flag, the
+ *             RoPE frequencies and the decode attention's arrival counters
+ *             (zero, and left zero by every launch); 16 MiB of pinned host
+ *             staging for uploads and downloads.
  *   loading   buffers (cudaMalloc per buffer), repacked INT4 weights, and the
  *             INT4 GEMM's workspace, grown to the largest layer's need.
  * Ordering. Every op is queued on the backend's stream; uploads go through
@@ -56,7 +57,8 @@
 #define STAGING_BYTES ((size_t)16 << 20)
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
-#define SPLIT_MIN_KEYS 256            /* no attention split shorter than this */
+#define SMALL_BYTES 4096              /* error flag, RoPE frequencies */
+#define ATTN_COUNTERS 4096            /* arrival counters of split decode groups */
 #define SAMPLE_ROWS 32                /* rows of one sampling launch */
 #define GRAPH_MAX 16                  /* recorded decode buckets */
 
@@ -120,8 +122,9 @@ struct cu_ctx {
     uint8_t *scratch;
     size_t scratch_bytes;
     void *blas_ws;
-    uint8_t *small; /* error flag at 0, inv_freq at 256 */
+    uint8_t *small; /* error flag at 0, inv_freq at 256, counters at SMALL_BYTES */
     int32_t *d_bad;
+    int32_t *d_group_done;
     float *d_inv_freq;
     /* INT4 GEMM workspace, grown at load */
     void *gemm_ws;
@@ -816,16 +819,15 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: positions and tables must be filled with buf_upload");
     const int32_t hd = p->head_dim, G = p->n_heads / p->n_kv_heads;
-    const int32_t R = krn_cuda_attn_rows(hd, decode), tile = krn_cuda_attn_tile(hd);
-    if (R == 0)
-        return inf_err_set(err, INF_E_UNSUPPORTED,
-                           "attention: head_dim %d (the CUDA kernels take multiples of 8 up to "
-                           "256)",
-                           hd);
+    struct krn_cuda_attn_config cfg;
+    inf_status_t st = krn_cuda_attn_config(hd, decode, KRN_ATTN_AUTO, &cfg, err);
+    if (st != INF_OK)
+        return st;
+    const int32_t R = cfg.rows, tile = cfg.tile;
     /* Validate the tables from their host copies, as every backend does. */
     int32_t n_tok = 0;
-    inf_status_t st = eng_attn_tables_check(p, pos, (int64_t)(p->pos->size / 4), seqs, bt,
-                                            fixed != 0, &n_tok, NULL, err);
+    st = eng_attn_tables_check(p, pos, (int64_t)(p->pos->size / 4), seqs, bt, fixed != 0, &n_tok,
+                               NULL, err);
     if (st != INF_OK)
         return st;
     int64_t n_chunks = 0;
@@ -838,13 +840,19 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
     }
     if (n_tok == 0)
         return INF_OK;
-    /* Split long key ranges when the row sets alone leave SMs idle. */
-    const int64_t want = 2 * (int64_t)c->sms;
+    /* Split long key ranges when the row sets alone would leave resident
+     * blocks unused: up to one wave of them in all. */
+    const int64_t want = (int64_t)c->sms * cfg.ctas_per_sm;
     const size_t slot_bytes = (size_t)R * (size_t)(hd + 2) * sizeof(float);
     const int64_t part_cap = (int64_t)(c->scratch_bytes / slot_bytes);
     int64_t max_splits = n_chunks >= want ? 1 : (want + n_chunks - 1) / n_chunks;
+    if (max_splits > cfg.max_splits)
+        max_splits = cfg.max_splits;
     if (fixed && max_splits * n_chunks > part_cap)
         max_splits = part_cap / n_chunks > 1 ? part_cap / n_chunks : 1;
+    /* A fused combine counts arrivals per group: every group needs a counter. */
+    if (fixed && cfg.fused_combine && n_chunks > ATTN_COUNTERS)
+        max_splits = 1;
 
     /* Host list: [kv destinations (int32 pairs)] [items] [groups]. Sized for
      * the worst case, then filled. */
@@ -882,7 +890,7 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
             for (int32_t row0 = 0; row0 < total_rows; row0 += R) {
                 int32_t nr = total_rows - row0 < R ? total_rows - row0 : R;
                 int32_t ctx = pos[t0] + (row0 + nr - 1) / G + 1;
-                int64_t splits = (ctx + SPLIT_MIN_KEYS - 1) / SPLIT_MIN_KEYS;
+                int64_t splits = (ctx + cfg.split_keys - 1) / cfg.split_keys;
                 if (splits > max_splits)
                     splits = max_splits;
                 int32_t len = ctx;
@@ -891,10 +899,13 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                     len = (len + tile - 1) / tile * tile;
                     splits = (ctx + len - 1) / len;
                 }
-                if (!fixed && splits > 1 && n_parts + splits > part_cap) {
-                    splits = 1; /* the partials would not fit: one pass */
+                if (!fixed && splits > 1 &&
+                    (n_parts + splits > part_cap ||
+                     (cfg.fused_combine && n_groups >= ATTN_COUNTERS))) {
+                    splits = 1; /* the partials or counters would not fit: one pass */
                     len = ctx;
                 }
+                const int32_t group = n_groups;
                 int32_t first = n_items;
                 if (fixed)
                     groups[n_groups++] = (struct krn_cuda_attn_group){
@@ -915,6 +926,7 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                     it->k1 = (j + 1) * len < ctx ? (j + 1) * len : ctx;
                     /* fixed: each row set owns the partial slots of its items */
                     it->part = splits > 1 ? (fixed ? first + j : (int32_t)n_parts++) : -1;
+                    it->group = splits > 1 ? group : 0;
                 }
                 if (fixed) /* the rest of the row set's split slots: padding */
                     for (; n_items < first + max_splits; n_items++)
@@ -1049,7 +1061,9 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         .groups = (const struct krn_cuda_attn_group *)(lc->dev + lay.kv_bytes + lay.items_bytes),
         .n_groups = lay.n_groups,
         .partials = (float *)c->scratch,
-        .decode = decode};
+        .group_done = c->d_group_done,
+        .decode = decode,
+        .impl = KRN_ATTN_AUTO};
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
     written(p->out.buf);
     written(p->k_cache);
@@ -1446,10 +1460,13 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
             st = inf_err_set(err, INF_E_NOMEM, "out of memory creating the CUDA backend");
             goto fail;
         }
-    CU(c, cudaMalloc((void **)&c->small, 4096), "cudaMalloc");
+    CU(c, cudaMalloc((void **)&c->small, SMALL_BYTES + ATTN_COUNTERS * sizeof(int32_t)),
+       "cudaMalloc");
     c->d_bad = (int32_t *)c->small;
     c->d_inv_freq = (float *)(c->small + 256);
-    CU(c, cudaMemsetAsync(c->small, 0, 4096, c->stream), "cudaMemset");
+    c->d_group_done = (int32_t *)(c->small + SMALL_BYTES);
+    CU(c, cudaMemsetAsync(c->small, 0, SMALL_BYTES + ATTN_COUNTERS * sizeof(int32_t), c->stream),
+       "cudaMemset");
     CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
        "pinned staging");
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");

@@ -66,6 +66,12 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
                                   const struct krn_int4_gemm_layout *lay, void *dst,
                                   size_t dst_bytes, struct inf_err *err);
 
+/* Kernels: an mma.sync pipeline (sm_80 and newer), a Turing fallback, and on
+ * Hopper a wgmma kernel chosen by shape for M > 16 (docs/gemm-notes.md). On
+ * sm_90 launches use programmatic dependent launch: a GEMM may begin
+ * streaming its weights while the previous kernel in the stream finishes; it
+ * reads A and writes C and the workspace only after that kernel is done. */
+
 /* Launcher flags. */
 #define KRN_INT4_GEMM_FORCE_SM75 0x1u /* use the sm_75 fallback whatever the GPU */
 
