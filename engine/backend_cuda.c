@@ -89,10 +89,22 @@ struct list_cache {
     size_t bytes;
 };
 
-/* Where the parts of an uploaded work list lie. */
+/* Where the parts of an uploaded work list lie. A fixed-shape (decode
+ * graph) list ends with the pool row of each of its rows (-1 for padding
+ * rows) at map_off, for the fused RoPE + KV write; map_off is 0 otherwise. */
 struct attn_layout {
     int32_t n_kv, n_items, n_groups;
-    size_t kv_bytes, items_bytes, bytes;
+    size_t kv_bytes, items_bytes, bytes, map_off;
+};
+
+/* A RoPE call held back until the next op: the decode attention that
+ * follows it fuses the rotation with its KV write (one kernel instead of
+ * two); any other op launches it first as it is. */
+struct rope_call {
+    uint16_t *x;
+    int64_t ldx;
+    int32_t n_heads, head_dim, m;
+    const int32_t *pos;
 };
 
 struct cu_ctx {
@@ -140,6 +152,10 @@ struct cu_ctx {
      * recording in progress, the recorded buckets */
     bool fx_active;
     struct attn_layout fx;
+    int32_t fx_rows;
+    bool fuse_rope_kv; /* INT4SERVE_CUDA_FUSE_ROPE_KV=0 turns the fusion off */
+    bool rope_held;
+    struct rope_call rope;
     bool capturing;
     int32_t n_graphs;
     int32_t graph_key[GRAPH_MAX];
@@ -220,9 +236,23 @@ static inf_status_t kst(struct cu_ctx *c, inf_status_t st, const struct inf_err 
             return kst(c, st_, lep_, err);                                                         \
     } while (0)
 
-/* Start of every op: refuse after a failure, and make the backend's device
- * current on this thread (the engine thread may differ from the creator). */
-static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
+/* Launch a held RoPE call as it is. */
+static inf_status_t rope_flush(struct cu_ctx *c, struct inf_err *err)
+{
+    if (!c->rope_held)
+        return INF_OK;
+    c->rope_held = false;
+    const struct rope_call *r = &c->rope;
+    KRN(c, krn_cuda_rope(r->x, r->ldx, r->n_heads, r->head_dim, r->pos, c->d_inv_freq, r->m,
+                         c->stream, lep_));
+    return INF_OK;
+}
+
+/* Start of every op: refuse after a failure, make the backend's device
+ * current on this thread (the engine thread may differ from the creator),
+ * and launch a held RoPE call unless keep_rope (the decode attention, which
+ * may fuse it). */
+static inf_status_t enter(struct cu_ctx *c, bool keep_rope, struct inf_err *err)
 {
     if (c->failed)
         return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
@@ -230,12 +260,12 @@ static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
     CU(c, cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != c->device)
         CU(c, cudaSetDevice(c->device), "cudaSetDevice");
-    return INF_OK;
+    return keep_rope ? INF_OK : rope_flush(c, err);
 }
 
 #define ENTER(c)                                                                                   \
     do {                                                                                           \
-        inf_status_t en_ = enter(c, err);                                                          \
+        inf_status_t en_ = enter(c, false, err);                                                   \
         if (en_ != INF_OK)                                                                         \
             return en_;                                                                            \
     } while (0)
@@ -700,9 +730,20 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
         c->inv_head_dim = head_dim;
         c->inv_valid = true;
     }
+    written(x.buf);
+    if (c->fx_active && c->fuse_rope_kv && m == c->fx_rows) {
+        /* a decode step: the attention that follows may fuse it */
+        c->rope = (struct rope_call){.x = dptr(x, 2),
+                                     .ldx = x.ld,
+                                     .n_heads = n_heads,
+                                     .head_dim = head_dim,
+                                     .m = m,
+                                     .pos = pos->ptr};
+        c->rope_held = true;
+        return INF_OK;
+    }
     KRN(c, krn_cuda_rope(dptr(x, 2), x.ld, n_heads, head_dim, pos->ptr, c->d_inv_freq, m, c->stream,
                          lep_));
-    written(x.buf);
     return INF_OK;
 }
 
@@ -910,6 +951,23 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                 (size_t)n_groups * sizeof(struct krn_cuda_attn_group));
     size_t list_bytes =
         kv_bytes + items_used + (size_t)n_groups * sizeof(struct krn_cuda_attn_group);
+    size_t map_off = 0;
+    if (fixed) {
+        /* each row's pool row, for the fused RoPE + KV write */
+        map_off = align16(list_bytes);
+        size_t map_end = map_off + (size_t)fixed * sizeof(int32_t);
+        if (!h_list_reserve(c, map_end))
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for an attention work list");
+        int32_t *map = (int32_t *)(c->h_list + map_off);
+        const int32_t *kd = (const int32_t *)c->h_list;
+        memset(c->h_list + list_bytes, 0, map_off - list_bytes);
+        for (int32_t t = 0; t < fixed; t++)
+            map[t] = -1;
+        for (int32_t i = 0; i < n_kv; i++)
+            if (kd[2 * i + 1] >= 0 && kd[2 * i] >= 0 && kd[2 * i] < fixed)
+                map[kd[2 * i]] = kd[2 * i + 1];
+        list_bytes = map_end;
+    }
     struct list_cache *lc = &c->lists[decode ? 0 : 1];
     if (list_bytes > c->list_bytes)
         return inf_err_set(err, INF_E_NOMEM,
@@ -927,15 +985,36 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                                 .n_groups = n_groups,
                                 .kv_bytes = kv_bytes,
                                 .items_bytes = items_used,
-                                .bytes = list_bytes};
+                                .bytes = list_bytes,
+                                .map_off = map_off};
     return INF_OK;
+}
+
+/* The held RoPE call rotates exactly the q and k heads of this decode
+ * step's rows (as the model issues them: q heads then k heads, adjacent in
+ * one row), and the fixed-shape list carries the rows' pool rows. */
+static bool rope_fusable(const struct cu_ctx *c, const struct eng_attn_params *p)
+{
+    const struct rope_call *r = &c->rope;
+    const int32_t hd = p->head_dim;
+    return c->rope_held && c->fuse_rope_kv && c->fx.map_off != 0 && r->m == c->fx_rows &&
+           r->head_dim == hd && r->n_heads == p->n_heads + p->n_kv_heads && r->pos == p->pos->ptr &&
+           r->x == (uint16_t *)dptr(p->q, 2) && r->ldx == p->q.ld && p->k.ld == p->q.ld &&
+           (uint16_t *)dptr(p->k, 2) == r->x + (int64_t)p->n_heads * hd &&
+           krn_cuda_rope_kv_ok(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, dptr(p->v, 2), p->v.ld,
+                               p->k_cache->ptr, p->v_cache->ptr);
 }
 
 static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params *p, bool decode,
                             struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    inf_status_t en = enter(c, true, err);
+    if (en != INF_OK)
+        return en;
+    const bool fused = decode && c->fx_active && rope_fusable(c, p);
+    if (!fused && (en = rope_flush(c, err)) != INF_OK)
+        return en;
     struct attn_layout lay;
     if (decode && c->fx_active) {
         lay = c->fx; /* prepared for the step by graph_prepare */
@@ -944,14 +1023,25 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         if (st != INF_OK)
             return st;
     }
-    if (lay.n_kv == 0)
-        return INF_OK;
     const struct list_cache *lc = &c->lists[decode ? 0 : 1];
     const int32_t hd = p->head_dim;
     const int64_t kv_row = (int64_t)p->n_kv_heads * hd;
-    KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
-                             p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, lay.n_kv,
-                             c->stream, lep_));
+    if (fused) {
+        /* RoPE of the step's rows with their K/V written into the pools */
+        c->rope_held = false;
+        const struct rope_call *r = &c->rope;
+        KRN(c, krn_cuda_rope_kv(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, r->pos, c->d_inv_freq,
+                                dptr(p->v, 2), p->v.ld, p->k_cache->ptr, p->v_cache->ptr,
+                                (const int32_t *)(lc->dev + lay.map_off), r->m, c->stream, lep_));
+        written(p->k_cache);
+        written(p->v_cache);
+    }
+    if (lay.n_kv == 0)
+        return INF_OK;
+    if (!fused)
+        KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
+                                 p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev,
+                                 lay.n_kv, c->stream, lep_));
     struct krn_cuda_attn_params kp = {
         .q = dptr(p->q, 2),
         .ldq = p->q.ld,
@@ -1145,6 +1235,7 @@ static inf_status_t cu_graph_prepare(struct eng_backend *be, const struct eng_at
     if (st != INF_OK)
         return st;
     c->fx_active = true;
+    c->fx_rows = bucket;
     *have = graph_find(c, bucket) >= 0;
     return INF_OK;
 }
@@ -1204,6 +1295,10 @@ static inf_status_t cu_graph_record(struct eng_backend *be, int32_t bucket, bool
 static void cu_graph_finish(struct eng_backend *be)
 {
     struct cu_ctx *c = ctx_of(be);
+    if (c->rope_held) { /* a RoPE no attention followed: launched as it is */
+        struct inf_err e = {0};
+        (void)rope_flush(c, &e);
+    }
     c->fx_active = false;
     if (c->capturing) { /* a recording abandoned by an error */
         cudaGraph_t g = NULL;
@@ -1374,6 +1469,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
        "cudaMemset");
     CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
        "pinned staging");
+    const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
+    c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
     /* Probe: a build without kernels for this device fails here, clearly. */
     {
         struct inf_err le = {0};
@@ -1405,6 +1502,14 @@ fail:
     return st;
 }
 
+void *eng_backend_cuda_stream(const struct eng_backend *be)
+{
+    if (!be || !be->iface || !be->iface->name || strcmp(be->iface->name, "cuda") != 0)
+        return NULL;
+    const struct cu_ctx *c = be->ctx;
+    return c->stream;
+}
+
 #else /* !INT4SERVE_HAVE_CUDA */
 
 inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
@@ -1415,6 +1520,12 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     return inf_err_set(err, INF_E_UNSUPPORTED,
                        "backend cuda: this build has no CUDA support (configure with nvcc "
                        "available and INT4SERVE_CUDA=ON)");
+}
+
+void *eng_backend_cuda_stream(const struct eng_backend *be)
+{
+    (void)be;
+    return NULL;
 }
 
 #endif
