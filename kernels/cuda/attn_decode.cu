@@ -138,6 +138,10 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     static_assert(R * OS * 4 + 2 * R * 4 <= RING, "a warp's ring holds its final state");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_last;
+    /* launched with programmatic dependent launch: wait for the kernel before
+     * (it writes Q and the KV cache) before any global access */
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
 
     const krn_cuda_attn_item it = p.items[blockIdx.x];
     if (it.nrows <= 0)
@@ -494,9 +498,11 @@ template <int NW, int S>
 void launch_one(const krn_cuda_attn_params &p, int hdp, int smem, cudaStream_t s)
 {
     if (hdp == 64)
-        decode_kernel<64, NW, S><<<(unsigned)p.n_items, NW * 32, (size_t)smem, s>>>(p);
+        krncuda::launch_pdl(decode_kernel<64, NW, S>, dim3((unsigned)p.n_items), dim3(NW * 32),
+                            (size_t)smem, s, p);
     else
-        decode_kernel<128, NW, S><<<(unsigned)p.n_items, NW * 32, (size_t)smem, s>>>(p);
+        krncuda::launch_pdl(decode_kernel<128, NW, S>, dim3((unsigned)p.n_items), dim3(NW * 32),
+                            (size_t)smem, s, p);
 }
 
 } // namespace

@@ -37,6 +37,7 @@
  *          (sm90_auto_choice) where it is faster.
  */
 #include "kernels/cuda/int4_gemm_impl.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/int4_gemm.h"
 
 #include <cuda_fp16.h>
@@ -987,7 +988,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     la[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     la[0].val.programmaticStreamSerializationAllowed = 1;
     lc.attrs = la;
-    lc.numAttrs = major >= 9 ? 1 : 0; /* the kernel waits only where it can (sm_90) */
+    lc.numAttrs = krncuda::pdl_supported() ? 1 : 0; /* sm_90+, INT4SERVE_CUDA_PDL */
     e = cudaLaunchKernelEx(&lc, c.kernel[zp][av], p);
     if (e == cudaSuccess)
         e = cudaGetLastError();

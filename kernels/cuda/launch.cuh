@@ -1,7 +1,8 @@
 #pragma once
-/* kernels/cuda/launch.cuh — helpers shared by the CUDA launchers (not the INT4
- * GEMM): the checked end of a launch, programmatic dependent launch and
- * 16-byte fp16 vector access. */
+/* kernels/cuda/launch.cuh — helpers shared by the CUDA launchers: the checked
+ * end of a launch, programmatic dependent launch (the INT4 GEMMs launch
+ * themselves, with pdl_supported() deciding the attribute) and 16-byte fp16
+ * vector access. */
 #include "common/inf.h"
 
 #include <cuda_fp16.h>

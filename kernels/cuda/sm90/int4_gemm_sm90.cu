@@ -46,6 +46,7 @@
  *          to the sm_80 kernel.
  */
 #include "kernels/cuda/int4_gemm_impl.cuh"
+#include "kernels/cuda/launch.cuh"
 
 #include <cuda.h> /* CUtensorMap (the type only; the encoder is fetched at run time) */
 #include <cuda_fp16.h>
@@ -728,7 +729,7 @@ cudaError_t launch_sm90(Params p, int ci, long long grid, cudaStream_t stream)
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = krncuda::pdl_supported() ? 1 : 0; /* INT4SERVE_CUDA_PDL=0: plain */
     CUtensorMap map;
     cudaError_t e = a_tensor_map(&map, p, c.tn);
     if (e != cudaSuccess)
