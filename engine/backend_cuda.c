@@ -57,6 +57,7 @@
 #define STAGING_BYTES ((size_t)16 << 20)
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
+#define DEQUANT_MIN_M 512             /* rows from which INT4 linears use fp16 cuBLAS */
 #define SMALL_BYTES 4096              /* error flag, RoPE frequencies */
 #define ATTN_COUNTERS 4096            /* arrival counters of split decode groups */
 #define SAMPLE_ROWS 32                /* rows of one sampling launch */
@@ -129,6 +130,12 @@ struct cu_ctx {
     /* INT4 GEMM workspace, grown at load */
     void *gemm_ws;
     size_t gemm_ws_bytes;
+    /* Large M: an INT4 layer is dequantized to fp16 here once and multiplied
+     * by cuBLAS (deq_min_m rows or more; 0: never). Grown at load to the
+     * largest INT4 layer. */
+    uint16_t *deq;
+    size_t deq_bytes;
+    int32_t deq_min_m;
     /* pinned staging */
     uint8_t *staging;
     size_t staging_used;
@@ -514,6 +521,32 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
             goto fail;
         }
     }
+    /* The fp16 copy for large M grows to the largest INT4 layer. */
+    if (c->deq_min_m > 0 && (size_t)w->n * (size_t)w->k * 2 > c->deq_bytes) {
+        const size_t deq_need = (size_t)w->n * (size_t)w->k * 2;
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e == cudaSuccess) {
+            (void)cudaFree(c->deq);
+            c->deq = NULL;
+            c->deq_bytes = 0;
+            e = cudaMalloc((void **)&c->deq, deq_need);
+            if (e == cudaSuccess)
+                c->deq_bytes = deq_need;
+        }
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            c->deq = NULL;
+            st = inf_err_set(err, INF_E_NOMEM,
+                             "out of GPU memory for the fp16 copy of a %dx%d weight (large-M "
+                             "linears; INT4SERVE_CUDA_DEQUANT_MIN_M=0 turns them off)",
+                             w->n, w->k);
+            goto fail;
+        }
+        if (e != cudaSuccess) {
+            st = cu_fail(c, "dequant buffer", cudaGetErrorString(e), err);
+            goto fail;
+        }
+    }
     q->pub.n = w->n;
     q->pub.k = w->k;
     q->pub.impl = q;
@@ -535,6 +568,8 @@ static void cu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
     free(q);
 }
 
+static int ld_int(int64_t ld, int32_t cols);
+
 static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                                  const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
                                  int32_t m, struct inf_err *err)
@@ -543,6 +578,26 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
     ENTER(c);
     const struct cu_q4 *q = w->impl;
     const int32_t n = w->n, k = w->k;
+    if (c->deq_min_m > 0 && m >= c->deq_min_m && c->deq &&
+        (size_t)n * (size_t)k * 2 <= c->deq_bytes) {
+        /* Large M: dequantize once, then one fp16 tensor-core GEMM (as
+         * cu_linear_fp: row-major y = x W^T is column-major Y = W^T X). */
+        if (x.ld > INT_MAX || y.ld > INT_MAX)
+            return inf_err_set(err, INF_E_UNSUPPORTED, "linear: row stride too large");
+        const float one = 1.0f, zero = 0.0f;
+        KRN(c, krn_int4_dequant_f16(&q->lay, q->dev, c->deq, k, c->stream, lep_));
+        BLAS(c,
+             cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, c->deq, CUDA_R_16F, k,
+                          dptr(x, 2), CUDA_R_16F, ld_int(x.ld, k), &zero, dptr(y, 2), CUDA_R_16F,
+                          ld_int(y.ld, n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx");
+        if (bias)
+            KRN(c, krn_cuda_bias_add(dptr(y, 2), false, ld_int(y.ld, n), bias->ptr, n, m,
+                                     c->stream, lep_));
+        weight_seen(bias);
+        written(y.buf);
+        return INF_OK;
+    }
     struct bump sc = scratch_of(c);
     uint16_t *b16 = NULL;
     if (bias) {
@@ -1330,6 +1385,7 @@ static void ctx_free(struct cu_ctx *c)
         (void)cudaFree(c->blas_ws);
         (void)cudaFree(c->small);
         (void)cudaFree(c->gemm_ws);
+        (void)cudaFree(c->deq);
         (void)cudaFree(c->sample_ws);
         for (int i = 0; i < c->n_graphs; i++)
             (void)cudaGraphExecDestroy(c->graph_exec[i]);
@@ -1471,6 +1527,18 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
        "pinned staging");
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
+    /* Rows from which an INT4 linear dequantizes its weight once and uses
+     * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so
+     * their cost grows with M; docs/CUDA.md). INT4SERVE_CUDA_DEQUANT_MIN_M
+     * overrides it; 0 turns the path off. */
+    c->deq_min_m = DEQUANT_MIN_M;
+    const char *dm = getenv("INT4SERVE_CUDA_DEQUANT_MIN_M");
+    if (dm && *dm) {
+        char *end = NULL;
+        long v = strtol(dm, &end, 10);
+        if (end && *end == '\0' && v >= 0 && v <= INT32_MAX)
+            c->deq_min_m = (int32_t)v;
+    }
     /* Probe: a build without kernels for this device fails here, clearly. */
     {
         struct inf_err le = {0};

@@ -107,6 +107,16 @@ size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout *lay, int3
  * including one left sticky by earlier work). */
 inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, struct inf_err *err);
 
+/* Write the weight of lay (repacked buffer b on the device) dequantized to
+ * fp16 into w [n][ldw] on the device (row n, column k: fp16((code - zero) *
+ * scale), the CPU reference's value bit for bit; columns >= k untouched).
+ * For a cuBLAS fp16 GEMM when M is large. Enqueued on stream (cudaStream_t),
+ * never allocates or synchronizes. Thread: the owner of stream.
+ * Errors: INF_E_INVALID (NULL), INF_E_UNSUPPORTED (layout, ldw < k,
+ * alignment), INF_E_DEVICE (launch). */
+inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *lay, const void *b,
+                                  uint16_t *w, int64_t ldw, void *stream, struct inf_err *err);
+
 /* Number of compiled configurations and a short name of each ("sm80 m16 n128
  * k128 s4"); NULL for an index out of range. Thread: any. */
 int krn_int4_gemm_config_count(void);

@@ -613,6 +613,55 @@ __global__ void __launch_bounds__(kThreads, BPS)
 #endif
 }
 
+/* ---- dequantization to fp16 ---------------------------------------------- */
+
+/* W[n][k] = fp16((code - zero) * scale) for n < N, k < K, from the repacked
+ * layout: one warp per 512-byte chunk (64 columns x 16 k), each lane its
+ * 16-byte word, the same dequantization as the GEMM (bit for bit the CPU
+ * reference's values). Used before a cuBLAS fp16 GEMM when M is large enough
+ * that dequantizing once beats dequantizing per token tile. */
+template <bool ZP>
+__global__ void __launch_bounds__(256) int4_dequant_kernel(const Params p, half *w, int64_t ldw)
+{
+    const int ksteps = p.k_pad / 16;
+    const int64_t chunks = (int64_t)(p.n_pad / 64) * ksteps;
+    const int lane = threadIdx.x & 31;
+    for (int64_t ch = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); ch < chunks;
+         ch += (int64_t)gridDim.x * 8) {
+        const int tile = (int)(ch / ksteps), step = (int)(ch % ksteps);
+        if (tile * 64 >= p.n || step * 16 >= p.k)
+            continue; /* padding only */
+        const uint4 qv = p.q[ch * 32 + lane];
+        const int g = step >> p.gshift;
+        const int64_t s_at = ((int64_t)tile * p.groups + g) * 8 + (lane >> 2);
+        GroupConsts gc;
+        group_consts<ZP>(p.scales[s_at], ZP ? p.zeros[s_at] : p.scales[s_at], gc);
+        uint32_t b[8][2];
+        dequant_word(qv, gc, b);
+        const int k0 = step * 16 + 2 * (lane & 3);
+#pragma unroll
+        for (int f = 0; f < 8; f++) {
+            const int n = tile * 64 + 8 * f + (lane >> 2);
+            if (n >= p.n)
+                continue;
+            half *row = w + (int64_t)n * ldw;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int k = k0 + 8 * h;
+                const half2 v = as_h2(b[f][h]);
+                if (k + 1 < p.k && p.c_vec) {
+                    *reinterpret_cast<half2 *>(row + k) = v;
+                } else {
+                    if (k < p.k)
+                        row[k] = __low2half(v);
+                    if (k + 1 < p.k)
+                        row[k + 1] = __high2half(v);
+                }
+            }
+        }
+    }
+}
+
 /* ---- explicit configuration list ---------------------------------------- */
 
 typedef void (*KernelFn)(const Params);
@@ -994,5 +1043,44 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         e = cudaGetLastError();
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+    return INF_OK;
+}
+
+extern "C" inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *lay, const void *b,
+                                             uint16_t *w, int64_t ldw, void *stream,
+                                             struct inf_err *err)
+{
+    if (!lay || !b || !w)
+        return inf_err_set(err, INF_E_INVALID, "int4 dequant: NULL argument");
+    if (!layout_ok(lay) || ldw < lay->k || (uintptr_t)b % 16 || (uintptr_t)w % 2)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 dequant: layout, ldw=%lld or alignment",
+                           (long long)ldw);
+    Params p = {};
+    const unsigned char *wb = static_cast<const unsigned char *>(b);
+    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
+    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
+    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
+    p.n = lay->n;
+    p.k = lay->k;
+    p.n_pad = lay->n_pad;
+    p.k_pad = lay->k_pad;
+    p.groups = lay->groups;
+    p.gshift = 30;
+    if (lay->groups > 1)
+        for (int sh = 1; sh <= 4; sh++)
+            if (lay->group_steps == (1 << sh))
+                p.gshift = sh;
+    p.c_vec = ldw % 2 == 0 && (uintptr_t)w % 4 == 0; /* half2 stores */
+    const int64_t chunks = (int64_t)(lay->n_pad / 64) * (lay->k_pad / 16);
+    const unsigned grid = (unsigned)((chunks + 7) / 8 < 65535 * 4 ? (chunks + 7) / 8 : 65535 * 4);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    half *wh = reinterpret_cast<half *>(w);
+    if (lay->symmetric)
+        int4_dequant_kernel<false><<<grid, 256, 0, s>>>(p, wh, ldw);
+    else
+        int4_dequant_kernel<true><<<grid, 256, 0, s>>>(p, wh, ldw);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 dequant: %s", cudaGetErrorString(e));
     return INF_OK;
 }
