@@ -20,6 +20,7 @@
  * Correctness: for each case and implementation, the first two sequences
  * (all heads) of copy 0 against a float64 host reference; the largest
  * relative error is printed. */
+#include "bench/common/graph_timer.cuh"
 #include "common/inf.h"
 #include "kernels/attn_cuda.h"
 
@@ -32,14 +33,6 @@
 #include <string.h>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 #define CS(x)                                                                                      \
     do {                                                                                           \
         struct inf_err err_ = {};                                                                  \
@@ -96,37 +89,6 @@ static const bcase kCases[] = {
 
 static cudaStream_t g_stream;
 
-template <typename F> static double time_graph(int launches, int replays, F record)
-{
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < launches; i++)
-        record(i);
-    CK(cudaStreamEndCapture(g_stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, g_stream)); /* warm-up */
-    CK(cudaStreamSynchronize(g_stream));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int r = 0; r < replays; r++) {
-        CK(cudaEventRecord(e0, g_stream));
-        CK(cudaGraphLaunch(exec, g_stream));
-        CK(cudaEventRecord(e1, g_stream));
-        CK(cudaEventSynchronize(e1));
-        float t;
-        CK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    return ms[ms.size() / 2] * 1000.0 / launches;
-}
 
 /* The work list of one case for one implementation, as the backend builds
  * it for an eager decode step (every sequence decodes its token at
@@ -277,7 +239,7 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&a, n * 16));
         CK(cudaMalloc(&b, n * 16));
         CK(cudaMemset(a, 1, n * 16));
-        double us = time_graph(4, replays, [&](int) {
+        double us = time_graph(g_stream, 4, replays, [&](int) {
             copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, g_stream>>>(a, b, n);
         });
         copy_tbs = 2.0 * n * 16 / (us * 1e-6) / 1e12;
@@ -390,7 +352,7 @@ int main(int argc, char **argv)
             const double rel = ref_check(c, k_pool, v_pool, cps[0]);
             const int launches =
                 std::max(copies, std::max(8, (int)(2e7 / bytes)) / copies * copies);
-            const double us = time_graph(std::min(launches, 2048), replays, [&](int i) {
+            const double us = time_graph(g_stream, std::min(launches, 2048), replays, [&](int i) {
                 CS(krn_cuda_attention(&ps[i % copies], g_stream, &err_));
             });
             rows.push_back(

@@ -88,29 +88,9 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, uint32_t addr)
                  : "memory");
 }
 
-__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap(); /* m16n8k16 needs sm_80; the build's architectures are 80 and 90 */
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
-{
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
-__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi)
-{
-    __half2 h = __halves2half2(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
+using krncuda::mma16816;
+using krncuda::pack_half2;
+using krncuda::pack_halves;
 
 /* Shared-memory byte offset of 16-byte chunk ch of row `key` in a tile of
  * HDP halves per row, swizzled. */

@@ -783,6 +783,30 @@ bool layout_ok(const krn_int4_gemm_layout *l)
            l->scale_offset % 16 == 0 && l->zero_offset % 16 == 0;
 }
 
+/* The weight's part of the kernel parameters: section pointers into the
+ * repacked buffer b, sizes, and the scale-group step as a shift. */
+Params params_of(const krn_int4_gemm_layout *lay, const void *b)
+{
+    Params p = {};
+    const unsigned char *wb = static_cast<const unsigned char *>(b);
+    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
+    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
+    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
+    p.n = lay->n;
+    p.k = lay->k;
+    p.k_pad = lay->k_pad;
+    p.n_pad = lay->n_pad;
+    p.gsteps = lay->group_steps;
+    p.groups = lay->groups;
+    /* group_steps is 2..16 (a power of two) or covers the whole k_pad */
+    p.gshift = 30;
+    if (lay->groups > 1)
+        for (int sh = 1; sh <= 4; sh++)
+            if (lay->group_steps == (1 << sh))
+                p.gshift = sh;
+    return p;
+}
+
 } // namespace
 } // namespace int4gemm
 
@@ -914,28 +938,12 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
 
-    Params p = {};
-    const unsigned char *wb = static_cast<const unsigned char *>(args->b);
-    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
-    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
-    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
+    Params p = params_of(lay, args->b);
     p.a = reinterpret_cast<const half *>(args->a);
     p.bias = reinterpret_cast<const half *>(args->bias);
     p.c = reinterpret_cast<half *>(args->c);
     p.m = args->m;
-    p.n = lay->n;
-    p.k = lay->k;
-    p.k_pad = lay->k_pad;
-    p.n_pad = lay->n_pad;
-    p.gsteps = lay->group_steps;
-    p.groups = lay->groups;
     const int av = lay->k % 8 == 0 && (uintptr_t)args->a % 16 == 0;
-    /* group_steps is 2..16 (a power of two) or covers the whole k_pad */
-    p.gshift = 30;
-    if (lay->groups > 1)
-        for (int sh = 1; sh <= 4; sh++)
-            if (lay->group_steps == (1 << sh))
-                p.gshift = sh;
     p.c_vec = lay->n % 2 == 0 && (uintptr_t)args->c % 4 == 0;
     cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
 
@@ -1028,17 +1036,8 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     /* Programmatic dependent launch: the kernel may start while the previous
      * one in the stream drains; it waits (griddepcontrol.wait) before it
      * reads A or writes anything. Also inside stream capture. */
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)grid);
-    lc.blockDim = dim3(kThreads);
-    lc.dynamicSmemBytes = (size_t)c.smem;
-    lc.stream = stream;
-    cudaLaunchAttribute la[1];
-    la[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    la[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = la;
-    lc.numAttrs = krncuda::pdl_supported() ? 1 : 0; /* sm_90+, INT4SERVE_CUDA_PDL */
-    e = cudaLaunchKernelEx(&lc, c.kernel[zp][av], p);
+    e = krncuda::launch_pdl(c.kernel[zp][av], dim3((unsigned)grid), dim3(kThreads),
+                            (size_t)c.smem, stream, p);
     if (e == cudaSuccess)
         e = cudaGetLastError();
     if (e != cudaSuccess)
@@ -1055,21 +1054,7 @@ extern "C" inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *
     if (!layout_ok(lay) || ldw < lay->k || (uintptr_t)b % 16 || (uintptr_t)w % 2)
         return inf_err_set(err, INF_E_UNSUPPORTED, "int4 dequant: layout, ldw=%lld or alignment",
                            (long long)ldw);
-    Params p = {};
-    const unsigned char *wb = static_cast<const unsigned char *>(b);
-    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
-    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
-    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
-    p.n = lay->n;
-    p.k = lay->k;
-    p.n_pad = lay->n_pad;
-    p.k_pad = lay->k_pad;
-    p.groups = lay->groups;
-    p.gshift = 30;
-    if (lay->groups > 1)
-        for (int sh = 1; sh <= 4; sh++)
-            if (lay->group_steps == (1 << sh))
-                p.gshift = sh;
+    Params p = params_of(lay, b);
     p.c_vec = ldw % 2 == 0 && (uintptr_t)w % 4 == 0; /* half2 stores */
     const int64_t chunks = (int64_t)(lay->n_pad / 64) * (lay->k_pad / 16);
     const unsigned grid = (unsigned)((chunks + 7) / 8 < 65535 * 4 ? (chunks + 7) / 8 : 65535 * 4);

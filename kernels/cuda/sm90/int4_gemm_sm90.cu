@@ -720,21 +720,12 @@ cudaError_t a_tensor_map(CUtensorMap *map, const Params &p, int tn)
 cudaError_t launch_sm90(Params p, int ci, long long grid, cudaStream_t stream)
 {
     const Config90 &c = kConfigs90[ci];
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(kThreads90);
-    cfg.dynamicSmemBytes = (size_t)c.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = krncuda::pdl_supported() ? 1 : 0; /* INT4SERVE_CUDA_PDL=0: plain */
     CUtensorMap map;
     cudaError_t e = a_tensor_map(&map, p, c.tn);
     if (e != cudaSuccess)
         return e;
-    return cudaLaunchKernelEx(&cfg, c.kernel[gs_index(p)], p, map);
+    return krncuda::launch_pdl(c.kernel[gs_index(p)], dim3((unsigned)grid), dim3(kThreads90),
+                               (size_t)c.smem, stream, p, map);
 }
 
 void sm90_tiling(Params &p, int ci)
