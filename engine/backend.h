@@ -383,6 +383,10 @@ struct eng_backend_cuda_opts {
 };
 inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
                                      struct eng_backend **out, struct inf_err *err);
+/* The cudaStream_t every op of a CUDA backend is queued on, for tools that
+ * time its work with CUDA events; NULL for another backend or a build without
+ * CUDA. The stream stays the backend's. Thread: owner. */
+void *eng_backend_cuda_stream(const struct eng_backend *be);
 
 #ifdef __cplusplus
 }

@@ -8,9 +8,10 @@
  *             region that each op reuses from its start (strided copies,
  *             fp32 staging of fp32 linears, split-attention partials, fp16
  *             biases); cuBLAS's workspace (32 MiB, handed to cuBLAS so it
- *             never allocates); a 4 KiB block for the error flag and the
- *             RoPE frequencies; 16 MiB of pinned host staging for uploads
- *             and downloads.
+ *             never allocates); a 20 KiB block for the error flag, the
+ *             RoPE frequencies and the decode attention's arrival counters
+ *             (zero, and left zero by every launch); 16 MiB of pinned host
+ *             staging for uploads and downloads.
  *   loading   buffers (cudaMalloc per buffer), repacked INT4 weights, and the
  *             INT4 GEMM's workspace, grown to the largest layer's need.
  * Ordering. Every op is queued on the backend's stream; uploads go through
@@ -58,7 +59,9 @@
 #define STAGING_BYTES ((size_t)16 << 20)
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
-#define SPLIT_MIN_KEYS 256            /* no attention split shorter than this */
+#define DEQUANT_MIN_M 512             /* rows from which INT4 linears use fp16 cuBLAS */
+#define SMALL_BYTES 4096              /* error flag, RoPE frequencies */
+#define ATTN_COUNTERS 4096            /* arrival counters of split decode groups */
 #define SAMPLE_ROWS 32                /* rows of one sampling launch */
 #define GRAPH_MAX 16                  /* recorded decode buckets */
 
@@ -89,10 +92,22 @@ struct list_cache {
     size_t bytes;
 };
 
-/* Where the parts of an uploaded work list lie. */
+/* Where the parts of an uploaded work list lie. A fixed-shape (decode
+ * graph) list ends with the pool row of each of its rows (-1 for padding
+ * rows) at map_off, for the fused RoPE + KV write; map_off is 0 otherwise. */
 struct attn_layout {
     int32_t n_kv, n_items, n_groups;
-    size_t kv_bytes, items_bytes, bytes;
+    size_t kv_bytes, items_bytes, bytes, map_off;
+};
+
+/* A RoPE call held back until the next op: the decode attention that
+ * follows it fuses the rotation with its KV write (one kernel instead of
+ * two); any other op launches it first as it is. */
+struct rope_call {
+    uint16_t *x;
+    int64_t ldx;
+    int32_t n_heads, head_dim, m;
+    const int32_t *pos;
 };
 
 struct cu_ctx {
@@ -110,12 +125,19 @@ struct cu_ctx {
     uint8_t *scratch;
     size_t scratch_bytes;
     void *blas_ws;
-    uint8_t *small; /* error flag at 0, inv_freq at 256 */
+    uint8_t *small; /* error flag at 0, inv_freq at 256, counters at SMALL_BYTES */
     int32_t *d_bad;
+    int32_t *d_group_done;
     float *d_inv_freq;
     /* INT4 GEMM workspace, grown at load */
     void *gemm_ws;
     size_t gemm_ws_bytes;
+    /* Large M: an INT4 layer is dequantized to fp16 here once and multiplied
+     * by cuBLAS (deq_min_m rows or more; 0: never). Grown at load to the
+     * largest INT4 layer. */
+    uint16_t *deq;
+    size_t deq_bytes;
+    int32_t deq_min_m;
     /* pinned staging */
     uint8_t *staging;
     size_t staging_used;
@@ -139,6 +161,10 @@ struct cu_ctx {
      * recording in progress, the recorded buckets */
     bool fx_active;
     struct attn_layout fx;
+    int32_t fx_rows;
+    bool fuse_rope_kv; /* INT4SERVE_CUDA_FUSE_ROPE_KV=0 turns the fusion off */
+    bool rope_held;
+    struct rope_call rope;
     bool capturing;
     int32_t n_graphs;
     int32_t graph_key[GRAPH_MAX];
@@ -219,9 +245,23 @@ static inf_status_t kst(struct cu_ctx *c, inf_status_t st, const struct inf_err 
             return kst(c, st_, lep_, err);                                                         \
     } while (0)
 
-/* Start of every op: refuse after a failure, and make the backend's device
- * current on this thread (the engine thread may differ from the creator). */
-static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
+/* Launch a held RoPE call as it is. */
+static inf_status_t rope_flush(struct cu_ctx *c, struct inf_err *err)
+{
+    if (!c->rope_held)
+        return INF_OK;
+    c->rope_held = false;
+    const struct rope_call *r = &c->rope;
+    KRN(c, krn_cuda_rope(r->x, r->ldx, r->n_heads, r->head_dim, r->pos, c->d_inv_freq, r->m,
+                         c->stream, lep_));
+    return INF_OK;
+}
+
+/* Start of every op: refuse after a failure, make the backend's device
+ * current on this thread (the engine thread may differ from the creator),
+ * and launch a held RoPE call unless keep_rope (the decode attention, which
+ * may fuse it). */
+static inf_status_t enter(struct cu_ctx *c, bool keep_rope, struct inf_err *err)
 {
     if (c->failed)
         return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
@@ -229,12 +269,12 @@ static inf_status_t enter(struct cu_ctx *c, struct inf_err *err)
     CU(c, cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != c->device)
         CU(c, cudaSetDevice(c->device), "cudaSetDevice");
-    return INF_OK;
+    return keep_rope ? INF_OK : rope_flush(c, err);
 }
 
 #define ENTER(c)                                                                                   \
     do {                                                                                           \
-        inf_status_t en_ = enter(c, err);                                                          \
+        inf_status_t en_ = enter(c, false, err);                                                   \
         if (en_ != INF_OK)                                                                         \
             return en_;                                                                            \
     } while (0)
@@ -489,6 +529,32 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
             goto fail;
         }
     }
+    /* The fp16 copy for large M grows to the largest INT4 layer. */
+    if (c->deq_min_m > 0 && (size_t)w->n * (size_t)w->k * 2 > c->deq_bytes) {
+        const size_t deq_need = (size_t)w->n * (size_t)w->k * 2;
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e == cudaSuccess) {
+            (void)cudaFree(c->deq);
+            c->deq = NULL;
+            c->deq_bytes = 0;
+            e = cudaMalloc((void **)&c->deq, deq_need);
+            if (e == cudaSuccess)
+                c->deq_bytes = deq_need;
+        }
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            c->deq = NULL;
+            st = inf_err_set(err, INF_E_NOMEM,
+                             "out of GPU memory for the fp16 copy of a %dx%d weight (large-M "
+                             "linears; INT4SERVE_CUDA_DEQUANT_MIN_M=0 turns them off)",
+                             w->n, w->k);
+            goto fail;
+        }
+        if (e != cudaSuccess) {
+            st = cu_fail(c, "dequant buffer", cudaGetErrorString(e), err);
+            goto fail;
+        }
+    }
     q->pub.n = w->n;
     q->pub.k = w->k;
     q->pub.impl = q;
@@ -510,6 +576,8 @@ static void cu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
     free(q);
 }
 
+static int ld_int(int64_t ld, int32_t cols);
+
 static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                                  const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
                                  int32_t m, struct inf_err *err)
@@ -518,6 +586,26 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
     ENTER(c);
     const struct cu_q4 *q = w->impl;
     const int32_t n = w->n, k = w->k;
+    if (c->deq_min_m > 0 && m >= c->deq_min_m && c->deq &&
+        (size_t)n * (size_t)k * 2 <= c->deq_bytes) {
+        /* Large M: dequantize once, then one fp16 tensor-core GEMM (as
+         * cu_linear_fp: row-major y = x W^T is column-major Y = W^T X). */
+        if (x.ld > INT_MAX || y.ld > INT_MAX)
+            return inf_err_set(err, INF_E_UNSUPPORTED, "linear: row stride too large");
+        const float one = 1.0f, zero = 0.0f;
+        KRN(c, krn_int4_dequant_f16(&q->lay, q->dev, c->deq, k, c->stream, lep_));
+        BLAS(c,
+             cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, c->deq, CUDA_R_16F, k,
+                          dptr(x, 2), CUDA_R_16F, ld_int(x.ld, k), &zero, dptr(y, 2), CUDA_R_16F,
+                          ld_int(y.ld, n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx");
+        if (bias)
+            KRN(c, krn_cuda_bias_add(dptr(y, 2), false, ld_int(y.ld, n), bias->ptr, n, m,
+                                     c->stream, lep_));
+        weight_seen(bias);
+        written(y.buf);
+        return INF_OK;
+    }
     struct bump sc = scratch_of(c);
     uint16_t *b16 = NULL;
     if (bias) {
@@ -705,9 +793,20 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
         c->inv_head_dim = head_dim;
         c->inv_valid = true;
     }
+    written(x.buf);
+    if (c->fx_active && c->fuse_rope_kv && m == c->fx_rows) {
+        /* a decode step: the attention that follows may fuse it */
+        c->rope = (struct rope_call){.x = dptr(x, 2),
+                                     .ldx = x.ld,
+                                     .n_heads = n_heads,
+                                     .head_dim = head_dim,
+                                     .m = m,
+                                     .pos = pos->ptr};
+        c->rope_held = true;
+        return INF_OK;
+    }
     KRN(c, krn_cuda_rope(dptr(x, 2), x.ld, n_heads, head_dim, pos->ptr, c->d_inv_freq, m, c->stream,
                          lep_));
-    written(x.buf);
     return INF_OK;
 }
 
@@ -783,16 +882,15 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: positions and tables must be filled with buf_upload");
     const int32_t hd = p->head_dim, G = p->n_heads / p->n_kv_heads;
-    const int32_t R = krn_cuda_attn_rows(hd, decode), tile = krn_cuda_attn_tile(hd);
-    if (R == 0)
-        return inf_err_set(err, INF_E_UNSUPPORTED,
-                           "attention: head_dim %d (the CUDA kernels take multiples of 8 up to "
-                           "256)",
-                           hd);
+    struct krn_cuda_attn_config cfg;
+    inf_status_t st = krn_cuda_attn_config(hd, decode, KRN_ATTN_AUTO, &cfg, err);
+    if (st != INF_OK)
+        return st;
+    const int32_t R = cfg.rows, tile = cfg.tile;
     /* Validate the tables from their host copies, as every backend does. */
     int32_t n_tok = 0;
-    inf_status_t st = eng_attn_tables_check(p, pos, (int64_t)(p->pos->size / 4), seqs, bt,
-                                            fixed != 0, &n_tok, NULL, err);
+    st = eng_attn_tables_check(p, pos, (int64_t)(p->pos->size / 4), seqs, bt, fixed != 0, &n_tok,
+                               NULL, err);
     if (st != INF_OK)
         return st;
     int64_t n_chunks = 0;
@@ -805,13 +903,19 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
     }
     if (n_tok == 0)
         return INF_OK;
-    /* Split long key ranges when the row sets alone leave SMs idle. */
-    const int64_t want = 2 * (int64_t)c->sms;
+    /* Split long key ranges when the row sets alone would leave resident
+     * blocks unused: up to one wave of them in all. */
+    const int64_t want = (int64_t)c->sms * cfg.ctas_per_sm;
     const size_t slot_bytes = (size_t)R * (size_t)(hd + 2) * sizeof(float);
     const int64_t part_cap = (int64_t)(c->scratch_bytes / slot_bytes);
     int64_t max_splits = n_chunks >= want ? 1 : (want + n_chunks - 1) / n_chunks;
+    if (max_splits > cfg.max_splits)
+        max_splits = cfg.max_splits;
     if (fixed && max_splits * n_chunks > part_cap)
         max_splits = part_cap / n_chunks > 1 ? part_cap / n_chunks : 1;
+    /* A fused combine counts arrivals per group: every group needs a counter. */
+    if (fixed && cfg.fused_combine && n_chunks > ATTN_COUNTERS)
+        max_splits = 1;
 
     /* Host list: [kv destinations (int32 pairs)] [items] [groups]. Sized for
      * the worst case, then filled. */
@@ -849,7 +953,7 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
             for (int32_t row0 = 0; row0 < total_rows; row0 += R) {
                 int32_t nr = total_rows - row0 < R ? total_rows - row0 : R;
                 int32_t ctx = pos[t0] + (row0 + nr - 1) / G + 1;
-                int64_t splits = (ctx + SPLIT_MIN_KEYS - 1) / SPLIT_MIN_KEYS;
+                int64_t splits = (ctx + cfg.split_keys - 1) / cfg.split_keys;
                 if (splits > max_splits)
                     splits = max_splits;
                 int32_t len = ctx;
@@ -858,10 +962,13 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                     len = (len + tile - 1) / tile * tile;
                     splits = (ctx + len - 1) / len;
                 }
-                if (!fixed && splits > 1 && n_parts + splits > part_cap) {
-                    splits = 1; /* the partials would not fit: one pass */
+                if (!fixed && splits > 1 &&
+                    (n_parts + splits > part_cap ||
+                     (cfg.fused_combine && n_groups >= ATTN_COUNTERS))) {
+                    splits = 1; /* the partials or counters would not fit: one pass */
                     len = ctx;
                 }
+                const int32_t group = n_groups;
                 int32_t first = n_items;
                 if (fixed)
                     groups[n_groups++] = (struct krn_cuda_attn_group){
@@ -882,6 +989,7 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                     it->k1 = (j + 1) * len < ctx ? (j + 1) * len : ctx;
                     /* fixed: each row set owns the partial slots of its items */
                     it->part = splits > 1 ? (fixed ? first + j : (int32_t)n_parts++) : -1;
+                    it->group = splits > 1 ? group : 0;
                 }
                 if (fixed) /* the rest of the row set's split slots: padding */
                     for (; n_items < first + max_splits; n_items++)
@@ -906,6 +1014,23 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                 (size_t)n_groups * sizeof(struct krn_cuda_attn_group));
     size_t list_bytes =
         kv_bytes + items_used + (size_t)n_groups * sizeof(struct krn_cuda_attn_group);
+    size_t map_off = 0;
+    if (fixed) {
+        /* each row's pool row, for the fused RoPE + KV write */
+        map_off = align16(list_bytes);
+        size_t map_end = map_off + (size_t)fixed * sizeof(int32_t);
+        if (!h_list_reserve(c, map_end))
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for an attention work list");
+        int32_t *map = (int32_t *)(c->h_list + map_off);
+        const int32_t *kd = (const int32_t *)c->h_list;
+        memset(c->h_list + list_bytes, 0, map_off - list_bytes);
+        for (int32_t t = 0; t < fixed; t++)
+            map[t] = -1;
+        for (int32_t i = 0; i < n_kv; i++)
+            if (kd[2 * i + 1] >= 0 && kd[2 * i] >= 0 && kd[2 * i] < fixed)
+                map[kd[2 * i]] = kd[2 * i + 1];
+        list_bytes = map_end;
+    }
     struct list_cache *lc = &c->lists[decode ? 0 : 1];
     if (list_bytes > c->list_bytes)
         return inf_err_set(err, INF_E_NOMEM,
@@ -923,15 +1048,36 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                                 .n_groups = n_groups,
                                 .kv_bytes = kv_bytes,
                                 .items_bytes = items_used,
-                                .bytes = list_bytes};
+                                .bytes = list_bytes,
+                                .map_off = map_off};
     return INF_OK;
+}
+
+/* The held RoPE call rotates exactly the q and k heads of this decode
+ * step's rows (as the model issues them: q heads then k heads, adjacent in
+ * one row), and the fixed-shape list carries the rows' pool rows. */
+static bool rope_fusable(const struct cu_ctx *c, const struct eng_attn_params *p)
+{
+    const struct rope_call *r = &c->rope;
+    const int32_t hd = p->head_dim;
+    return c->rope_held && c->fuse_rope_kv && c->fx.map_off != 0 && r->m == c->fx_rows &&
+           r->head_dim == hd && r->n_heads == p->n_heads + p->n_kv_heads && r->pos == p->pos->ptr &&
+           r->x == (uint16_t *)dptr(p->q, 2) && r->ldx == p->q.ld && p->k.ld == p->q.ld &&
+           (uint16_t *)dptr(p->k, 2) == r->x + (int64_t)p->n_heads * hd &&
+           krn_cuda_rope_kv_ok(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, dptr(p->v, 2), p->v.ld,
+                               p->k_cache->ptr, p->v_cache->ptr);
 }
 
 static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params *p, bool decode,
                             struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    inf_status_t en = enter(c, true, err);
+    if (en != INF_OK)
+        return en;
+    const bool fused = decode && c->fx_active && rope_fusable(c, p);
+    if (!fused && (en = rope_flush(c, err)) != INF_OK)
+        return en;
     struct attn_layout lay;
     if (decode && c->fx_active) {
         lay = c->fx; /* prepared for the step by graph_prepare */
@@ -940,14 +1086,25 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         if (st != INF_OK)
             return st;
     }
-    if (lay.n_kv == 0)
-        return INF_OK;
     const struct list_cache *lc = &c->lists[decode ? 0 : 1];
     const int32_t hd = p->head_dim;
     const int64_t kv_row = (int64_t)p->n_kv_heads * hd;
-    KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
-                             p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, lay.n_kv,
-                             c->stream, lep_));
+    if (fused) {
+        /* RoPE of the step's rows with their K/V written into the pools */
+        c->rope_held = false;
+        const struct rope_call *r = &c->rope;
+        KRN(c, krn_cuda_rope_kv(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, r->pos, c->d_inv_freq,
+                                dptr(p->v, 2), p->v.ld, p->k_cache->ptr, p->v_cache->ptr,
+                                (const int32_t *)(lc->dev + lay.map_off), r->m, c->stream, lep_));
+        written(p->k_cache);
+        written(p->v_cache);
+    }
+    if (lay.n_kv == 0)
+        return INF_OK;
+    if (!fused)
+        KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
+                                 p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev,
+                                 lay.n_kv, c->stream, lep_));
     struct krn_cuda_attn_params kp = {
         .q = dptr(p->q, 2),
         .ldq = p->q.ld,
@@ -967,7 +1124,9 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         .groups = (const struct krn_cuda_attn_group *)(lc->dev + lay.kv_bytes + lay.items_bytes),
         .n_groups = lay.n_groups,
         .partials = (float *)c->scratch,
-        .decode = decode};
+        .group_done = c->d_group_done,
+        .decode = decode,
+        .impl = KRN_ATTN_AUTO};
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
     written(p->out.buf);
     written(p->k_cache);
@@ -1139,6 +1298,7 @@ static inf_status_t cu_graph_prepare(struct eng_backend *be, const struct eng_at
     if (st != INF_OK)
         return st;
     c->fx_active = true;
+    c->fx_rows = bucket;
     *have = graph_find(c, bucket) >= 0;
     return INF_OK;
 }
@@ -1198,6 +1358,10 @@ static inf_status_t cu_graph_record(struct eng_backend *be, int32_t bucket, bool
 static void cu_graph_finish(struct eng_backend *be)
 {
     struct cu_ctx *c = ctx_of(be);
+    if (c->rope_held) { /* a RoPE no attention followed: launched as it is */
+        struct inf_err e = {0};
+        (void)rope_flush(c, &e);
+    }
     c->fx_active = false;
     if (c->capturing) { /* a recording abandoned by an error */
         cudaGraph_t g = NULL;
@@ -1229,6 +1393,7 @@ static void ctx_free(struct cu_ctx *c)
         (void)cudaFree(c->blas_ws);
         (void)cudaFree(c->small);
         (void)cudaFree(c->gemm_ws);
+        (void)cudaFree(c->deq);
         (void)cudaFree(c->sample_ws);
         for (int i = 0; i < c->n_graphs; i++)
             (void)cudaGraphExecDestroy(c->graph_exec[i]);
@@ -1359,12 +1524,29 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
             st = inf_err_set(err, INF_E_NOMEM, "out of memory creating the CUDA backend");
             goto fail;
         }
-    CU(c, cudaMalloc((void **)&c->small, 4096), "cudaMalloc");
+    CU(c, cudaMalloc((void **)&c->small, SMALL_BYTES + ATTN_COUNTERS * sizeof(int32_t)),
+       "cudaMalloc");
     c->d_bad = (int32_t *)c->small;
     c->d_inv_freq = (float *)(c->small + 256);
-    CU(c, cudaMemsetAsync(c->small, 0, 4096, c->stream), "cudaMemset");
+    c->d_group_done = (int32_t *)(c->small + SMALL_BYTES);
+    CU(c, cudaMemsetAsync(c->small, 0, SMALL_BYTES + ATTN_COUNTERS * sizeof(int32_t), c->stream),
+       "cudaMemset");
     CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
        "pinned staging");
+    const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
+    c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
+    /* Rows from which an INT4 linear dequantizes its weight once and uses
+     * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so
+     * their cost grows with M; docs/CUDA.md). INT4SERVE_CUDA_DEQUANT_MIN_M
+     * overrides it; 0 turns the path off. */
+    c->deq_min_m = DEQUANT_MIN_M;
+    const char *dm = getenv("INT4SERVE_CUDA_DEQUANT_MIN_M");
+    if (dm && *dm) {
+        char *end = NULL;
+        long v = strtol(dm, &end, 10);
+        if (end && *end == '\0' && v >= 0 && v <= INT32_MAX)
+            c->deq_min_m = (int32_t)v;
+    }
     /* Probe: a build without kernels for this device fails here, clearly. */
     {
         struct inf_err le = {0};
@@ -1396,6 +1578,14 @@ fail:
     return st;
 }
 
+void *eng_backend_cuda_stream(const struct eng_backend *be)
+{
+    if (!be || !be->iface || !be->iface->name || strcmp(be->iface->name, "cuda") != 0)
+        return NULL;
+    const struct cu_ctx *c = be->ctx;
+    return c->stream;
+}
+
 #else /* !INT4SERVE_HAVE_CUDA */
 
 inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
@@ -1406,6 +1596,12 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     return inf_err_set(err, INF_E_UNSUPPORTED,
                        "backend cuda: this build has no CUDA support (configure with nvcc "
                        "available and INT4SERVE_CUDA=ON)");
+}
+
+void *eng_backend_cuda_stream(const struct eng_backend *be)
+{
+    (void)be;
+    return NULL;
 }
 
 #endif

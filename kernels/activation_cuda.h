@@ -13,7 +13,9 @@ extern "C" {
 #endif
 
 /* out[r][i] = fp16(g / (1 + exp(-g)) * u), g = gate[r][i], u = up[r][i] in
- * fp32, i < dim, r < m. */
+ * fp32, i < dim, r < m. Launched with programmatic dependent launch on
+ * sm_90 (kernels/cuda/launch.cuh): it may start while the kernel before it
+ * on the stream finishes, and waits for it before reading. */
 inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t *up, int64_t ldu,
                                uint16_t *out, int64_t ldo, int32_t dim, int32_t m, void *stream,
                                struct inf_err *err);

@@ -8,15 +8,20 @@
  *
  * Work is described by the caller as a list of items (built on the host from
  * the batch tables, uploaded to the device). An item is one block's work:
- * up to krn_cuda_attn_rows(head_dim, decode) query rows that share one KV
- * head, attending over keys [k0, k1) of one sequence. Query row rr of a
+ * up to krn_cuda_attn_config().rows query rows that share one KV head,
+ * attending over keys [k0, k1) of one sequence. Query row rr of a
  * sequence (rr = token index in the sequence * G + head index in the group,
  * G = n_heads / n_kv_heads) is token t_first + rr / G at position
  * p_first + rr / G, query head kvh * G + rr % G, and sees keys
  * 0..its position (causal). An item either covers all of a row set's keys
  * and writes out directly (part < 0), or is one split of several and writes
  * its unnormalized partial (acc, max, sum) to partial slot `part`; a group
- * then names the consecutive items of one row set and is combined into out.
+ * then names the consecutive items of one row set and is combined into out:
+ * by a second kernel, or (config.fused_combine, the decode kernel) by the
+ * last of the group's items to finish, which finds itself through the
+ * group's arrival counter. The items of a group hold consecutive partial
+ * slots (part of the group's first item + j), each slot of rows *
+ * (head_dim + 2) floats laid out as the kernel chooses.
  * A fixed-shape list (a CUDA graph replays one grid size) is padded with
  * items of nrows 0, groups of n_splits 0 and K/V entries of pool row -1,
  * which do nothing.
@@ -41,7 +46,8 @@ struct krn_cuda_attn_item {
     int32_t nrows;   /* rows in this item, <= krn_cuda_attn_rows() */
     int32_t k0, k1;  /* key positions [k0, k1) */
     int32_t part;    /* partial slot, or -1: write out directly */
-    int32_t pad[3];
+    int32_t group;   /* with part >= 0: index of its group */
+    int32_t pad[2];
 };
 
 struct krn_cuda_attn_group {
@@ -64,15 +70,42 @@ struct krn_cuda_attn_params {
     int32_t n_items;
     const struct krn_cuda_attn_group *groups;
     int32_t n_groups;
-    float *partials; /* [slots][rows][head_dim + 2] */
-    bool decode;     /* selects the decode-shaped configuration */
+    float *partials;     /* [slots][rows][head_dim + 2] */
+    int32_t *group_done; /* [n_groups] arrival counters for a fused combine:
+                            zero before the launch, left zero after */
+    bool decode;         /* selects the decode-shaped configuration */
+    int32_t impl;        /* KRN_ATTN_AUTO, or a forced implementation */
 };
 
-/* Query rows per item and keys per tile of the configuration that serves
- * head_dim (0 when unsupported). Split boundaries should be multiples of
- * the tile. */
-int32_t krn_cuda_attn_rows(int32_t head_dim, bool decode);
-int32_t krn_cuda_attn_tile(int32_t head_dim);
+/* Implementations: KRN_ATTN_AUTO picks per shape (decode with head_dim <=
+ * 128: the tensor-core decode kernel; prefill with head_dim <= 128: the
+ * tensor-core prefill kernel; else the SIMT kernel). KRN_ATTN_SIMT forces
+ * the SIMT kernel (with its combine kernel) for every shape, and values from
+ * 2 to krn_cuda_attn_impl_count() - 1 force one compiled configuration of
+ * the decode kernel (decode, head_dim <= 128 only); benchmarks use them. */
+enum { KRN_ATTN_AUTO = 0, KRN_ATTN_SIMT = 1 };
+
+/* What the caller needs to build a work list for one implementation. */
+struct krn_cuda_attn_config {
+    int32_t rows;        /* query rows per item */
+    int32_t tile;        /* split boundaries should be multiples of this */
+    int32_t split_keys;  /* fewest keys worth a split of their own */
+    int32_t max_splits;  /* most items in one group */
+    int32_t ctas_per_sm; /* items resident at once on one SM */
+    bool fused_combine;  /* groups combined in the same launch (group_done) */
+};
+
+/* Fill *out for head_dim, decode or prefill, and impl on the current device
+ * (queries the device's occupancy once per configuration).
+ * Thread: any. Errors: INF_E_UNSUPPORTED (head_dim; impl not built for the
+ * shape), INF_E_INVALID (impl out of range), INF_E_DEVICE. */
+inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
+                                  struct krn_cuda_attn_config *out, struct inf_err *err);
+
+/* Number of implementations (valid impl values are 0 .. count - 1) and a
+ * short name of each ("auto", "simt", "tc-decode w4 s3", ...). */
+int32_t krn_cuda_attn_impl_count(void);
+const char *krn_cuda_attn_impl_name(int32_t impl);
 
 /* Run every item, then combine every group. */
 inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p, void *stream,

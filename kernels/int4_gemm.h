@@ -79,6 +79,12 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
                                         size_t dst_bytes, int32_t t0, int32_t t1,
                                         struct inf_err *err);
 
+/* Kernels: an mma.sync pipeline (sm_80 and newer), a Turing fallback, and on
+ * Hopper a wgmma kernel chosen by shape for M > 16 (docs/gemm-notes.md). On
+ * sm_90 launches use programmatic dependent launch: a GEMM may begin
+ * streaming its weights while the previous kernel in the stream finishes; it
+ * reads A and writes C and the workspace only after that kernel is done. */
+
 /* Launcher flags. */
 #define KRN_INT4_GEMM_FORCE_SM75 0x1u /* use the sm_75 fallback whatever the GPU */
 
@@ -113,6 +119,16 @@ size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout *lay, int3
  * config index out of range, m too large), INF_E_DEVICE (a CUDA error,
  * including one left sticky by earlier work). */
 inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, struct inf_err *err);
+
+/* Write the weight of lay (repacked buffer b on the device) dequantized to
+ * fp16 into w [n][ldw] on the device (row n, column k: fp16((code - zero) *
+ * scale), the CPU reference's value bit for bit; columns >= k untouched).
+ * For a cuBLAS fp16 GEMM when M is large. Enqueued on stream (cudaStream_t),
+ * never allocates or synchronizes. Thread: the owner of stream.
+ * Errors: INF_E_INVALID (NULL), INF_E_UNSUPPORTED (layout, ldw < k,
+ * alignment), INF_E_DEVICE (launch). */
+inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *lay, const void *b,
+                                  uint16_t *w, int64_t ldw, void *stream, struct inf_err *err);
 
 /* Number of compiled configurations and a short name of each ("sm80 m16 n128
  * k128 s4"); NULL for an index out of range. Thread: any. */

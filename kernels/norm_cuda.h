@@ -4,7 +4,9 @@
  * stored back: x is the residual stream); then
  * out[r][i] = fp16(x[r][i] / sqrt(mean_i(x[r]^2) + eps) * w[i]), i < dim,
  * the mean accumulated in fp32 over the stored fp16 values. w is fp32.
- * out may alias neither x nor delta. Device pointers; launched on stream.
+ * out may alias neither x nor delta. Device pointers; launched on stream,
+ * with programmatic dependent launch on sm_90 (it waits for the kernel
+ * before it on the stream before touching memory).
  * Errors: INF_E_INVALID (sizes), INF_E_DEVICE (launch failure). */
 #include "common/inf.h"
 

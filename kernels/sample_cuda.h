@@ -19,7 +19,9 @@
  *      candidate is left.
  * Sums are parallel in double: they differ from the host's sequential sums
  * by rounding only, so a draw can differ only when u * total falls within
- * about 1e-15 relative of a boundary.
+ * about 1e-15 relative of a boundary. A greedy row without bans, bias,
+ * penalties or top-n computes its logprob's log-sum-exp with exp in fp32
+ * (summed in double): about 1e-7 relative from the host's.
  * Device pointers; work queued on stream; nothing allocated (the caller
  * gives the workspace of krn_cuda_sample_workspace). Errors: INF_E_INVALID
  * (sizes, workspace too small), INF_E_DEVICE (launch failure). */

@@ -17,6 +17,7 @@
  * --map times a candidate automatic choice: configuration I16 for M <= 16,
  * I32 for M <= 32, I64 for M <= 64, IBIG beyond (the launcher's own choice
  * is used when neither --config nor --map is given). */
+#include "bench/common/graph_timer.cuh"
 #include "common/inf.h"
 #include "kernels/int4_gemm.h"
 
@@ -30,14 +31,6 @@
 #include <string.h>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 #define CB(x)                                                                                      \
     do {                                                                                           \
         cublasStatus_t s_ = (x);                                                                   \
@@ -100,39 +93,6 @@ struct result {
 
 static cudaStream_t g_stream;
 
-/* Median per-launch microseconds of `replays` replays of a graph holding
- * `launches` launches recorded by record(i). */
-template <typename F> static double time_graph(int launches, int replays, F record)
-{
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < launches; i++)
-        record(i);
-    CK(cudaStreamEndCapture(g_stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, g_stream)); /* warm-up */
-    CK(cudaStreamSynchronize(g_stream));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int r = 0; r < replays; r++) {
-        CK(cudaEventRecord(e0, g_stream));
-        CK(cudaGraphLaunch(exec, g_stream));
-        CK(cudaEventRecord(e1, g_stream));
-        CK(cudaEventSynchronize(e1));
-        float t;
-        CK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    return ms[ms.size() / 2] * 1000.0 / launches;
-}
 
 static void parse_list(const char *s, std::vector<int> &out)
 {
@@ -211,11 +171,11 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&src, bytes));
         CK(cudaMalloc(&dst, bytes));
         CK(cudaMemset(src, 1, bytes));
-        double us = time_graph(4, replays, [&](int) {
+        double us = time_graph(g_stream, 4, replays, [&](int) {
             CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
         });
         const double bw_memcpy = 2.0 * bytes / (us * 1e-6) / 1e9;
-        us = time_graph(4, replays, [&](int) {
+        us = time_graph(g_stream, 4, replays, [&](int) {
             copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, g_stream>>>(
                 (const uint4 *)src, (uint4 *)dst, (int64_t)(bytes / 16));
         });
@@ -235,7 +195,7 @@ int main(int argc, char **argv)
         fill_random_half<<<1024, 256>>>(b, (int64_t)s * s, 2, -1, 1);
         CK(cudaDeviceSynchronize());
         const float alpha = 1.0f, beta = 0.0f;
-        us = time_graph(4, replays, [&](int) {
+        us = time_graph(g_stream, 4, replays, [&](int) {
             CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, s, s, s, &alpha, b, CUDA_R_16F, s, a,
                             CUDA_R_16F, s, &beta, c, CUDA_R_16F, s, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
@@ -317,7 +277,7 @@ int main(int argc, char **argv)
         for (int m : ms) {
             const int launches = std::max(nrot, 24);
             auto ours = [&](int config) {
-                return time_graph(launches, replays, [&](int i) {
+                return time_graph(g_stream, launches, replays, [&](int i) {
                     struct krn_int4_gemm_args args;
                     memset(&args, 0, sizeof args);
                     args.lay = &lay;
@@ -352,7 +312,7 @@ int main(int argc, char **argv)
                 }
             }
             const float alpha = 1.0f, beta = 0.0f;
-            double t_cb = time_graph(std::max(nrot_f, 24), replays, [&](int i) {
+            double t_cb = time_graph(g_stream, std::max(nrot_f, 24), replays, [&](int i) {
                 CB(cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, m, sh.k, &alpha, wf[i % nrot_f],
                                 CUDA_R_16F, sh.k, a, CUDA_R_16F, sh.k, &beta, c, CUDA_R_16F, sh.n,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

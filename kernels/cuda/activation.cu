@@ -3,6 +3,7 @@
  * (kernels/activation_cuda.h).
  * Mapping  grid-stride loops over (row, column) pairs, consecutive threads on
  *          consecutive columns (coalesced for any row stride).
+ *          SiLU·mul is launched with programmatic dependent launch (sm_90).
  * Numerics fp32 arithmetic, precise expf, one rounding to fp16 at the end.
  * Arch     any.
  */
@@ -18,6 +19,8 @@ __global__ void silu_mul_kernel(const __half *gate, int64_t ldg, /* [m][dim] */
                                 __half *out, int64_t ldo,        /* [m][dim] */
                                 int32_t dim, int32_t m)
 {
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
     const int64_t n = (int64_t)m * dim;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -81,10 +84,12 @@ extern "C" inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, con
                                           int32_t m, void *stream, struct inf_err *err)
 {
     KRN_CHECK_2D("silu_mul", dim, m);
-    silu_mul_kernel<<<krncuda::grid_for((int64_t)m * dim, kThreads), kThreads, 0,
-                      static_cast<cudaStream_t>(stream)>>>(
-        reinterpret_cast<const __half *>(gate), ldg, reinterpret_cast<const __half *>(up), ldu,
-        reinterpret_cast<__half *>(out), ldo, dim, m);
+    cudaError_t e = krncuda::launch_pdl(
+        silu_mul_kernel, dim3(krncuda::grid_for((int64_t)m * dim, kThreads)), dim3(kThreads), 0,
+        static_cast<cudaStream_t>(stream), reinterpret_cast<const __half *>(gate), ldg,
+        reinterpret_cast<const __half *>(up), ldu, reinterpret_cast<__half *>(out), ldo, dim, m);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "silu_mul: %s", cudaGetErrorString(e));
     return krncuda::launched("silu_mul", err);
 }
 

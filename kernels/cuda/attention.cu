@@ -20,13 +20,16 @@
  *               probabilities written back over S;
  *            4. acc = acc * rescale + P . V, lanes on consecutive dims.
  *          Prefill with head_dim <= 128 runs the tensor-core kernel below
- *          instead (64 rows per block, mma.sync m16n8k16).
+ *          instead (64 rows per block, mma.sync m16n8k16), and decode with
+ *          head_dim <= 128 the tensor-core decode kernel of attn_decode.cu
+ *          (16 rows per block, its splits combined in the same launch).
  * Numerics fp16 inputs, fp32 scores, softmax and accumulation (precise expf);
  *          the tensor-core kernel rounds the probabilities to fp16 for P.V;
  *          one rounding to fp16 at the output.
  * Arch     sm_80+ (mma.sync m16n8k16; static shared memory under 48 KB).
  */
 #include "kernels/attn_cuda.h"
+#include "kernels/cuda/attn_decode.cuh"
 #include "kernels/cuda/launch.cuh"
 
 #include <math.h>
@@ -232,29 +235,9 @@ __global__ void combine_kernel(const krn_cuda_attn_params p, int R)
  *   O += P V    mma.sync, V's B fragments assembled from 16-bit shared loads
  *               (the two keys of a register are consecutive rows).
  * Accumulators: S 8x4 and O (HDP/8)x4 fp32 registers per thread. */
-__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap(); /* m16n8k16 needs sm_80; the build's architectures are 80 and 90 */
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
-{
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
-__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi)
-{
-    __half2 h = __halves2half2(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
+using krncuda::mma16816;
+using krncuda::pack_half2;
+using krncuda::pack_halves;
 
 template <int HDP>
 __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params p)
@@ -461,30 +444,44 @@ __global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
     }
 }
 
-/* Configurations: decode, SIMT 128 threads; prefill with head_dim <= 128,
- * tensor cores, 64 rows; prefill with head_dim 256, SIMT 256 threads. */
-template <int HDP> constexpr bool use_tc(bool decode)
+/* Implementations. Automatic: decode with head_dim <= 128 on the
+ * tensor-core decode kernel (attn_decode.cu), prefill with head_dim <= 128
+ * on the tensor-core prefill kernel, the rest (head_dim 256) on the SIMT
+ * kernel: 128 threads for decode, 256 for prefill. KRN_ATTN_SIMT forces the
+ * SIMT kernel; impl >= 2 one decode configuration (impl - 2). */
+constexpr int kFirstDecodeImpl = 2;
+
+/* The decode configuration impl selects for hdp, or -1 for none. */
+int decode_variant_of(int hdp, bool decode, int32_t impl)
 {
-    return !decode && HDP <= 128;
+    if (!decode || hdp > 128 || impl == KRN_ATTN_SIMT)
+        return -1;
+    return impl == KRN_ATTN_AUTO ? krnattn::decode_variant_auto(hdp) : impl - kFirstDecodeImpl;
 }
 
-template <int HDP> constexpr int rows_of(bool decode)
+/* Rows per item of the SIMT and tensor-core prefill kernels. */
+int rows_legacy(int hdp, bool decode, int32_t impl)
 {
-    return use_tc<HDP>(decode) ? 64 : (decode ? 128 : 256) * kAcc / HDP;
+    if (!decode && hdp <= 128 && impl != KRN_ATTN_SIMT)
+        return 64;
+    return (decode ? 128 : 256) * kAcc / hdp;
 }
 
 template <int HDP>
 cudaError_t launch(const krn_cuda_attn_params &p, cudaStream_t s)
 {
+    const int dv = decode_variant_of(HDP, p.decode, p.impl);
+    if (dv >= 0)
+        return krnattn::decode_launch(p, HDP, dv, s); /* combines its own splits */
     if (p.decode)
         attn_kernel<HDP, 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
-    else if (use_tc<HDP>(false))
+    else if (HDP <= 128 && p.impl != KRN_ATTN_SIMT)
         attn_tc_kernel<HDP <= 128 ? HDP : 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
     else
         attn_kernel<HDP, 256><<<(unsigned)p.n_items, 256, 0, s>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && p.n_groups > 0)
-        combine_kernel<<<(unsigned)p.n_groups, 128, 0, s>>>(p, rows_of<HDP>(p.decode));
+        combine_kernel<<<(unsigned)p.n_groups, 128, 0, s>>>(p, rows_legacy(HDP, p.decode, p.impl));
     return e;
 }
 
@@ -497,20 +494,56 @@ int hdp_of(int32_t head_dim)
 
 } // namespace
 
-extern "C" int32_t krn_cuda_attn_rows(int32_t head_dim, bool decode)
+extern "C" int32_t krn_cuda_attn_impl_count(void)
 {
-    switch (hdp_of(head_dim)) {
-    case 64: return rows_of<64>(decode);
-    case 128: return rows_of<128>(decode);
-    case 256: return rows_of<256>(decode);
-    default: return 0;
-    }
+    return kFirstDecodeImpl + krnattn::decode_variant_count();
 }
 
-extern "C" int32_t krn_cuda_attn_tile(int32_t head_dim)
+extern "C" const char *krn_cuda_attn_impl_name(int32_t impl)
 {
-    int hdp = hdp_of(head_dim);
-    return hdp == 0 ? 0 : hdp > 128 ? 32 : 64;
+    if (impl == KRN_ATTN_AUTO)
+        return "auto";
+    if (impl == KRN_ATTN_SIMT)
+        return "simt";
+    return krnattn::decode_variant_name(impl - kFirstDecodeImpl);
+}
+
+extern "C" inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
+                                             struct krn_cuda_attn_config *out, struct inf_err *err)
+{
+    const int hdp = hdp_of(head_dim);
+    if (!hdp)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: head_dim %d (the CUDA kernels take multiples of 8 up to "
+                           "256)",
+                           head_dim);
+    if (impl < 0 || impl >= krn_cuda_attn_impl_count())
+        return inf_err_set(err, INF_E_INVALID, "attention: implementation %d", impl);
+    if (impl >= kFirstDecodeImpl && (!decode || hdp > 128))
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: %s takes decode with head_dim <= 128 only",
+                           krn_cuda_attn_impl_name(impl));
+    const int dv = decode_variant_of(hdp, decode, impl);
+    if (dv >= 0) {
+        int ctas = 0;
+        cudaError_t e = krnattn::decode_ctas_per_sm(hdp, dv, &ctas);
+        if (e != cudaSuccess)
+            return inf_err_set(err, INF_E_DEVICE, "attention: %s", cudaGetErrorString(e));
+        *out = (struct krn_cuda_attn_config){.rows = krnattn::kDecodeRows,
+                                             .tile = krnattn::kDecodeTile,
+                                             .split_keys = krnattn::decode_split_keys(dv),
+                                             .max_splits = krnattn::kDecodeMaxSplits,
+                                             .ctas_per_sm = ctas,
+                                             .fused_combine = true};
+        return INF_OK;
+    }
+    *out = (struct krn_cuda_attn_config){.rows = rows_legacy(hdp, decode, impl),
+                                         .tile = hdp > 128 ? 32 : 64,
+                                         .split_keys = 256,
+                                         .max_splits = 1 << 20,
+                                         .ctas_per_sm = 2,
+                                         .fused_combine = false};
+    return INF_OK;
 }
 
 extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p, void *stream,
@@ -523,19 +556,30 @@ extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p,
                            "256)",
                            p->head_dim);
     if (p->n_items < 0 || p->n_groups < 0 || p->n_heads <= 0 || p->n_kv_heads <= 0 ||
-        p->n_heads % p->n_kv_heads || p->block <= 0)
+        p->n_heads % p->n_kv_heads || p->block <= 0 || p->impl < 0 ||
+        p->impl >= krn_cuda_attn_impl_count())
         return inf_err_set(err, INF_E_INVALID, "attention: bad counts");
     if (p->n_items == 0)
         return INF_OK;
     if (p->n_items > 0x7fffffff / 2 || ((uintptr_t)p->k_pool | (uintptr_t)p->v_pool) % 16)
         return inf_err_set(err, INF_E_UNSUPPORTED, "attention: %d items or unaligned pools",
                            p->n_items);
+    if (p->impl >= kFirstDecodeImpl && (!p->decode || hdp > 128))
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: %s takes decode with head_dim <= 128 only",
+                           krn_cuda_attn_impl_name(p->impl));
+    if (decode_variant_of(hdp, p->decode, p->impl) >= 0 &&
+        ((p->block & (p->block - 1)) || (p->n_groups > 0 && !p->group_done)))
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: the decode kernel needs a power-of-2 block (got %d) and "
+                           "arrival counters for its groups",
+                           p->block);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     cudaError_t e = hdp == 64 ? launch<64>(*p, s) : hdp == 128 ? launch<128>(*p, s)
                                                                : launch<256>(*p, s);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "attention: %s", cudaGetErrorString(e));
-    return krncuda::launched("attention combine", err);
+    return krncuda::launched("attention", err);
 }
 
 extern "C" inf_status_t krn_cuda_kv_write(const uint16_t *k, int64_t ldk, const uint16_t *v,

@@ -28,11 +28,16 @@
  *          the step before: the KPW k steps of a warp are unrolled together.
  * Numerics fp32 accumulate; the dequantized weight is exactly the fp16 value
  *          the CPU reference uses; relative error ~1e-4 (fp16 output rounding).
+ * Launch   programmatic dependent launch on sm_90: the first weight stages
+ *          are issued before griddepcontrol.wait, so in a stream (or graph) of
+ *          kernels the weight stream starts while the previous kernel drains.
  * Arch     sm_80+ (mma.sync m16n8k16, cp.async, ldmatrix) — runs on Hopper;
- *          int4_gemm_sm75.cu is the Turing fallback. A Hopper wgmma path for
- *          the compute-bound M would slot into the dispatch in krn_int4_gemm().
+ *          int4_gemm_sm75.cu is the Turing fallback; sm90/int4_gemm_sm90.cu is
+ *          the Hopper wgmma kernel, which krn_int4_gemm() picks by shape
+ *          (sm90_auto_choice) where it is faster.
  */
 #include "kernels/cuda/int4_gemm_impl.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/int4_gemm.h"
 
 #include <cuda_fp16.h>
@@ -415,15 +420,19 @@ __global__ void __launch_bounds__(kThreads, BPS)
     cursor_pointers();
 
     /* Issue the copies of the load cursor's unit into ring slot s, then
-     * advance the cursor. */
-    auto load_stage = [&](int s) {
+     * advance the cursor. what: kLoadW (weights, scales, zeros), kLoadA (the
+     * activations) or both. */
+    constexpr int kLoadW = 1, kLoadA = 2;
+    auto load_stage = [&](int s, int what) {
         unsigned char *st = smem + s * STAGE_BYTES;
         /* W: 512-byte chunks; a warp copies one whole chunk (coalesced). */
+        if (what & kLoadW) {
 #pragma unroll
         for (int i = 0; i < T::W_ITERS; i++)
             cp_async16(st + (tid + i * kThreads) * 16, w_ptr + i * (8 / NCH) * 32);
+        }
         /* Scales (and zeros) of the groups this k tile touches. */
-        if (s_copy) {
+        if ((what & kLoadW) && s_copy) {
             const int goff = ((l_kk * KSTEPS) >> p.gshift) * 8;
             cp_async16(st + B_BYTES + A_BYTES + tid * 16, s_ptr + goff);
             if (ZP)
@@ -433,7 +442,9 @@ __global__ void __launch_bounds__(kThreads, BPS)
          * so that ldmatrix's eight row addresses hit eight different bank
          * groups (rows are 128 or 256 bytes apart, which would all map to the
          * same banks). */
-        if (AVEC) {
+        if (!(what & kLoadA)) {
+            /* weights only (the prologue, before the previous kernel is done) */
+        } else if (AVEC) {
             /* Only the rows that exist are copied (M = 1 moves one row, not
              * 16); the rows past M keep whatever they hold — zeros from the
              * start or another tile's rows — and only feed outputs that are
@@ -488,11 +499,31 @@ __global__ void __launch_bounds__(kThreads, BPS)
                 make_uint4(0, 0, 0, 0);
     __syncthreads();
 
-    /* Prologue: STAGES - 1 units in flight before the first mma. */
+    /* Prologue: STAGES - 1 units in flight before the first mma. The weights
+     * do not depend on the kernel before this one in the stream, so with
+     * programmatic dependent launch their copies are issued first, while
+     * that kernel drains; A, C and the workspace are touched only after
+     * griddepcontrol.wait. The weight copies join the first commit group,
+     * so the in-loop accounting is unchanged. */
+    {
+        const int c_kk0 = l_kk, c_m0 = l_m, c_n0 = l_n;
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++)
+            if (s < n_units)
+                load_stage(s, kLoadW);
+        l_kk = c_kk0;
+        l_m = c_m0;
+        l_n = c_n0;
+        cursor_pointers();
+    }
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < n_units)
-            load_stage(s);
+            load_stage(s, kLoadA);
         cp_async_commit();
     }
 
@@ -509,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, BPS)
         cp_async_wait<STAGES - 2>();
         __syncthreads(); /* also: every warp is done with slot (i - 1) % STAGES */
         if (i + STAGES - 1 < n_units)
-            load_stage((i + STAGES - 1) % STAGES);
+            load_stage((i + STAGES - 1) % STAGES, kLoadW | kLoadA);
         cp_async_commit();
         /* The copies are predicated per thread (rows past M, scale groups):
          * reconverge the warp before ldmatrix / mma, whose .sync.aligned forms
@@ -580,6 +611,55 @@ __global__ void __launch_bounds__(kThreads, BPS)
 #else
     __trap(); /* never launched: the dispatcher sends sm < 80 to the fallback */
 #endif
+}
+
+/* ---- dequantization to fp16 ---------------------------------------------- */
+
+/* W[n][k] = fp16((code - zero) * scale) for n < N, k < K, from the repacked
+ * layout: one warp per 512-byte chunk (64 columns x 16 k), each lane its
+ * 16-byte word, the same dequantization as the GEMM (bit for bit the CPU
+ * reference's values). Used before a cuBLAS fp16 GEMM when M is large enough
+ * that dequantizing once beats dequantizing per token tile. */
+template <bool ZP>
+__global__ void __launch_bounds__(256) int4_dequant_kernel(const Params p, half *w, int64_t ldw)
+{
+    const int ksteps = p.k_pad / 16;
+    const int64_t chunks = (int64_t)(p.n_pad / 64) * ksteps;
+    const int lane = threadIdx.x & 31;
+    for (int64_t ch = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); ch < chunks;
+         ch += (int64_t)gridDim.x * 8) {
+        const int tile = (int)(ch / ksteps), step = (int)(ch % ksteps);
+        if (tile * 64 >= p.n || step * 16 >= p.k)
+            continue; /* padding only */
+        const uint4 qv = p.q[ch * 32 + lane];
+        const int g = step >> p.gshift;
+        const int64_t s_at = ((int64_t)tile * p.groups + g) * 8 + (lane >> 2);
+        GroupConsts gc;
+        group_consts<ZP>(p.scales[s_at], ZP ? p.zeros[s_at] : p.scales[s_at], gc);
+        uint32_t b[8][2];
+        dequant_word(qv, gc, b);
+        const int k0 = step * 16 + 2 * (lane & 3);
+#pragma unroll
+        for (int f = 0; f < 8; f++) {
+            const int n = tile * 64 + 8 * f + (lane >> 2);
+            if (n >= p.n)
+                continue;
+            half *row = w + (int64_t)n * ldw;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int k = k0 + 8 * h;
+                const half2 v = as_h2(b[f][h]);
+                if (k + 1 < p.k && p.c_vec) {
+                    *reinterpret_cast<half2 *>(row + k) = v;
+                } else {
+                    if (k < p.k)
+                        row[k] = __low2half(v);
+                    if (k + 1 < p.k)
+                        row[k + 1] = __high2half(v);
+                }
+            }
+        }
+    }
 }
 
 /* ---- explicit configuration list ---------------------------------------- */
@@ -703,14 +783,82 @@ bool layout_ok(const krn_int4_gemm_layout *l)
            l->scale_offset % 16 == 0 && l->zero_offset % 16 == 0;
 }
 
+/* The weight's part of the kernel parameters: section pointers into the
+ * repacked buffer b, sizes, and the scale-group step as a shift. */
+Params params_of(const krn_int4_gemm_layout *lay, const void *b)
+{
+    Params p = {};
+    const unsigned char *wb = static_cast<const unsigned char *>(b);
+    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
+    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
+    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
+    p.n = lay->n;
+    p.k = lay->k;
+    p.k_pad = lay->k_pad;
+    p.n_pad = lay->n_pad;
+    p.gsteps = lay->group_steps;
+    p.groups = lay->groups;
+    /* group_steps is 2..16 (a power of two) or covers the whole k_pad */
+    p.gshift = 30;
+    if (lay->groups > 1)
+        for (int sh = 1; sh <= 4; sh++)
+            if (lay->group_steps == (1 << sh))
+                p.gshift = sh;
+    return p;
+}
+
 } // namespace
 } // namespace int4gemm
 
 using namespace int4gemm;
 
+/* Configuration indexes: the sm_80 list, the sm_75 fallback, then the sm_90a
+ * list (absent when the build does not target sm_90). */
+static int sm90_count(void)
+{
+#ifdef INT4SERVE_GEMM_SM90
+    return sm90_config_count();
+#else
+    return 0;
+#endif
+}
+
+constexpr int kSm90First = kSm75Config + 1;
+/* The automatic choice on Hopper, from the H200 sweep over the Llama shapes
+ * (docs/gemm-notes.md, version 9): the wgmma kernel wins once it has enough
+ * work per block — from M = 17 on the wide weights (n >= 8192), above M = 64
+ * once the weight has at least 2048 of its 128 x 128 tiles; the mma.sync
+ * kernel (with programmatic dependent launch) wins at M <= 16 and on small
+ * weights, where the split-K tail dominates. Returns an sm_90a configuration
+ * (token tiles of 32 or 64) or -1 for the sm_80 kernel. */
+static int sm90_auto_choice(int m, int n_pad, int k_pad)
+{
+#ifdef INT4SERVE_GEMM_SM90
+    const long long tiles = (long long)(n_pad / 128) * (k_pad / 128);
+    int tn = 0;
+    if (m <= 16)
+        tn = 0;
+    else if (m <= 32)
+        tn = n_pad >= 8192 ? 32 : 0;
+    else if (m <= 64)
+        tn = n_pad >= 16384 ? 64 : 0;
+    else
+        tn = tiles >= 2048 ? 64 : 0;
+    if (tn)
+        for (int i = 0; i < sm90_config_count(); i++)
+            if (sm90_config_tn(i) == tn)
+                return i;
+#else
+    (void)m;
+    (void)n_pad;
+    (void)k_pad;
+#endif
+    return -1;
+}
+
 extern "C" int krn_int4_gemm_config_count(void)
 {
-    return kNumConfigs + 1;
+    return kNumConfigs + 1 + sm90_count();
 }
 
 extern "C" const char *krn_int4_gemm_config_name(int index)
@@ -719,6 +867,10 @@ extern "C" const char *krn_int4_gemm_config_name(int index)
         return kConfigs[index].name;
     if (index == kSm75Config)
         return "sm75 fallback m16 n64";
+#ifdef INT4SERVE_GEMM_SM90
+    if (index >= kSm90First && index < kSm90First + sm90_count())
+        return sm90_config_name(index - kSm90First);
+#endif
     return NULL;
 }
 
@@ -737,6 +889,14 @@ extern "C" size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout
         if (w > need)
             need = w;
     }
+#ifdef INT4SERVE_GEMM_SM90
+    /* at most 2 resident blocks per SM for every sm_90a configuration */
+    for (int ci = 0; ci < sm90_config_count(); ci++) {
+        size_t w = kCounterBytes + sm90_workspace(ci, 2LL * sms);
+        if (w > need)
+            need = w;
+    }
+#endif
     return need;
 }
 
@@ -765,7 +925,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
                            "int4 gemm: misaligned pointer (weights need 16 bytes, fp16 2)");
     if (args->m > (1 << 24))
         return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d too large", (int)args->m);
-    if (args->config < -1 || args->config > kSm75Config)
+    if (args->config < -1 || args->config >= kSm90First + sm90_count())
         return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: no configuration %d",
                            (int)args->config);
 
@@ -778,34 +938,18 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
 
-    Params p = {};
-    const unsigned char *wb = static_cast<const unsigned char *>(args->b);
-    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
-    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
-    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
+    Params p = params_of(lay, args->b);
     p.a = reinterpret_cast<const half *>(args->a);
     p.bias = reinterpret_cast<const half *>(args->bias);
     p.c = reinterpret_cast<half *>(args->c);
     p.m = args->m;
-    p.n = lay->n;
-    p.k = lay->k;
-    p.k_pad = lay->k_pad;
-    p.n_pad = lay->n_pad;
-    p.gsteps = lay->group_steps;
-    p.groups = lay->groups;
     const int av = lay->k % 8 == 0 && (uintptr_t)args->a % 16 == 0;
-    /* group_steps is 2..16 (a power of two) or covers the whole k_pad */
-    p.gshift = 30;
-    if (lay->groups > 1)
-        for (int sh = 1; sh <= 4; sh++)
-            if (lay->group_steps == (1 << sh))
-                p.gshift = sh;
     p.c_vec = lay->n % 2 == 0 && (uintptr_t)args->c % 4 == 0;
     cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
 
-    /* Dispatch: Turing (or a forced fallback) takes the sm_75 kernel; sm_80 and
-     * newer, Hopper included, the mma.sync m16n8k16 pipeline. A Hopper wgmma
-     * kernel for large M would be chosen here for major == 9. */
+    /* Dispatch: Turing (or a forced fallback) takes the sm_75 kernel; Hopper
+     * the sm_90a wgmma kernel (below) where it applies; sm_80 and newer the
+     * mma.sync m16n8k16 pipeline. */
     const bool fallback =
         (args->flags & KRN_INT4_GEMM_FORCE_SM75) || major < 8 || args->config == kSm75Config;
     if (fallback) {
@@ -822,7 +966,44 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         return INF_OK;
     }
 
-    const int ci = args->config >= 0 ? args->config : auto_config(p.m);
+#ifdef INT4SERVE_GEMM_SM90
+    /* Hopper: the wgmma kernel where the H200 sweep found it faster
+     * (sm90_auto_choice), when it can run these operands (k % 8 == 0, A
+     * 16-byte aligned); a forced sm_90a configuration it cannot run takes the
+     * automatic sm_80 choice below. */
+    const int auto90 = args->config == -1 ? sm90_auto_choice(p.m, lay->n_pad, lay->k_pad) : -1;
+    const bool want90 = auto90 >= 0 || args->config >= kSm90First;
+    if (major == 9 && want90 && sm90_supported(p)) {
+        const int c9 = args->config >= kSm90First ? args->config - kSm90First : auto90;
+        sm90_tiling(p, c9);
+        const long long units9 = (long long)p.m_tiles * p.n_tiles * p.k_tiles;
+        if (units9 > (1LL << 30))
+            return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d n=%d k=%d too large",
+                               (int)p.m, (int)p.n, (int)p.k);
+        p.units = (int)units9;
+        long long grid9 = sm90_grid(dev, sms, c9, p, &e);
+        if (e != cudaSuccess)
+            return inf_err_set(err, INF_E_DEVICE, "int4 gemm (sm90): %s", cudaGetErrorString(e));
+        if (grid9 > p.units)
+            grid9 = p.units;
+        if (grid9 > kMaxGrid)
+            grid9 = kMaxGrid;
+        const size_t need9 = kCounterBytes + sm90_workspace(c9, grid9);
+        if (args->workspace_bytes < need9)
+            return inf_err_set(err, INF_E_INVALID, "int4 gemm: workspace %zu bytes, need %zu",
+                               args->workspace_bytes, need9);
+        unsigned char *ws9 = static_cast<unsigned char *>(args->workspace);
+        p.counters = reinterpret_cast<int *>(ws9);
+        p.partials = reinterpret_cast<float *>(ws9 + kCounterBytes);
+        e = launch_sm90(p, c9, grid9, stream);
+        if (e == cudaSuccess)
+            e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return inf_err_set(err, INF_E_DEVICE, "int4 gemm (sm90): %s", cudaGetErrorString(e));
+        return INF_OK;
+    }
+#endif
+    const int ci = args->config >= 0 && args->config < kNumConfigs ? args->config : auto_config(p.m);
     const Config &c = kConfigs[ci];
     const int zp = lay->symmetric ? 0 : 1;
     int occ = 0;
@@ -852,9 +1033,39 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     p.counters = reinterpret_cast<int *>(ws);
     p.partials = reinterpret_cast<float *>(ws + kCounterBytes);
 
-    c.kernel[zp][av]<<<(unsigned)grid, kThreads, c.smem, stream>>>(p);
-    e = cudaGetLastError();
+    /* Programmatic dependent launch: the kernel may start while the previous
+     * one in the stream drains; it waits (griddepcontrol.wait) before it
+     * reads A or writes anything. Also inside stream capture. */
+    e = krncuda::launch_pdl(c.kernel[zp][av], dim3((unsigned)grid), dim3(kThreads),
+                            (size_t)c.smem, stream, p);
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+    return INF_OK;
+}
+
+extern "C" inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *lay, const void *b,
+                                             uint16_t *w, int64_t ldw, void *stream,
+                                             struct inf_err *err)
+{
+    if (!lay || !b || !w)
+        return inf_err_set(err, INF_E_INVALID, "int4 dequant: NULL argument");
+    if (!layout_ok(lay) || ldw < lay->k || (uintptr_t)b % 16 || (uintptr_t)w % 2)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "int4 dequant: layout, ldw=%lld or alignment",
+                           (long long)ldw);
+    Params p = params_of(lay, b);
+    p.c_vec = ldw % 2 == 0 && (uintptr_t)w % 4 == 0; /* half2 stores */
+    const int64_t chunks = (int64_t)(lay->n_pad / 64) * (lay->k_pad / 16);
+    const unsigned grid = (unsigned)((chunks + 7) / 8 < 65535 * 4 ? (chunks + 7) / 8 : 65535 * 4);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    half *wh = reinterpret_cast<half *>(w);
+    if (lay->symmetric)
+        int4_dequant_kernel<false><<<grid, 256, 0, s>>>(p, wh, ldw);
+    else
+        int4_dequant_kernel<true><<<grid, 256, 0, s>>>(p, wh, ldw);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 dequant: %s", cudaGetErrorString(e));
     return INF_OK;
 }

@@ -154,4 +154,21 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
 /* The sm_75 fallback launcher (int4_gemm_sm75.cu). */
 cudaError_t launch_sm75(const Params &p, cudaStream_t stream);
 
+/* The sm_90a path (sm90/int4_gemm_sm90.cu; compiled when the build targets
+ * sm_90, INT4SERVE_GEMM_SM90). Configurations are token tiles of 8..128. */
+int sm90_config_count();
+const char *sm90_config_name(int i);
+int sm90_config_tn(int i); /* token tile of configuration i */
+/* Can the sm_90a kernel run p (k % 8, A alignment, group shape)? */
+bool sm90_supported(const Params &p);
+/* Sets p's m/n/k tiles and slot_rows for configuration ci. */
+void sm90_tiling(Params &p, int ci);
+/* Resident-block grid for ci on this device (#SMs x blocks per SM). */
+long long sm90_grid(int dev, int sms, int ci, const Params &p, cudaError_t *err);
+/* Partial-tile bytes of the workspace for ci with `grid` blocks (the counter
+ * region comes first, as for the sm_80 kernel). */
+size_t sm90_workspace(int ci, long long grid);
+/* Launch with programmatic dependent launch allowed. */
+cudaError_t launch_sm90(Params p, int ci, long long grid, cudaStream_t stream);
+
 } // namespace int4gemm

@@ -1,11 +1,14 @@
 #pragma once
-/* kernels/cuda/launch.cuh — helpers shared by the CUDA launchers (not the INT4
- * GEMM): the checked end of a launch and 16-byte fp16 vector access. */
+/* kernels/cuda/launch.cuh — helpers shared by the CUDA launchers: the checked
+ * end of a launch, programmatic dependent launch (the INT4 GEMMs launch
+ * themselves, with pdl_supported() deciding the attribute) and 16-byte fp16
+ * vector access. */
 #include "common/inf.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 namespace krncuda {
 
@@ -24,6 +27,91 @@ static inline unsigned grid_for(int64_t n, int threads)
 {
     int64_t g = (n + threads - 1) / threads;
     return (unsigned)(g > 65535 * 8 ? 65535 * 8 : g);
+}
+
+/* Programmatic dependent launch (sm_90 and newer). A kernel launched with
+ * launch_pdl may begin while the kernel before it on the stream is still
+ * running; it must call pdl_wait() before its first global memory access
+ * (a read of the predecessor's output or a write the predecessor might
+ * read), which returns once the predecessor has finished and its writes are
+ * visible. pdl_trigger() lets the next PDL-launched kernel begin early; it
+ * never relaxes that kernel's own pdl_wait(). Both are no-ops on older
+ * devices and for kernels launched without the attribute, so a kernel that
+ * calls them is correct however it is launched (graph capture included). */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Launch kernel<<<grid, block, smem, stream>>>(args...) with the programmatic
+ * stream serialization attribute; the attribute is left out on devices below
+ * compute capability 9.0 and when the environment sets INT4SERVE_CUDA_PDL=0
+ * (both asked once per device and cached). */
+static inline bool pdl_supported()
+{
+    static int cached[64]; /* 0 unknown, 1 yes, 2 no */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return false;
+    if (!cached[dev]) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            return false;
+        const char *off = getenv("INT4SERVE_CUDA_PDL"); /* "0": plain launches */
+        cached[dev] = major >= 9 && !(off && off[0] == '0' && off[1] == '\0') ? 1 : 2;
+    }
+    return cached[dev] == 1;
+}
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t stream, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_supported() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
+/* D += A B for one m16n8k16 tile, fp16 in, fp32 accumulate (mma.sync, sm_80+). */
+__device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); /* m16n8k16 needs sm_80; the build's architectures are 80 and 90 */
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+__device__ __forceinline__ uint32_t pack_halves(__half lo, __half hi)
+{
+    __half2 h = __halves2half2(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
 }
 
 __device__ __forceinline__ void unpack8(uint4 v, float *f)

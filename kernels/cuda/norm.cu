@@ -1,12 +1,15 @@
 /*
  * norm.cu — RMSNorm with the fused residual add (kernels/norm_cuda.h).
- * Mapping  one block of 256 threads per row; threads stride over the row.
- *          Pass 1 adds delta, stores the fp16 residual and accumulates the
- *          sum of squares of the stored values; a warp-shuffle then shared
- *          reduction gives the row's scale; pass 2 re-reads the row (now in
- *          L1/L2) and writes the normalized output.
- * Numerics fp32 accumulation; the CPU reference accumulates in double, both
- *          agree to fp16 output rounding.
+ * Mapping  one block per row. Rows of 16-byte aligned fp16 with dim a
+ *          multiple of 8 (every Llama shape): each thread owns up to 4
+ *          vectors of 8 halves, loads x and delta at once, keeps the summed
+ *          row in registers, and writes the normalized vectors after one
+ *          block reduction (a batch-1 row of 4096 is one vector a thread,
+ *          512 threads). Other rows: 256 threads striding over the row, two
+ *          passes. Launched with programmatic dependent launch (sm_90).
+ * Numerics fp32 accumulation of the stored fp16 residual values; the CPU
+ *          reference accumulates in double, both agree to fp16 output
+ *          rounding.
  * Arch     any.
  */
 #include "kernels/cuda/launch.cuh"
@@ -15,6 +18,99 @@
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxThreads = 1024;
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024), the
+ * same value in every thread, summed in a fixed order. */
+__device__ __forceinline__ float block_sum(float v)
+{
+    __shared__ float part[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float tot = 0.0f;
+    const int nw = (int)(blockDim.x >> 5);
+    for (int i = 0; i < nw; i++)
+        tot += part[i];
+    return tot;
+}
+
+template <int NV>
+__global__ void __launch_bounds__(kMaxThreads)
+    rmsnorm_vec_kernel(__half *__restrict__ x, /* [m] rows of stride ldx, updated in place */
+                       int64_t ldx,
+                       const __half *__restrict__ delta, /* [m] rows of stride ldd, or NULL */
+                       int64_t ldd,
+                       const float *__restrict__ w, /* [dim] norm weight */
+                       float eps,
+                       __half *__restrict__ out, /* [m] rows of stride ldo */
+                       int64_t ldo, int32_t dim)
+{
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
+    const int64_t r = blockIdx.x;
+    const int32_t nvec = dim / 8;
+    uint4 *xr = reinterpret_cast<uint4 *>(x + r * ldx);
+    const uint4 *dr = delta ? reinterpret_cast<const uint4 *>(delta + r * ldd) : nullptr;
+    uint4 xv[NV], dv[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < nvec) {
+            xv[j] = xr[i];
+            if (dr)
+                dv[j] = dr[i];
+        }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < nvec) {
+            __half2 *h = reinterpret_cast<__half2 *>(&xv[j]);
+            if (dr) {
+                const __half2 *d = reinterpret_cast<const __half2 *>(&dv[j]);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 a = __half22float2(h[e]), b = __half22float2(d[e]);
+                    h[e] = __halves2half2(__float2half_rn(a.x + b.x), __float2half_rn(a.y + b.y));
+                }
+                xr[i] = xv[j];
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float2 a = __half22float2(h[e]);
+                ss += a.x * a.x;
+                ss += a.y * a.y;
+            }
+        }
+    }
+    const float tot = block_sum(ss);
+    const float inv = 1.0f / sqrtf(tot / (float)dim + eps);
+    uint4 *orow = reinterpret_cast<uint4 *>(out + r * ldo);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < nvec) {
+            const float4 wa = w4[2 * i], wb = w4[2 * i + 1];
+            const float wf[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+            const __half2 *h = reinterpret_cast<const __half2 *>(&xv[j]);
+            uint4 o;
+            __half2 *oh = reinterpret_cast<__half2 *>(&o);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float2 a = __half22float2(h[e]);
+                oh[e] = __halves2half2(__float2half_rn(a.x * inv * wf[2 * e]),
+                                       __float2half_rn(a.y * inv * wf[2 * e + 1]));
+            }
+            orow[i] = o;
+        }
+    }
+}
 
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_add_kernel(__half *x,            /* [m] rows of stride ldx, updated in place */
@@ -26,7 +122,8 @@ __global__ void __launch_bounds__(kThreads)
                        __half *out,          /* [m] rows of stride ldo */
                        int64_t ldo, int32_t dim)
 {
-    __shared__ float part[kThreads / 32];
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
     const int64_t r = blockIdx.x;
     __half *xr = x + r * ldx;
     float ss = 0.0f;
@@ -39,16 +136,7 @@ __global__ void __launch_bounds__(kThreads)
         float v = __half2float(h);
         ss += v * v;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kThreads / 32; i++)
-        tot += part[i];
+    const float tot = block_sum(ss);
     const float inv = 1.0f / sqrtf(tot / (float)dim + eps);
     __half *orow = out + r * ldo;
     for (int32_t i = threadIdx.x; i < dim; i += kThreads)
@@ -68,8 +156,32 @@ extern "C" inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uin
         return INF_OK;
     if (m > 0x7fffffff / 2)
         return inf_err_set(err, INF_E_UNSUPPORTED, "rmsnorm: m=%d too large", m);
-    rmsnorm_add_kernel<<<(unsigned)m, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        reinterpret_cast<__half *>(x), ldx, reinterpret_cast<const __half *>(delta), ldd, w, eps,
-        reinterpret_cast<__half *>(out), ldo, dim);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    __half *xh = reinterpret_cast<__half *>(x), *oh = reinterpret_cast<__half *>(out);
+    const __half *dh = reinterpret_cast<const __half *>(delta);
+    const bool vec = dim % 8 == 0 && dim <= 8 * 4 * kMaxThreads && ldx % 8 == 0 &&
+                     (!delta || ldd % 8 == 0) && ldo % 8 == 0 &&
+                     ((uintptr_t)x | (uintptr_t)delta | (uintptr_t)out | (uintptr_t)w) % 16 == 0;
+    cudaError_t e;
+    if (vec) {
+        const int32_t nvec = dim / 8;
+        const int nv = nvec <= kMaxThreads ? 1 : nvec <= 2 * kMaxThreads ? 2 : 4;
+        int threads = (nvec + nv - 1) / nv;
+        threads = (threads + 31) / 32 * 32;
+        if (nv == 1)
+            e = krncuda::launch_pdl(rmsnorm_vec_kernel<1>, dim3((unsigned)m), dim3(threads), 0, s,
+                                    xh, ldx, dh, ldd, w, eps, oh, ldo, dim);
+        else if (nv == 2)
+            e = krncuda::launch_pdl(rmsnorm_vec_kernel<2>, dim3((unsigned)m), dim3(threads), 0, s,
+                                    xh, ldx, dh, ldd, w, eps, oh, ldo, dim);
+        else
+            e = krncuda::launch_pdl(rmsnorm_vec_kernel<4>, dim3((unsigned)m), dim3(threads), 0, s,
+                                    xh, ldx, dh, ldd, w, eps, oh, ldo, dim);
+    } else {
+        e = krncuda::launch_pdl(rmsnorm_add_kernel, dim3((unsigned)m), dim3(kThreads), 0, s, xh,
+                                ldx, dh, ldd, w, eps, oh, ldo, dim);
+    }
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "rmsnorm: %s", cudaGetErrorString(e));
     return krncuda::launched("rmsnorm", err);
 }

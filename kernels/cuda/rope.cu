@@ -1,11 +1,18 @@
 /*
- * rope.cu — rotary position embedding in place (kernels/rope_cuda.h).
- * Mapping  one block of 128 threads per row: the first head_dim/2 threads
- *          (strided) compute the row's cos/sin once into shared memory, then
- *          all threads rotate the (head, i) pairs of the row.
+ * rope.cu — rotary position embedding in place (kernels/rope_cuda.h), and
+ * the same rotation fused with the write of the rotated K and of V into the
+ * paged KV pools.
+ * Mapping  one block per row. The first head_dim/2 threads (strided) compute
+ *          the row's cos/sin once into shared memory. Rows of 16-byte aligned
+ *          fp16 with head_dim/2 a multiple of 8 (every Llama shape): each
+ *          thread rotates 8 consecutive pairs of one head with 16-byte loads
+ *          and stores (up to 1024 threads; a batch-1 Llama-2-7B q+k row is
+ *          512 of them); other rows: 128 threads, one pair at a time.
+ *          Launched with programmatic dependent launch (sm_90).
  * Numerics fp32 angle and rotation exactly as the CPU reference; sinf/cosf
  *          are the precise versions (no fast-math), so large positions keep
- *          their full range reduction.
+ *          their full range reduction. The pools receive the same fp16
+ *          values as the rotated row.
  * Arch     any.
  */
 #include "kernels/cuda/launch.cuh"
@@ -14,6 +21,18 @@
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kMaxThreads = 1024;
+
+__device__ __forceinline__ void row_angles(float p, const float *inv_freq, int32_t half, float *cs,
+                                           float *sn)
+{
+    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+        float a = p * inv_freq[i];
+        cs[i] = cosf(a);
+        sn[i] = sinf(a);
+    }
+    __syncthreads();
+}
 
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(__half *x,              /* [m] rows of stride ldx, n_heads * head_dim used */
@@ -22,15 +41,11 @@ __global__ void __launch_bounds__(kThreads)
                 const float *inv_freq)  /* [head_dim / 2] */
 {
     __shared__ float cs[256], sn[256];
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
     const int64_t r = blockIdx.x;
     const int32_t half = head_dim / 2;
-    const float p = (float)pos[r];
-    for (int32_t i = threadIdx.x; i < half; i += kThreads) {
-        float a = p * inv_freq[i];
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
-    }
-    __syncthreads();
+    row_angles((float)pos[r], inv_freq, half, cs, sn);
     __half *xr = x + r * ldx;
     const int32_t n = n_heads * half;
     for (int32_t j = threadIdx.x; j < n; j += kThreads) {
@@ -40,6 +55,89 @@ __global__ void __launch_bounds__(kThreads)
         hp[i] = __float2half_rn(a * cs[i] - b * sn[i]);
         hp[i + half] = __float2half_rn(b * cs[i] + a * sn[i]);
     }
+}
+
+/* Rotates 8 pairs (i0 .. i0 + 7 with i0 + half ..) held in a and b. */
+__device__ __forceinline__ void rotate8(uint4 &a, uint4 &b, const float *cs, const float *sn,
+                                        int32_t i0)
+{
+    __half *ah = reinterpret_cast<__half *>(&a), *bh = reinterpret_cast<__half *>(&b);
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float c = cs[i0 + e], s = sn[i0 + e];
+        const float fa = __half2float(ah[e]), fb = __half2float(bh[e]);
+        ah[e] = __float2half_rn(fa * c - fb * s);
+        bh[e] = __float2half_rn(fb * c + fa * s);
+    }
+}
+
+/* KV: false, rotate heads [0, n_heads) of each row in place. KV: true, also
+ * write heads [n_q, n_heads) (K, rotated) and the row's V into the pools at
+ * pool row kv_row[r] (none when negative). */
+template <bool KV>
+__global__ void __launch_bounds__(kMaxThreads)
+    rope_vec_kernel(__half *__restrict__ x, int64_t ldx, int32_t n_heads, int32_t head_dim,
+                    const int32_t *__restrict__ pos, const float *__restrict__ inv_freq,
+                    int32_t n_q, const __half *__restrict__ v, int64_t ldv,
+                    __half *__restrict__ k_pool, __half *__restrict__ v_pool, int32_t kv_elems,
+                    const int32_t *__restrict__ kv_row)
+{
+    __shared__ float cs[256], sn[256];
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
+    const int64_t r = blockIdx.x;
+    const int32_t half = head_dim / 2, per_head = half / 8;
+    const int32_t units = n_heads * per_head;
+    /* issue the row's loads before the angles are ready */
+    const int32_t u0 = threadIdx.x;
+    __half *xr = x + r * ldx;
+    uint4 a = {}, b = {};
+    int32_t h = 0, i0 = 0;
+    if (u0 < units) {
+        h = u0 / per_head;
+        i0 = (u0 % per_head) * 8;
+        a = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0);
+        b = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0 + half);
+    }
+    int64_t prow = -1;
+    if (KV)
+        prow = kv_row[r];
+    row_angles((float)pos[r], inv_freq, half, cs, sn);
+    for (int32_t u = u0; u < units; u += blockDim.x) {
+        if (u != u0) {
+            h = u / per_head;
+            i0 = (u % per_head) * 8;
+            a = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0);
+            b = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0 + half);
+        }
+        rotate8(a, b, cs, sn, i0);
+        *reinterpret_cast<uint4 *>(xr + (int64_t)h * head_dim + i0) = a;
+        *reinterpret_cast<uint4 *>(xr + (int64_t)h * head_dim + i0 + half) = b;
+        if (KV && prow >= 0 && h >= n_q) {
+            __half *kd = k_pool + prow * kv_elems + (int64_t)(h - n_q) * head_dim;
+            *reinterpret_cast<uint4 *>(kd + i0) = a;
+            *reinterpret_cast<uint4 *>(kd + i0 + half) = b;
+        }
+    }
+    if (KV && prow >= 0) {
+        const uint4 *vs = reinterpret_cast<const uint4 *>(v + r * ldv);
+        uint4 *vd = reinterpret_cast<uint4 *>(v_pool + prow * kv_elems);
+        for (int32_t i = threadIdx.x; i < kv_elems / 8; i += blockDim.x)
+            vd[i] = vs[i];
+    }
+}
+
+bool aligned16(const void *p)
+{
+    return (uintptr_t)p % 16 == 0;
+}
+
+int vec_threads(int32_t n_heads, int32_t head_dim)
+{
+    int32_t units = n_heads * (head_dim / 16);
+    int32_t t = units < kMaxThreads ? units : kMaxThreads;
+    t = (t + 31) / 32 * 32;
+    return t < head_dim / 2 ? (head_dim / 2 + 31) / 32 * 32 : t;
 }
 
 } // namespace
@@ -53,7 +151,53 @@ extern "C" inf_status_t krn_cuda_rope(uint16_t *x, int64_t ldx, int32_t n_heads,
                            head_dim);
     if (m == 0)
         return INF_OK;
-    rope_kernel<<<(unsigned)m, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        reinterpret_cast<__half *>(x), ldx, n_heads, head_dim, pos, inv_freq);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    __half *xh = reinterpret_cast<__half *>(x);
+    cudaError_t e;
+    if (head_dim % 16 == 0 && ldx % 8 == 0 && aligned16(x))
+        e = krncuda::launch_pdl(rope_vec_kernel<false>, dim3((unsigned)m),
+                                dim3(vec_threads(n_heads, head_dim)), 0, s, xh, ldx, n_heads,
+                                head_dim, pos, inv_freq, n_heads, (const __half *)nullptr,
+                                (int64_t)0, (__half *)nullptr, (__half *)nullptr, (int32_t)0,
+                                (const int32_t *)nullptr);
+    else
+        e = krncuda::launch_pdl(rope_kernel, dim3((unsigned)m), dim3(kThreads), 0, s, xh, ldx,
+                                n_heads, head_dim, pos, inv_freq);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "rope: %s", cudaGetErrorString(e));
     return krncuda::launched("rope", err);
+}
+
+extern "C" bool krn_cuda_rope_kv_ok(const uint16_t *x, int64_t ldx, int32_t n_q_heads,
+                                    int32_t n_kv_heads, int32_t head_dim, const uint16_t *v,
+                                    int64_t ldv, const uint16_t *k_pool, const uint16_t *v_pool)
+{
+    return n_q_heads > 0 && n_kv_heads > 0 && head_dim > 0 && head_dim <= 512 &&
+           head_dim % 16 == 0 && ldx % 8 == 0 && ldv % 8 == 0 && aligned16(x) && aligned16(v) &&
+           aligned16(k_pool) && aligned16(v_pool);
+}
+
+extern "C" inf_status_t krn_cuda_rope_kv(uint16_t *x, int64_t ldx, int32_t n_q_heads,
+                                         int32_t n_kv_heads, int32_t head_dim, const int32_t *pos,
+                                         const float *inv_freq, const uint16_t *v, int64_t ldv,
+                                         uint16_t *k_pool, uint16_t *v_pool,
+                                         const int32_t *kv_row, int32_t m, void *stream,
+                                         struct inf_err *err)
+{
+    if (m < 0 ||
+        !krn_cuda_rope_kv_ok(x, ldx, n_q_heads, n_kv_heads, head_dim, v, ldv, k_pool, v_pool))
+        return inf_err_set(err, INF_E_INVALID, "rope_kv: m=%d heads=%d/%d head_dim=%d", m,
+                           n_q_heads, n_kv_heads, head_dim);
+    if (m == 0)
+        return INF_OK;
+    const int32_t n = n_q_heads + n_kv_heads;
+    cudaError_t e = krncuda::launch_pdl(
+        rope_vec_kernel<true>, dim3((unsigned)m), dim3(vec_threads(n, head_dim)), 0,
+        static_cast<cudaStream_t>(stream), reinterpret_cast<__half *>(x), ldx, n, head_dim, pos,
+        inv_freq, n_q_heads, reinterpret_cast<const __half *>(v), ldv,
+        reinterpret_cast<__half *>(k_pool), reinterpret_cast<__half *>(v_pool),
+        n_kv_heads * head_dim, kv_row);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "rope_kv: %s", cudaGetErrorString(e));
+    return krncuda::launched("rope_kv", err);
 }

@@ -1,7 +1,10 @@
 /*
  * sample.cu — token sampling on the GPU (kernels/sample_cuda.h).
  * Mapping  one block of 1024 threads per sampled row, three launches:
- *          prep   banned row, raw log-sum-exp and top-n logprobs, bias and
+ *          prep   plain greedy rows (no bans, bias, penalties or top-n)
+ *                 finish in two passes over the raw row (largest value,
+ *                 then the sum for its logprob, exp in fp32);
+ *                 other rows: banned row, raw log-sum-exp and top-n logprobs, bias and
  *                 penalties, then greedy rows and rows without top_k/top_p
  *                 finish here (draw in id order: each thread owns a
  *                 contiguous run of ids, a block scan of the runs' sums
@@ -208,6 +211,34 @@ __global__ void __launch_bounds__(kT)
     const float *raw = logits + (int64_t)p.logit_row * vocab;
     float *w = ws.work + (int64_t)ri * vocab;
     krn_cuda_sample_out *o = out + ri;
+
+    /* 0. plain greedy (no bans, bias, penalties or top-n): the raw row is the
+     * processed row; one pass for the largest value (lowest id on ties), one
+     * for the sum, exp in fp32 summed in double */
+    if (p.temperature == 0.0f && p.n_ban == 0 && p.n_bias == 0 && p.n_hist == 0 &&
+        p.n_logprobs <= 0) {
+        Best b = {-CUDART_INF_F, INT32_MAX};
+        for (int32_t t = tid; t < vocab; t += kT) {
+            const float v = raw[t];
+            if (before(v, t, b.v, b.i))
+                b = {v, t};
+        }
+        b = block_best(sh, b, &s_b);
+        double sum = 0.0;
+        if (isfinite(b.v))
+            for (int32_t t = tid; t < vocab; t += kT)
+                sum += (double)expf(raw[t] - b.v);
+        sum = block_sum(sh, sum, &s_d);
+        if (tid == 0) {
+            const double lse = (double)b.v + log(sum);
+            o->n_top = 0;
+            ws.lse[ri] = lse;
+            ws.seg_lo[ri] = ri * vocab;
+            ws.seg_hi[ri] = ri * vocab;
+            finish(o, raw, b.v > -CUDART_INF_F ? b.i : -1, lse);
+        }
+        return;
+    }
 
     /* 1. the banned row: logprobs come from it */
     for (int32_t t = tid; t < vocab; t += kT)

@@ -18,6 +18,13 @@
  * KV blocks with shuffled block tables, a prefill chunk on top of existing
  * KV, and decode over 3000 positions with one or two sequences (few row
  * sets on a 132-SM GPU: the backend splits the keys and combines).
+ * Decode (the tensor-core decode kernel for head_dim <= 128, the SIMT one
+ * for 256) also covers batches of 1 to 67 sequences of random lengths (not
+ * multiples of the 16-token block), MHA, GQA 4 and 8, query groups of 16
+ * and 32 heads (one and two row sets per KV head), head_dim 48, 64, 128 and
+ * 256, and contexts up to 20000 (many splits, combined in the kernel); each
+ * decode runs twice on fresh poison, so the split groups' arrival counters
+ * must be left as they were found.
  * Fresh seed each run, printed; INT4SERVE_TEST_SEED replays one.
  * Prints "SKIPPED: no GPU" and exits 0 without a GPU. */
 #include "common/inf.h"
@@ -551,6 +558,19 @@ static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int3
     snprintf(what, sizeof what, "attn %s %s h %d/%d hd %d: out", decode ? "decode" : "prefill",
              name, n_heads, n_kv, hd);
     compare(what, &out, 3e-3);
+    if (decode) {
+        /* Again on fresh poison: the same answer (the K/V writes are
+         * idempotent), so nothing the first launch left behind (arrival
+         * counters of split groups) disturbs the next. */
+        uint16_t *poison = malloc((size_t)n_tok * ldo * 2);
+        memset(poison, 0xff, (size_t)n_tok * ldo * 2);
+        DIE_IF(eng_buf_upload(g_gpu, out.g, 0, poison, (size_t)n_tok * ldo * 2, &err), "poison");
+        free(poison);
+        DIE_IF(op(g_gpu, &ag, &err), "gpu attention (again)");
+        snprintf(what, sizeof what, "attn decode %s h %d/%d hd %d: out again", name, n_heads, n_kv,
+                 hd);
+        compare(what, &out, 3e-3);
+    }
     /* The K/V rows this step wrote, compared exactly (the whole pools:
      * untouched rows must stay as uploaded too). */
     snprintf(what, sizeof what, "attn %s %s: K cache", decode ? "decode" : "prefill", name);
@@ -664,6 +684,49 @@ static void time_attention(int32_t n_seqs, int32_t ctx, int32_t n_new, bool deco
     free(bt);
 }
 
+/* Decode over batches of random lengths (positions before the new token:
+ * 0 to max_before, mostly not multiples of the block), on the head shapes
+ * of MHA, GQA and wide query groups. */
+static void test_decode_random(int32_t n_seqs, int32_t max_before, int32_t n_heads, int32_t n_kv,
+                               int32_t hd)
+{
+    struct seq_spec *sp = malloc((size_t)n_seqs * sizeof *sp);
+    for (int32_t s = 0; s < n_seqs; s++)
+        sp[s] = (struct seq_spec){(int32_t)(rnd() % (uint64_t)(max_before + 1)), 1};
+    char name[64];
+    snprintf(name, sizeof name, "%d seqs ctx <= %d", n_seqs, max_before + 1);
+    test_attention(name, n_heads, n_kv, hd, sp, n_seqs, true);
+    free(sp);
+}
+
+static void test_decode_batches(void)
+{
+    /* batch 1: the latency case, split in the kernel */
+    const struct seq_spec one_384[1] = {{383, 1}};
+    test_attention("1 seq ctx 384", 32, 32, 128, one_384, 1, true);
+    test_attention("1 seq ctx 384", 32, 8, 128, one_384, 1, true);
+    const struct seq_spec one_short[1] = {{4, 1}};
+    test_attention("1 seq ctx 5", 32, 8, 128, one_short, 1, true);
+    /* long contexts: many splits per row set, several row sets */
+    const struct seq_spec one_long[1] = {{19999, 1}};
+    test_attention("1 seq ctx 20000 (split)", 32, 8, 128, one_long, 1, true);
+    test_attention("1 seq ctx 20000 (split)", 8, 8, 64, one_long, 1, true);
+    const struct seq_spec mixed[4] = {{5000, 1}, {16, 1}, {3001, 1}, {1199, 1}};
+    test_attention("4 seqs ctx 5001..17 (split)", 32, 8, 128, mixed, 4, true);
+    test_attention("4 seqs ctx 5001..17 (split)", 16, 2, 64, mixed, 4, true);
+    test_attention("4 seqs ctx 5001..17 (split)", 8, 8, 48, mixed, 4, true);
+    test_attention("4 seqs ctx 5001..17 (split)", 8, 2, 256, mixed, 4, true);
+    /* batches: MHA, GQA 4, GQA 8, groups of 16 and 32 query heads */
+    test_decode_random(3, 700, 32, 32, 128);
+    test_decode_random(17, 600, 32, 8, 128);
+    test_decode_random(67, 530, 16, 16, 128);
+    test_decode_random(40, 300, 32, 4, 64);
+    test_decode_random(9, 1000, 16, 1, 128);
+    test_decode_random(5, 900, 32, 1, 64);
+    test_decode_random(24, 200, 12, 12, 48);
+    test_decode_random(13, 400, 8, 2, 256);
+}
+
 static void test_attention_errors(void)
 {
     struct inf_err err = {0};
@@ -754,6 +817,10 @@ int main(void)
     test_linear_q4(300, 500, 1000, 32, true, false, 0, 0);
     test_linear_q4(16, 384, 288, 64, false, false, 24, 40);
     test_linear_q4(513, 1024, 4096, 128, false, false, 0, 0);
+    /* M >= 512: the weight dequantized to fp16 once, then cuBLAS (with bias,
+     * strided rows, an odd k) */
+    test_linear_q4(600, 700, 520, 32, true, true, 8, 16);
+    test_linear_q4(520, 300, 100, 32, false, true, 0, 0);
     test_linear_q4(5000, 256, 256, 0, false, true, 0, 0); /* per-channel; two GEMM chunks */
     test_linear_q4(1000, 4096, 4096, 128, false, true, 0, 0);
     test_linear_q4(64, 4096, 4096, 128, false, true, 0, 0);
@@ -781,6 +848,7 @@ int main(void)
     test_attention("2 seqs ctx 2000, 701 (split)", 4, 2, 256, dec_long2, 2, true);
     const struct seq_spec pre_long[1] = {{1500, 300}};
     test_attention("1 chunk of 300 on 1500", 8, 2, 64, pre_long, 1, false);
+    test_decode_batches();
     test_attention_errors();
     if (!getenv("INT4SERVE_TEST_NO_TIMING")) {
         time_attention(1, 32768, 1, true);

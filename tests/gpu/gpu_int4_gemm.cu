@@ -186,6 +186,57 @@ static void weight_free(struct dev_weight *dw)
     cudaFree(dw->ws);
 }
 
+/* krn_int4_dequant_f16 into a NaN-poisoned [n][k + 8] buffer: every element
+ * k < K equals the reference dequantization bit for bit, the 8 columns past
+ * K keep the poison. */
+static void check_dequant(const struct dev_weight *dw)
+{
+    const int32_t n = dw->lay.n, k = dw->lay.k;
+    const int64_t ldw = (int64_t)k + 8;
+    const size_t elems = (size_t)n * (size_t)ldw;
+    uint16_t *dev = NULL;
+    CK(cudaMalloc((void **)&dev, elems * 2));
+    uint16_t *host = (uint16_t *)malloc(elems * 2), *ref = (uint16_t *)malloc((size_t)n * k * 2);
+    if (!host || !ref) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < elems; i++)
+        host[i] = 0x7e00; /* NaN */
+    CK(cudaMemcpy(dev, host, elems * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ref, dw->dq, (size_t)n * k * 2, cudaMemcpyDeviceToHost));
+    struct inf_err err;
+    g_checks++;
+    if (krn_int4_dequant_f16(&dw->lay, dw->packed, dev, ldw, NULL, &err) != INF_OK) {
+        printf("FAIL dequant n=%d k=%d: %s\n", n, k, err.msg);
+        g_failures++;
+    } else {
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(host, dev, elems * 2, cudaMemcpyDeviceToHost));
+        long long bad = 0, first = -1;
+        for (int32_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < ldw; j++) {
+                uint16_t want = j < k ? ref[(int64_t)r * k + j] : 0x7e00;
+                if (host[(int64_t)r * ldw + j] != want && bad++ == 0)
+                    first = (long long)r * ldw + j;
+            }
+        if (bad) {
+            printf("FAIL dequant n=%d k=%d group=%d: %lld elements differ (first at %lld)\n", n,
+                   k, dw->lay.group, bad, first);
+            g_failures++;
+        }
+    }
+    /* an ldw below k is refused */
+    g_checks++;
+    if (krn_int4_dequant_f16(&dw->lay, dw->packed, dev, k - 1, NULL, &err) != INF_E_UNSUPPORTED) {
+        printf("FAIL dequant accepted ldw < k\n");
+        g_failures++;
+    }
+    cudaFree(dev);
+    free(host);
+    free(ref);
+}
+
 /* ---- one check ------------------------------------------------------------ */
 
 struct bufs {
@@ -427,6 +478,7 @@ int main(void)
         struct bufs b;
         bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
         int f0 = g_failures;
+        check_dequant(&dw);
         for (int i = 0; i < wc->n_ms; i++) {
             int m = wc->ms[i];
             check_case(&dw, &b, m, -1, 0, i % 2 == 0, 0, &rng, "auto");

@@ -11,8 +11,18 @@
  *    logits and the argmax agrees at >= 99% of the positions.
  * 2. Batch invariance on the GPU. Three prompts are generated greedily for 24
  *    tokens each, alone and then together (their prefills in one step, then
- *    decoding together, one joining late); every sequence's tokens must be
- *    the same alone and batched.
+ *    decoding together, one joining late), keeping the logit row of every
+ *    generated step. The INT4 GEMM's reduction order depends on the rows in a
+ *    step, so a row's logits alone and batched may differ in the last bits
+ *    and a near-tie may flip a greedy token; what is asserted:
+ *    - at every step up to and including a sequence's first differing token
+ *      (all 24 steps where none differs), max |alone - batched| over the row
+ *      <= BATCH_TOL * max |alone| of that row;
+ *    - at the first differing step, the alone run's margin between its token
+ *      and the batched run's token is <= 2 * BATCH_TOL * max |alone| (a
+ *      near-tie); later tokens are not compared (their contexts differ);
+ *    - at most 1 of the 3 sequences differs at all.
+ *    Each accepted near-tie is printed (sequence, step, margin, difference).
  * Checkpoints: argv[1..] as "name=DIR", else made into a temporary folder
  * with int4serve-mkmodel from $INT4SERVE_MKMODEL or
  * $INT4SERVE_BUILD_DIR/tools/mkmodel. Prints "SKIPPED: no GPU" without a GPU. */
@@ -163,10 +173,11 @@ static void test_logits(const char *name, const char *dir, struct eng_backend *c
 }
 
 /* Greedy generation of n_seq prompts; seq i joins at step join[i] (0 =
- * first step). out[i][0..n_gen) receives the generated tokens. */
+ * first step). out[i][0..GEN) receives the generated tokens and
+ * rows + (i * GEN + g) * vocab the logit row that chose token g. */
 #define GEN 24
 static void generate(eng_model_t *m, int32_t n_seq, const int32_t *slot_of, int32_t *const *seq,
-                     const int32_t *n_prompt, const int32_t *join, int32_t out[][GEN])
+                     const int32_t *n_prompt, const int32_t *join, int32_t out[][GEN], float *rows)
 {
     struct inf_err err = {0};
     int32_t V = eng_model_config(m)->vocab;
@@ -202,13 +213,125 @@ static void generate(eng_model_t *m, int32_t n_seq, const int32_t *slot_of, int3
         for (int32_t j = 0; j < k; j++) {
             int32_t i = ids[j];
             row += n[j];
-            int32_t next = argmax(logits + (int64_t)(row - 1) * V, V);
+            const float *lr = logits + (int64_t)(row - 1) * V;
+            int32_t next = argmax(lr, V);
+            memcpy(rows + ((int64_t)i * GEN + gen[i]) * V, lr, (size_t)V * sizeof(float));
             len[i] += n[j];
             seq[i][len[i]] = next;
             out[i][gen[i]++] = next;
         }
     }
     free(logits);
+}
+
+/* Tolerance of the batch-invariance check, relative to the row's largest
+ * |logit|: about 5x the largest difference measured on the H200 (5.9e-4, the
+ * small preset; tiny and tiny-qwen2 were bit-identical); docs/CUDA.md. */
+#define BATCH_TOL 3e-3
+
+static double max_abs(const float *x, int32_t n)
+{
+    double m = 0;
+    for (int32_t i = 0; i < n; i++)
+        m = fabs((double)x[i]) > m ? fabs((double)x[i]) : m;
+    return m;
+}
+
+static double max_abs_diff(const float *x, const float *y, int32_t n)
+{
+    double m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - (double)y[i]);
+        m = d > m || isnan(d) ? d : m;
+    }
+    return m;
+}
+
+/* The largest logit minus the second largest. */
+static double top2_margin(const float *x, int32_t n)
+{
+    double a = -INFINITY, b = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        if (x[i] > a) {
+            b = a;
+            a = x[i];
+        } else if (x[i] > b) {
+            b = x[i];
+        }
+    }
+    return a - b;
+}
+
+/* Judges one sequence's greedy tokens alone (ta, rows ra) against batched
+ * (tb, rows rb), GEN steps of V logits each, as the header says. Prints a
+ * line for a divergence unless name is NULL. Returns 0 where every token agrees (and the logits
+ * within BATCH_TOL), 1 for an accepted near-tie, -1 otherwise. *worst
+ * receives the largest relative logit difference over the compared steps,
+ * *closest the smallest relative top-2 margin where the tokens agree. */
+static int judge(const char *name, int32_t seq, const int32_t *ta, const int32_t *tb,
+                 const float *ra, const float *rb, int32_t V, double *worst, double *closest)
+{
+    int32_t p = 0;
+    while (p < GEN && ta[p] == tb[p])
+        p++;
+    bool ok = true;
+    for (int32_t g = 0; g < GEN && g <= p; g++) {
+        const float *a = ra + (int64_t)g * V, *b = rb + (int64_t)g * V;
+        double rel = max_abs_diff(a, b, V) / max_abs(a, V);
+        *worst = rel > *worst || isnan(rel) ? rel : *worst;
+        ok &= rel <= BATCH_TOL;
+        if (g < p)
+            *closest = fmin(*closest, top2_margin(a, V) / max_abs(a, V));
+    }
+    if (p == GEN)
+        return ok ? 0 : -1;
+    const float *a = ra + (int64_t)p * V, *b = rb + (int64_t)p * V;
+    double scale = max_abs(a, V), d = max_abs_diff(a, b, V);
+    double margin = (double)a[ta[p]] - (double)a[tb[p]];
+    bool tie = margin <= 2 * BATCH_TOL * scale;
+    if (name)
+        printf("%-4s %-12s near-tie: sequence %d step %d tokens %d/%d, alone margin %.3e (top-2 "
+               "%.3e, limit %.3e), max |logit| %.3f, max |delta| %.3e at that step\n",
+               ok && tie ? "info" : "FAIL", name, seq, p, ta[p], tb[p], margin, top2_margin(a, V),
+               2 * BATCH_TOL * scale, scale, d);
+    return ok && tie ? 1 : -1;
+}
+
+/* judge() on made-up rows (V 4, logits near 1): identical runs, a flip at a
+ * near-tie, a flip at a clear margin, and logits that disagree by 0.1 at
+ * step 7 while the tokens agree must give 0, 1, -1 and -1. */
+static void test_judge(void)
+{
+    enum { VV = 4 };
+    static float ra[GEN * VV], rb[GEN * VV];
+    int32_t ta[GEN], tb[GEN];
+    int r[4];
+    for (int c = 0; c < 4; c++) {
+        for (int32_t g = 0; g < GEN; g++) {
+            float row[VV] = {1.0f, 0.5f, -0.25f, 0.75f};
+            memcpy(ra + g * VV, row, sizeof row);
+            memcpy(rb + g * VV, row, sizeof row);
+            ta[g] = tb[g] = 0;
+        }
+        /* Case 1: at step 5 token 3 is 1e-3 below token 0 alone and 1e-3
+         * above it batched (a near-tie); case 2: the batched run takes token
+         * 3, 0.25 below, from the same rows (a token not explained by its
+         * logits). */
+        if (c == 1) {
+            ra[5 * VV + 3] = 0.999f;
+            rb[5 * VV + 3] = 1.001f;
+        }
+        if (c == 1 || c == 2)
+            for (int32_t g = 5; g < GEN; g++)
+                tb[g] = 3;
+        if (c == 3)
+            rb[7 * VV + 2] += 0.1f;
+        double worst = 0, closest = INFINITY;
+        r[c] = judge(NULL, c, ta, tb, ra, rb, VV, &worst, &closest);
+    }
+    check(r[0] == 0 && r[1] == 1 && r[2] == -1 && r[3] == -1,
+          "judge on made-up rows: %.0f of %.0f cases as expected", "judge",
+          (r[0] == 0) + (r[1] == 1) + (r[2] == -1) + (r[3] == -1), 4);
 }
 
 static void test_batch(const char *name, const char *dir, struct eng_backend *gpu)
@@ -221,21 +344,39 @@ static void test_batch(const char *name, const char *dir, struct eng_backend *gp
         for (int32_t j = 0; j < n_prompt[i]; j++)
             seqs[i][j] = (int32_t)(rnd() % (uint64_t)V);
     int32_t alone[3][GEN], batched[3][GEN];
+    float *ra = malloc((size_t)3 * GEN * V * sizeof(float));
+    float *rb = malloc((size_t)3 * GEN * V * sizeof(float));
     for (int32_t i = 0; i < 3; i++) {
         memcpy(work[i], seqs[i], sizeof seqs[i]);
         int32_t *sp[1] = {work[i]};
         int32_t slot[1] = {i + 1}, join[1] = {0};
-        generate(m, 1, slot, sp, &n_prompt[i], join, &alone[i]);
+        generate(m, 1, slot, sp, &n_prompt[i], join, &alone[i], ra + (int64_t)i * GEN * V);
     }
     for (int32_t i = 0; i < 3; i++)
         memcpy(work[i], seqs[i], sizeof seqs[i]);
     int32_t *sp[3] = {work[0], work[1], work[2]};
     int32_t slots[3] = {3, 0, 2}, join[3] = {0, 0, 5};
-    generate(m, 3, slots, sp, n_prompt, join, batched);
-    int32_t same = 0;
-    for (int32_t i = 0; i < 3; i++)
-        same += memcmp(alone[i], batched[i], sizeof alone[i]) == 0;
-    check(same == 3, "greedy alone == batched: %.0f of %.0f sequences", name, same, 3);
+    generate(m, 3, slots, sp, n_prompt, join, batched, rb);
+
+    int32_t same = 0, ties = 0, bad = 0;
+    double worst = 0, closest = INFINITY;
+    for (int32_t i = 0; i < 3; i++) {
+        int c = judge(name, i, alone[i], batched[i], ra + (int64_t)i * GEN * V,
+                      rb + (int64_t)i * GEN * V, V, &worst, &closest);
+        same += c == 0;
+        ties += c == 1;
+        bad += c < 0;
+    }
+    printf("info %-12s alone vs batched: max |delta logit| / max |logit| %.3e over the compared "
+           "steps, smallest top-2 margin / max |logit| %.3e where the tokens agree\n",
+           name, worst, closest);
+    check(bad == 0, "alone vs batched up to the first difference: max rel delta %.3e (tol %.0e)",
+          name, worst, BATCH_TOL);
+    check(bad == 0 && ties <= 1,
+          "greedy alone == batched: %.0f of %.0f sequences (others: near-ties, at most 1)", name,
+          same, 3);
+    free(ra);
+    free(rb);
     eng_model_destroy(m);
 }
 
@@ -296,6 +437,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "FATAL: %s\n", err.msg);
         return 2;
     }
+    test_judge();
     for (int32_t i = 0; i < nm; i++) {
         test_logits(names[i], dirs[i], cpu, gpu);
         test_batch(names[i], dirs[i], gpu);

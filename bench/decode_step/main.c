@@ -1,0 +1,717 @@
+/* int4serve-bench-decode-step — where the time of a batch-1 decode step goes
+ * on the CUDA backend.
+ *
+ *   int4serve-bench-decode-step --model DIR [--prompt P] [--steps N] [--no-engine]
+ *       [--step-only]
+ *
+ * One sequence: a P-token prompt (default 128) prefilled, then N decode steps
+ * (default 256), greedy, sampled on the GPU (eng_model_forward_sample: the
+ * graph path of the scheduler's decode steps). Reported:
+ *   step       wall time of eng_model_forward_sample per decode step (graph
+ *              replay, GPU sampling, the one download), mean and median; its
+ *              host parts (before the replay, the launch call, the sample
+ *              call, the wait in the download) and its GPU parts timed by
+ *              events on the backend's stream (uploads, the replay, sampling);
+ *   replay     the recorded graph launched back to back (GPU time of one
+ *              replay) and launched then waited for, one at a time;
+ *   ops        one decode step run eagerly with the stream held by a host
+ *              callback until every op is queued, so the GPU runs them back
+ *              to back as in a replay; an event after each op gives each op's
+ *              GPU time (its kernels and the gaps before them), summed per
+ *              kind (INT4 GEMMs per shape) over the step;
+ *   no-GEMM    a second model whose INT4 linears are skipped (their outputs
+ *              keep the prefill's values): its step and its replay, i.e.
+ *              everything of a step that is not the INT4 GEMM;
+ *   engine     the engine (scheduler thread, detokenizer, events) on its own
+ *              backend generating N tokens for the same prompt: time per
+ *              token after the first, against the model-level step; the
+ *              difference is the scheduler's host time between steps.
+ * --no-engine skips the engine part; --step-only runs the step and replay
+ * parts alone (one model load).
+ * Checkpoints come from int4serve-mkmodel (e.g. --preset llama2-7b, with
+ * --layers L for a quick per-layer measurement). */
+#include "common/inf.h"
+#include "engine/backend.h"
+#include "engine/batch.h"
+#include "engine/eng.h"
+#include "engine/model.h"
+
+#include <cuda_runtime.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_BLOCKS 64 /* 1024 positions */
+#define MAX_EV 2048
+#define MAX_SHAPES 16
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, const char *msg)
+{
+    fprintf(stderr, "bench-decode-step: %s: %s\n", what, msg);
+    exit(1);
+}
+
+static void cuda_ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess)
+        die(what, cudaGetErrorString(e));
+}
+
+/* ---- a backend wrapper that times the CUDA backend's ops --------------------- */
+enum kind {
+    K_EMBED,
+    K_NORM,
+    K_ROPE,
+    K_ATTN,
+    K_SILU,
+    K_LMHEAD,
+    K_GATHER,
+    K_SAMPLE,
+    K_Q4 /* + shape index */
+};
+static const char *const kind_name[] = {
+    "embedding",   "rmsnorm_add",
+    "rope",        "attention (RoPE when held + KV write + attend)",
+    "silu_mul",    "lm_head (cuBLAS fp16)",
+    "rows_gather", "sample"};
+
+enum wrap_mode { W_STEP, W_OPS, W_SKIP_Q4 };
+
+struct wrap {
+    struct eng_backend pub; /* first: the table's be is this */
+    struct eng_backend_iface iface;
+    struct eng_backend *inner;
+    cudaStream_t stream;
+    enum wrap_mode mode;
+    bool armed; /* W_STEP / W_OPS: time the next step; W_SKIP_Q4: skip */
+    /* W_OPS: one event after each op */
+    cudaEvent_t ev[MAX_EV];
+    int kinds[MAX_EV];
+    int n_ev;
+    int32_t shape_n[MAX_SHAPES], shape_k[MAX_SHAPES];
+    int n_shapes;
+    /* W_STEP: events and host times of one step */
+    cudaEvent_t e_start, e_pre, e_post, e_samp;
+    bool started;
+    uint64_t t_launch0, t_launch1, t_samp0, t_samp1;
+};
+
+static struct wrap *W(struct eng_backend *be)
+{
+    return (struct wrap *)be;
+}
+
+static void op_done(struct wrap *w, int kind)
+{
+    if (w->mode != W_OPS || !w->armed || w->n_ev == 0 || w->n_ev >= MAX_EV)
+        return;
+    cuda_ok(cudaEventRecord(w->ev[w->n_ev], w->stream), "event");
+    w->kinds[w->n_ev++] = kind;
+}
+
+static int shape_of(struct wrap *w, int32_t n, int32_t k)
+{
+    for (int i = 0; i < w->n_shapes; i++)
+        if (w->shape_n[i] == n && w->shape_k[i] == k)
+            return i;
+    if (w->n_shapes == MAX_SHAPES)
+        return MAX_SHAPES - 1;
+    w->shape_n[w->n_shapes] = n;
+    w->shape_k[w->n_shapes] = k;
+    return w->n_shapes++;
+}
+
+static void w_destroy(struct eng_backend *be)
+{
+    (void)be; /* the inner backend is destroyed by main */
+}
+
+static inf_status_t w_upload(struct eng_backend *be, struct eng_buf *dst, size_t off,
+                             const void *src, size_t bytes, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    if (w->mode == W_STEP && w->armed && !w->started) {
+        cuda_ok(cudaEventRecord(w->e_start, w->stream), "event");
+        w->started = true;
+    }
+    return w->inner->iface->buf_upload(w->inner, dst, off, src, bytes, err);
+}
+
+static inf_status_t w_linear_q4(struct eng_backend *be, const struct eng_q4w *q,
+                                const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                                int32_t m, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    if (w->mode == W_SKIP_Q4 && w->armed)
+        return INF_OK;
+    inf_status_t s = w->inner->iface->linear_q4(w->inner, q, bias, x, y, m, err);
+    op_done(w, K_Q4 + shape_of(w, q->n, q->k));
+    return s;
+}
+
+static inf_status_t w_linear_fp(struct eng_backend *be, const struct eng_buf *wt,
+                                enum eng_wdtype wdt, int32_t n, int32_t k,
+                                const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                                bool y_f32, int32_t m, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->linear_fp(w->inner, wt, wdt, n, k, bias, x, y, y_f32, m, err);
+    op_done(w, K_LMHEAD);
+    return s;
+}
+
+static inf_status_t w_embedding(struct eng_backend *be, const struct eng_buf *table,
+                                enum eng_wdtype wdt, int32_t vocab, int32_t dim,
+                                const struct eng_buf *ids, struct eng_mat out, int32_t m,
+                                struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->embedding(w->inner, table, wdt, vocab, dim, ids, out, m, err);
+    op_done(w, K_EMBED);
+    return s;
+}
+
+static inf_status_t w_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
+                                  const struct eng_mat *delta, const struct eng_buf *wt, float eps,
+                                  struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->rmsnorm_add(w->inner, x, delta, wt, eps, out, dim, m, err);
+    op_done(w, K_NORM);
+    return s;
+}
+
+static inf_status_t w_rope(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
+                           int32_t head_dim, const struct eng_buf *pos,
+                           const struct eng_rope_params *p, int32_t m, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->rope(w->inner, x, n_heads, head_dim, pos, p, m, err);
+    op_done(w, K_ROPE);
+    return s;
+}
+
+static inf_status_t w_attn_decode(struct eng_backend *be, const struct eng_attn_params *p,
+                                  struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->attn_decode(w->inner, p, err);
+    op_done(w, K_ATTN);
+    return s;
+}
+
+static inf_status_t w_silu_mul(struct eng_backend *be, struct eng_mat gate, struct eng_mat up,
+                               struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->silu_mul(w->inner, gate, up, out, dim, m, err);
+    op_done(w, K_SILU);
+    return s;
+}
+
+static inf_status_t w_rows_gather(struct eng_backend *be, struct eng_mat x,
+                                  const struct eng_buf *idx, struct eng_mat out, int32_t dim,
+                                  int32_t m, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->rows_gather(w->inner, x, idx, out, dim, m, err);
+    op_done(w, K_GATHER);
+    return s;
+}
+
+static inf_status_t w_sample(struct eng_backend *be, const struct eng_buf *logits,
+                             int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
+                             int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    bool st = w->mode == W_STEP && w->armed;
+    if (st)
+        w->t_samp0 = now_ns();
+    inf_status_t s = w->inner->iface->sample(w->inner, logits, n_logit_rows, vocab, rows, n, out,
+                                             out_first, err);
+    if (st) {
+        w->t_samp1 = now_ns();
+        cuda_ok(cudaEventRecord(w->e_samp, w->stream), "event");
+    }
+    op_done(w, K_SAMPLE);
+    return s;
+}
+
+/* Holds the stream while the host queues a profiled step. */
+static void hold_stream(void *user)
+{
+    (void)user;
+    struct timespec ts = {0, 30 * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static inf_status_t w_graph_prepare(struct eng_backend *be, const struct eng_attn_params *p,
+                                    int32_t bucket, bool *have, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    inf_status_t s = w->inner->iface->graph_prepare(w->inner, p, bucket, have, err);
+    if (s == INF_OK && w->mode == W_OPS && w->armed) {
+        cuda_ok(cudaLaunchHostFunc(w->stream, hold_stream, NULL), "cudaLaunchHostFunc");
+        cuda_ok(cudaEventRecord(w->ev[0], w->stream), "event");
+        w->kinds[0] = -1;
+        w->n_ev = 1;
+    }
+    return s;
+}
+
+static inf_status_t w_graph_launch(struct eng_backend *be, int32_t bucket, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    bool st = w->mode == W_STEP && w->armed;
+    if (st) {
+        cuda_ok(cudaEventRecord(w->e_pre, w->stream), "event");
+        w->t_launch0 = now_ns();
+    }
+    inf_status_t s = w->inner->iface->graph_launch(w->inner, bucket, err);
+    if (st) {
+        w->t_launch1 = now_ns();
+        cuda_ok(cudaEventRecord(w->e_post, w->stream), "event");
+    }
+    return s;
+}
+
+static struct wrap *wrap_create(struct eng_backend *inner, enum wrap_mode mode)
+{
+    struct wrap *w = calloc(1, sizeof *w);
+    if (!w)
+        die("wrap", "out of memory");
+    w->inner = inner;
+    w->mode = mode;
+    w->iface = *inner->iface;
+    w->iface.destroy = w_destroy;
+    w->iface.buf_upload = w_upload;
+    w->iface.linear_q4 = w_linear_q4;
+    w->iface.linear_fp = w_linear_fp;
+    w->iface.embedding = w_embedding;
+    w->iface.rmsnorm_add = w_rmsnorm_add;
+    w->iface.rope = w_rope;
+    w->iface.attn_decode = w_attn_decode;
+    w->iface.silu_mul = w_silu_mul;
+    w->iface.rows_gather = w_rows_gather;
+    w->iface.sample = w_sample;
+    w->iface.graph_prepare = w_graph_prepare;
+    w->iface.graph_launch = w_graph_launch;
+    w->pub = *inner;
+    w->pub.iface = &w->iface;
+    w->stream = (cudaStream_t)eng_backend_cuda_stream(inner);
+    if (!w->stream)
+        die("wrap", "not a CUDA backend");
+    if (mode == W_OPS)
+        for (int i = 0; i < MAX_EV; i++)
+            cuda_ok(cudaEventCreate(&w->ev[i]), "cudaEventCreate");
+    cudaEvent_t *e[] = {&w->e_start, &w->e_pre, &w->e_post, &w->e_samp};
+    for (int i = 0; i < 4; i++)
+        cuda_ok(cudaEventCreate(e[i]), "cudaEventCreate");
+    return w;
+}
+
+static void wrap_destroy(struct wrap *w)
+{
+    if (!w)
+        return;
+    if (w->mode == W_OPS)
+        for (int i = 0; i < MAX_EV; i++)
+            cudaEventDestroy(w->ev[i]);
+    cudaEventDestroy(w->e_start);
+    cudaEventDestroy(w->e_pre);
+    cudaEventDestroy(w->e_post);
+    cudaEventDestroy(w->e_samp);
+    free(w);
+}
+
+static double ev_ms(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0.0f;
+    cuda_ok(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    return ms;
+}
+
+/* ---- one sequence ------------------------------------------------------------- */
+struct seq {
+    int32_t bt[MAX_BLOCKS];
+    int32_t pos;  /* tokens in the KV cache */
+    int32_t next; /* the token to feed */
+};
+
+static inf_status_t run_step(eng_model_t *m, struct seq *s, const int32_t *toks, int32_t n,
+                             struct inf_err *err)
+{
+    static int32_t pos[1024], slot[1024];
+    static uint8_t want[1024];
+    for (int32_t i = 0; i < n; i++) {
+        pos[i] = s->pos + i;
+        slot[i] = 0;
+        want[i] = i == n - 1;
+    }
+    struct eng_batch b = {.n_tokens = n,
+                          .tokens = toks,
+                          .pos = pos,
+                          .slot = slot,
+                          .want_logits = want,
+                          .n_logits = 1,
+                          .block_table = s->bt,
+                          .n_slots = 1,
+                          .max_blocks = MAX_BLOCKS};
+    struct eng_sample_row row = {
+        .logit_row = 0, .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    struct eng_sample_out out;
+    inf_status_t st = eng_model_forward_sample(m, &b, &row, 1, &out, err);
+    if (st != INF_OK)
+        return st;
+    s->pos += n;
+    s->next = out.token >= 0 ? out.token : 1;
+    return INF_OK;
+}
+
+static void prefill(eng_model_t *m, struct seq *s, int32_t prompt)
+{
+    static int32_t ids[1024];
+    for (int32_t i = 0; i < MAX_BLOCKS; i++)
+        s->bt[i] = i;
+    s->pos = 0;
+    for (int32_t i = 0; i < prompt; i++)
+        ids[i] = 1 + i % 250;
+    struct inf_err err = {0};
+    if (run_step(m, s, ids, prompt, &err) != INF_OK)
+        die("prefill", err.msg);
+}
+
+static eng_model_t *load(const char *dir, struct eng_backend *be, enum eng_graphs g)
+{
+    struct eng_model_opts o;
+    eng_model_opts_default(&o);
+    o.max_tokens = 512;
+    o.n_kv_blocks = MAX_BLOCKS;
+    o.max_slots = 1;
+    o.max_seq_blocks = MAX_BLOCKS;
+    o.decode_graphs = g;
+    eng_model_t *m = NULL;
+    struct inf_err err = {0};
+    uint64_t t0 = now_ns();
+    if (eng_model_load(dir, be, &o, &m, &err) != INF_OK)
+        die("model", err.msg);
+    printf("model loaded in %.1f s\n", (double)(now_ns() - t0) / 1e9);
+    return m;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Wall time of n decode steps: mean and median in ms. */
+static void decode_steps(eng_model_t *m, struct seq *s, int32_t n, double *mean, double *med)
+{
+    uint64_t *t = malloc(sizeof *t * (size_t)n);
+    struct inf_err err = {0};
+    uint64_t sum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t t0 = now_ns();
+        if (run_step(m, s, &s->next, 1, &err) != INF_OK)
+            die("decode", err.msg);
+        t[i] = now_ns() - t0;
+        sum += t[i];
+    }
+    qsort(t, (size_t)n, sizeof *t, cmp_u64);
+    *mean = (double)sum / n / 1e6;
+    *med = (double)t[n / 2] / 1e6;
+    free(t);
+}
+
+/* The recorded bucket-1 graph replayed: back to back (ms of GPU per replay)
+ * and one at a time with a wait (ms per launch + wait). */
+static void replays(struct eng_backend *be, double *b2b, double *one)
+{
+    struct inf_err err = {0};
+    struct eng_buf *tiny = NULL;
+    int32_t v;
+    if (eng_buf_alloc(be, 256, &tiny, &err) != INF_OK)
+        die("alloc", err.msg);
+    const int R = 200;
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t t0 = now_ns();
+        for (int i = 0; i < R; i++) {
+            if (eng_graph_launch(be, 1, &err) != INF_OK)
+                die("graph launch", err.msg);
+            if (pass == 1 && eng_buf_download(be, tiny, 0, &v, 4, &err) != INF_OK)
+                die("download", err.msg);
+        }
+        if (eng_buf_download(be, tiny, 0, &v, 4, &err) != INF_OK)
+            die("download", err.msg);
+        double ms = (double)(now_ns() - t0) / 1e6 / R;
+        *(pass == 0 ? b2b : one) = ms;
+    }
+    eng_buf_free(be, tiny);
+}
+
+/* ---- the engine ---------------------------------------------------------------- */
+static void on_notify(void *user)
+{
+    (void)user;
+}
+
+static void engine_run(const char *dir, int32_t prompt, int32_t n, double model_step)
+{
+    struct eng_config cfg = {0};
+    cfg.backend = ENG_BACKEND_CUDA;
+    cfg.model_dir = dir;
+    cfg.max_batch = 8;
+    cfg.max_batched_tokens = 512;
+    cfg.max_model_len = prompt + n + 16;
+    cfg.kv_cache_tokens = 4096;
+    cfg.quantize = true;
+    cfg.group_size = 128;
+    cfg.fuse_qkv = true;
+    cfg.max_queue = 8;
+    eng_engine_t *eng = NULL;
+    struct inf_err err = {0};
+    uint64_t tl = now_ns();
+    if (eng_engine_create(&cfg, on_notify, NULL, &eng, &err) != INF_OK)
+        die("engine", err.msg);
+    printf("engine loaded in %.1f s\n", (double)(now_ns() - tl) / 1e9);
+    for (int rep = 0; rep < 2; rep++) {
+        struct eng_request *q = eng_request_create();
+        q->id = 1 + (uint64_t)rep;
+        q->n_prompt = prompt;
+        q->prompt = malloc(sizeof(int32_t) * (size_t)prompt);
+        for (int32_t i = 0; i < prompt; i++)
+            q->prompt[i] = 1 + i % 250;
+        q->max_tokens = n;
+        q->sampling.temperature = 0.0f;
+        q->sampling.top_p = 1.0f;
+        q->sampling.ignore_eos = true;
+        uint64_t t0 = now_ns(), t_done = 0, ttft = 0;
+        int32_t got = 0;
+        if (eng_request_submit(eng, q, &err) != INF_OK)
+            die("submit", err.msg);
+        while (!t_done) {
+            struct eng_event *ev = eng_events_take(eng);
+            while (ev) {
+                struct eng_event *next = (struct eng_event *)(void *)ev->node.next;
+                if (ev->kind == ENG_EV_DONE || ev->kind == ENG_EV_ERROR) {
+                    if (ev->kind == ENG_EV_ERROR)
+                        die("request", ev->msg);
+                    t_done = now_ns();
+                    ttft = ev->ttft_ns;
+                    got = ev->completion_tokens;
+                }
+                eng_event_destroy(ev);
+                ev = next;
+            }
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        if (rep == 1) {
+            /* from the first token (the engine's TTFT) to the end, as seen
+             * by this thread polling every 20 us */
+            double per = ((double)(t_done - t0) - (double)ttft) / 1e6 / (got > 1 ? got - 1 : 1);
+            printf("engine: %d tokens; first after %.2f ms; then %.3f ms a token (%.0f tok/s); "
+                   "model-level step %.3f ms: the scheduler adds %.3f ms a step\n",
+                   got, (double)ttft / 1e6, per, 1e3 / per, model_step, per - model_step);
+        }
+    }
+    struct eng_stats st;
+    eng_engine_stats(eng, &st);
+    printf("engine steps: %llu\n", (unsigned long long)st.steps_total);
+    eng_engine_destroy(eng);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL;
+    int32_t prompt = 128, steps = 256;
+    bool engine = true, step_only = false;
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
+        {"steps", required_argument, 0, 'n'}, {"no-engine", no_argument, 0, 'E'},
+        {"step-only", no_argument, 0, 'S'},   {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            dir = optarg;
+            break;
+        case 'p':
+            prompt = atoi(optarg);
+            break;
+        case 'n':
+            steps = atoi(optarg);
+            break;
+        case 'E':
+            engine = false;
+            break;
+        case 'S':
+            step_only = true;
+            engine = false;
+            break;
+        default:
+            dir = NULL;
+            prompt = 0;
+        }
+    }
+    if (!dir || prompt < 1 || prompt > 512 || steps < 8 ||
+        prompt + steps + 16 > MAX_BLOCKS * ENG_KV_BLOCK) {
+        fprintf(stderr,
+                "usage: int4serve-bench-decode-step --model DIR [--prompt P (1..512)] "
+                "[--steps N (8.., P + N <= %d)] [--no-engine] [--step-only]\n",
+                MAX_BLOCKS * ENG_KV_BLOCK - 16);
+        return 2;
+    }
+    inf_log_set_level(INF_LOG_WARN);
+    struct inf_err err = {0};
+    struct eng_backend *be1 = NULL, *be2 = NULL;
+    if (eng_backend_cuda_create(NULL, &be1, &err) != INF_OK ||
+        eng_backend_cuda_create(NULL, &be2, &err) != INF_OK)
+        die("backend", err.msg);
+    struct wrap *wa = wrap_create(be1, W_STEP), *wb = wrap_create(be1, W_OPS),
+                *wc = wrap_create(be2, W_SKIP_Q4);
+    eng_model_t *ma = load(dir, &wa->pub, ENG_GRAPHS_ON);
+    const struct eng_model_config *cfg = eng_model_config(ma);
+    printf("model: hidden %d, intermediate %d, layers %d, heads %d/%d, vocab %d; prompt %d, "
+           "%d decode steps\n",
+           cfg->hidden, cfg->intermediate, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->vocab,
+           prompt, steps);
+
+    /* 1. the step as the scheduler runs it */
+    struct seq sa;
+    prefill(ma, &sa, prompt);
+    double mean, med;
+    decode_steps(ma, &sa, 8, &mean, &med); /* records the graph, warms up */
+    decode_steps(ma, &sa, steps, &mean, &med);
+    printf("\nstep (eng_model_forward_sample, graph replay): mean %.3f ms, median %.3f ms "
+           "(%.0f tok/s at the median)\n",
+           mean, med, 1e3 / med);
+    /* its parts, over 32 steps */
+    double h_pre = 0, h_launch = 0, h_samp = 0, h_wait = 0, g_up = 0, g_graph = 0, g_samp = 0;
+    const int NP = 32;
+    for (int i = 0; i < NP; i++) {
+        wa->armed = true;
+        wa->started = false;
+        uint64_t t0 = now_ns();
+        if (run_step(ma, &sa, &sa.next, 1, &err) != INF_OK)
+            die("decode", err.msg);
+        uint64_t t1 = now_ns();
+        wa->armed = false;
+        cuda_ok(cudaEventSynchronize(wa->e_samp), "sync");
+        h_pre += (double)(wa->t_launch0 - t0) / 1e6;
+        h_launch += (double)(wa->t_launch1 - wa->t_launch0) / 1e6;
+        h_samp += (double)(wa->t_samp1 - wa->t_samp0) / 1e6;
+        h_wait += (double)(t1 - wa->t_samp1) / 1e6;
+        g_up += ev_ms(wa->e_start, wa->e_pre);
+        g_graph += ev_ms(wa->e_pre, wa->e_post);
+        g_samp += ev_ms(wa->e_post, wa->e_samp);
+    }
+    printf("  host: %.3f ms planning + uploads + graph_prepare, %.3f ms cudaGraphLaunch, "
+           "%.3f ms sample call, %.3f ms download (wait)\n",
+           h_pre / NP, h_launch / NP, h_samp / NP, h_wait / NP);
+    printf("  GPU (events on the stream): %.3f ms first upload to replay start, %.3f ms replay, "
+           "%.3f ms sampling (uploads + kernels)\n",
+           g_up / NP, g_graph / NP, g_samp / NP);
+    double b2b, one;
+    replays(be1, &b2b, &one);
+    printf("replay: %.3f ms back to back (GPU time), %.3f ms launch + wait\n", b2b, one);
+    if (step_only) {
+        eng_model_destroy(ma);
+        wrap_destroy(wa);
+        wrap_destroy(wb);
+        wrap_destroy(wc);
+        eng_backend_destroy(be1);
+        eng_backend_destroy(be2);
+        return 0;
+    }
+
+    /* 2. per-op GPU time, eagerly, the stream held until all is queued */
+    eng_model_t *mb = load(dir, &wb->pub, ENG_GRAPHS_EAGER);
+    struct seq sb;
+    prefill(mb, &sb, prompt);
+    decode_steps(mb, &sb, 4, &mean, &med);
+    double eager_mean = mean;
+    double per_kind[K_Q4 + MAX_SHAPES] = {0};
+    int count_kind[K_Q4 + MAX_SHAPES] = {0};
+    double ops_total = 0;
+    const int NO = 8;
+    for (int i = 0; i < NO; i++) {
+        wb->armed = true;
+        if (run_step(mb, &sb, &sb.next, 1, &err) != INF_OK)
+            die("decode", err.msg);
+        wb->armed = false;
+        for (int e = 1; e < wb->n_ev; e++) {
+            double ms = ev_ms(wb->ev[e - 1], wb->ev[e]);
+            per_kind[wb->kinds[e]] += ms / NO;
+            count_kind[wb->kinds[e]]++;
+            ops_total += ms / NO;
+        }
+    }
+    printf("\nops (eager, queued ahead; GPU time per step; eager step wall %.3f ms):\n",
+           eager_mean);
+    printf("| op | calls a step | ms a step | us a call |\n| --- | ---: | ---: | ---: |\n");
+    double q4_total = 0;
+    for (int k = 0; k < K_Q4 + wb->n_shapes; k++) {
+        if (!count_kind[k])
+            continue;
+        int calls = count_kind[k] / NO;
+        char name[96];
+        if (k >= K_Q4) {
+            snprintf(name, sizeof name, "INT4 GEMM N %d K %d", wb->shape_n[k - K_Q4],
+                     wb->shape_k[k - K_Q4]);
+            q4_total += per_kind[k];
+        } else {
+            snprintf(name, sizeof name, "%s", kind_name[k]);
+        }
+        printf("| %s | %d | %.3f | %.2f |\n", name, calls, per_kind[k],
+               1e3 * per_kind[k] / (calls ? calls : 1));
+    }
+    printf("| all ops | | %.3f | |\n| all but the INT4 GEMM | | %.3f | |\n", ops_total,
+           ops_total - q4_total);
+    printf(
+        "per layer without the GEMM: %.2f us (%d layers)\n",
+        1e3 * (ops_total - q4_total - per_kind[K_EMBED] - per_kind[K_LMHEAD] - per_kind[K_SAMPLE]) /
+            cfg->n_layers,
+        cfg->n_layers);
+
+    /* 3. everything but the INT4 GEMM, replayed */
+    eng_model_t *mc = load(dir, &wc->pub, ENG_GRAPHS_ON);
+    struct seq sc;
+    prefill(mc, &sc, prompt);
+    wc->armed = true; /* from here on the INT4 linears do nothing */
+    decode_steps(mc, &sc, 8, &mean, &med);
+    decode_steps(mc, &sc, steps, &mean, &med);
+    double nb2b, none;
+    replays(be2, &nb2b, &none);
+    printf("\nno-GEMM step: mean %.3f ms, median %.3f ms; replay %.3f ms back to back, %.3f ms "
+           "launch + wait\n",
+           mean, med, nb2b, none);
+    double model_step = 0;
+    {
+        struct seq s2;
+        eng_model_destroy(mc);
+        eng_model_destroy(mb);
+        prefill(ma, &s2, prompt);
+        decode_steps(ma, &s2, steps, &mean, &med);
+        model_step = med;
+    }
+    eng_model_destroy(ma);
+    wrap_destroy(wa);
+    wrap_destroy(wb);
+    wrap_destroy(wc);
+    eng_backend_destroy(be1);
+    eng_backend_destroy(be2);
+    if (engine)
+        engine_run(dir, prompt, steps, model_step);
+    return 0;
+}

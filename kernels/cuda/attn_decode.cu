@@ -1,0 +1,546 @@
+/*
+ * attn_decode.cu — paged attention for decode steps on tensor cores
+ * (kernels/attn_cuda.h), head_dim <= 128. Decode reads every K/V byte of
+ * the batch once for very little arithmetic, so the kernel is built to
+ * keep the memory system busy: many 16-byte copies in flight per SM and
+ * little instruction overhead per key.
+ * Work     one block per item: up to 16 query rows sharing one KV head (a
+ *          whole GQA group; MHA uses one row of the 16) over keys [k0, k1)
+ *          of one sequence.
+ * Mapping  NW warps; the item's keys are cut into tiles of 16 and warp w
+ *          takes tiles w, w + NW, ... with its own online-softmax state, so
+ *          the main loop has no block-wide barrier. Each warp owns an
+ *          S-stage ring in shared memory (K tile, V tile: 16 rows of HDP
+ *          halves each) filled by cp.async.cg (16 bytes, L1 bypassed; rows
+ *          past k1 and dims past head_dim are zero-filled by a source size
+ *          of 0), S - 1 tiles in flight while one is computed:
+ *            S = Q K^T  mma.sync m16n8k16; Q's A fragments stay in registers
+ *                       for the whole item, K's B fragments come from
+ *                       ldmatrix.x4 (rows = keys, 16-byte chunks swizzled by
+ *                       chunk ^ (key & 7) so the 8 rows of a matrix hit 8
+ *                       different bank groups);
+ *            softmax    scores in log2 units (scale * log2 e), each row's
+ *                       max over the quad of lanes that holds it (two xor
+ *                       shuffles), the sum kept per lane and reduced once at
+ *                       the end; the O rescale is skipped when no row's max
+ *                       moved;
+ *            O += P V   P rounded to fp16 in place as the A fragment, V's B
+ *                       fragments from ldmatrix.x4.trans.
+ *          At the end the warps' (max, sum, O) meet in shared memory (over
+ *          the rings) and the block writes out, or its partial. Split items
+ *          then count themselves in the group's arrival counter; the last
+ *          one combines the group's partials (read through L2, float4, eight
+ *          splits in flight) and resets the counter, so a split step is
+ *          still one launch. A partial slot here is acc [16][head_dim], then
+ *          max [16], then sum [16] (fp32, log2 units for the max).
+ * Numerics fp16 inputs, fp32 scores, softmax and accumulation (exp2f on
+ *          log2-scaled scores), P rounded to fp16 for P.V, one rounding to
+ *          fp16 at the output.
+ * Arch     sm_80+ (cp.async, ldmatrix, mma.sync m16n8k16); the dynamic
+ *          shared memory (up to 128 KB) is raised per device before use.
+ */
+#include "kernels/cuda/attn_decode.cuh"
+#include "kernels/cuda/launch.cuh"
+
+#include <math.h>
+
+namespace krnattn {
+namespace {
+
+constexpr int R = kDecodeRows, TK = kDecodeTile;
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, L1 bypassed; src_bytes 0 writes zeros. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+using krncuda::mma16816;
+using krncuda::pack_half2;
+using krncuda::pack_halves;
+
+/* Shared-memory byte offset of 16-byte chunk ch of row `key` in a tile of
+ * HDP halves per row, swizzled. */
+template <int HDP> __device__ __forceinline__ uint32_t swz(int key, int ch)
+{
+    return (uint32_t)((key * HDP + ((ch ^ (key & 7)) * 8)) * 2);
+}
+
+template <int HDP, int S> __host__ __device__ constexpr int ring_bytes()
+{
+    return S * 2 * TK * HDP * 2; /* S stages of a K and a V tile */
+}
+
+template <int HDP, int NW, int S>
+__global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_params p)
+{
+    constexpr int CH = HDP / 8;            /* 16-byte chunks per K/V row */
+    constexpr int KSTEPS = HDP / 16;       /* mma k-steps of Q K^T */
+    constexpr int NT_O = HDP / 8;          /* mma n-tiles of O */
+    constexpr int KEYS_PER_PASS = 32 / CH; /* rows one warp-wide copy covers */
+    constexpr int PASSES = TK / KEYS_PER_PASS;
+    constexpr int RING = ring_bytes<HDP, S>();
+    constexpr int OS = HDP + 4; /* row stride (floats) of O in the final exchange */
+    constexpr int NT = NW * 32;
+    static_assert(R * OS * 4 + 2 * R * 4 <= RING, "a warp's ring holds its final state");
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ int s_last;
+    /* launched with programmatic dependent launch: wait for the kernel before
+     * (it writes Q and the KV cache) before any global access */
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
+
+    const krn_cuda_attn_item it = p.items[blockIdx.x];
+    if (it.nrows <= 0)
+        return; /* a padding item of a fixed-shape list: the whole block leaves */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
+    const int64_t kv_row = (int64_t)p.n_kv_heads * hd;
+    const int32_t *bt = p.block_table + (int64_t)it.slot * p.max_blocks;
+    const int bshift = __ffs(p.block) - 1, bmask = p.block - 1; /* block: a power of 2 */
+    const uint32_t ring = smem_u32(smem) + (uint32_t)(warp * RING);
+
+    const int n_tiles = (it.k1 - it.k0 + TK - 1) / TK;
+    const int mine = n_tiles > warp ? (n_tiles - warp + NW - 1) / NW : 0;
+
+    /* This lane's copies: chunk lc of rows lk, lk + KEYS_PER_PASS, ... */
+    const int lc = lane % CH, lk = lane / CH;
+    const bool chunk_ok = lc * 8 < hd;
+    const int64_t col = (int64_t)it.kvh * hd + lc * 8;
+    /* The warp's i-th tile into stage i % S. */
+    auto issue = [&](int i) {
+        const int kt = it.k0 + (warp + i * NW) * TK;
+        const uint32_t st = ring + (uint32_t)((i % S) * (RING / S));
+#pragma unroll
+        for (int u = 0; u < PASSES; u++) {
+            const int key = lk + u * KEYS_PER_PASS, kp = kt + key;
+            const bool ok = chunk_ok && kp < it.k1;
+            int64_t off = 0;
+            if (ok)
+                off = (((int64_t)bt[kp >> bshift] << bshift) + (kp & bmask)) * kv_row + col;
+            const uint32_t dst = st + swz<HDP>(key, lc);
+            cp_async16(dst, p.k_pool + off, ok ? 16 : 0);
+            cp_async16(dst + TK * HDP * 2, p.v_pool + off, ok ? 16 : 0);
+        }
+    };
+    /* Start the ring before anything else, so Q's loads overlap it. */
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) {
+        if (s < mine)
+            issue(s);
+        cp_async_commit();
+    }
+
+    /* This lane's two rows (h = 0: row g, h = 1: row g + 8); rows past
+     * nrows have zero queries and no causal limit (their output is never
+     * written). */
+    const __half *qg = reinterpret_cast<const __half *>(p.q);
+    const __half zero = __float2half_rn(0.0f);
+    int lim[2];
+    int64_t qoff[2];
+    bool live[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = g + 8 * h, rr = it.row0 + r;
+        live[h] = r < it.nrows;
+        lim[h] = live[h] ? it.p_first + rr / G + 1 : 0x7fffffff;
+        qoff[h] = (int64_t)(it.t_first + rr / G) * p.ldq + (int64_t)(it.kvh * G + rr % G) * hd;
+    }
+    uint32_t qa[KSTEPS][4];
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int h = i & 1, d = ks * 16 + 2 * t + (i >> 1) * 8;
+            __half lo = zero, hi = zero;
+            if (live[h] && d < hd) { /* hd % 8 == 0: d + 1 < hd too */
+                lo = qg[qoff[h] + d];
+                hi = qg[qoff[h] + d + 1];
+            }
+            qa[ks][i] = pack_halves(lo, hi);
+        }
+
+    const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
+    float o[NT_O][4];
+#pragma unroll
+    for (int n = 0; n < NT_O; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const int vkey = (lane & 7) + ((lane >> 3) & 1) * 8; /* ldmatrix.trans row of V */
+
+    for (int i = 0; i < mine; i++) {
+        __syncwarp(); /* every lane is done reading the stage refilled next */
+        if (i + S - 1 < mine)
+            issue(i + S - 1);
+        cp_async_commit();
+        cp_async_wait<S - 1>(); /* this lane's copies of tile i landed */
+        __syncwarp();           /* ... and every lane's */
+        const int kt = it.k0 + (warp + i * NW) * TK;
+        const uint32_t ks_s = ring + (uint32_t)((i % S) * (RING / S));
+        const uint32_t vs_s = ks_s + TK * HDP * 2;
+
+        float sc[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+            const int key = j * 8 + (lane & 7);
+#pragma unroll
+            for (int k2 = 0; k2 < KSTEPS / 2; k2++) {
+                uint32_t b[4];
+                ldsm_x4(b, ks_s + swz<HDP>(key, 4 * k2 + (lane >> 3)));
+                mma16816(sc[j], qa[2 * k2], b[0], b[1]);
+                mma16816(sc[j], qa[2 * k2 + 1], b[2], b[3]);
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = e >> 1, kp = kt + j * 8 + 2 * t + (e & 1);
+                const float v = (kp < it.k1 && kp < lim[h]) ? sc[j][e] * sl2 : -INFINITY;
+                sc[j][e] = v;
+                mx[h] = fmaxf(mx[h], v);
+            }
+        float corr[2], m_use[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float m_new = fmaxf(m_run[h], mx[h]);
+            /* a row with no valid key yet keeps max -inf; 0 stands in so
+             * that exp2 gives 0 rather than NaN */
+            m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
+            corr[h] = exp2f(m_run[h] - m_use[h]);
+            m_run[h] = m_new;
+        }
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float v = exp2f(sc[j][e] - m_use[e >> 1]);
+                sc[j][e] = v;
+                sum[e >> 1] += v;
+            }
+        l_run[0] = l_run[0] * corr[0] + sum[0];
+        l_run[1] = l_run[1] * corr[1] + sum[1];
+        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                o[n][0] *= corr[0];
+                o[n][1] *= corr[0];
+                o[n][2] *= corr[1];
+                o[n][3] *= corr[1];
+            }
+        }
+        const uint32_t pa[4] = {pack_half2(sc[0][0], sc[0][1]), pack_half2(sc[0][2], sc[0][3]),
+                                pack_half2(sc[1][0], sc[1][1]), pack_half2(sc[1][2], sc[1][3])};
+#pragma unroll
+        for (int n2 = 0; n2 < NT_O / 2; n2++) {
+            uint32_t b[4];
+            ldsm_x4_trans(b, vs_s + swz<HDP>(vkey, 2 * n2 + (lane >> 4)));
+            mma16816(o[2 * n2], pa, b[0], b[1]);
+            mma16816(o[2 * n2 + 1], pa, b[2], b[3]);
+        }
+    }
+    cp_async_wait<0>(); /* only empty groups can be left; the ring is free */
+#pragma unroll
+    for (int h = 0; h < 2; h++) { /* each lane summed its own columns */
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    }
+
+    /* The warps' states meet in shared memory, each over its own ring:
+     * O [R][OS], then max [R], then sum [R] (fp32). */
+    {
+        __syncwarp();
+        float *wf = reinterpret_cast<float *>(smem + warp * RING);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = g + 8 * h;
+            if (r >= it.nrows)
+                continue;
+#pragma unroll
+            for (int n = 0; n < NT_O; n++) {
+                wf[r * OS + n * 8 + 2 * t] = o[n][2 * h];
+                wf[r * OS + n * 8 + 2 * t + 1] = o[n][2 * h + 1];
+            }
+            if (t == 0) {
+                wf[R * OS + r] = m_run[h];
+                wf[R * OS + R + r] = l_run[h];
+            }
+        }
+    }
+    __syncthreads();
+    __half *og = reinterpret_cast<__half *>(p.out);
+    for (int e = tid; e < it.nrows * hd; e += NT) {
+        const int r = e / hd, d = e - r * hd;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            M = fmaxf(M, reinterpret_cast<const float *>(smem + w * RING)[R * OS + r]);
+        float num = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            const float *wf = reinterpret_cast<const float *>(smem + w * RING);
+            const float m = wf[R * OS + r];
+            if (m == -INFINITY)
+                continue; /* a warp that saw no valid key (or none at all) */
+            const float f = exp2f(m - M);
+            num += f * wf[r * OS + d];
+            den += f * wf[R * OS + R + r];
+        }
+        if (it.part < 0) {
+            const int rr = it.row0 + r;
+            og[(int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd + d] =
+                __float2half_rn(num / den);
+        } else { /* slot: acc [R][hd], then max [R], then sum [R] */
+            float *slot = p.partials + (int64_t)it.part * R * (hd + 2);
+            slot[r * hd + d] = num;
+            if (d == 0) {
+                slot[R * hd + r] = M;
+                slot[R * hd + R + r] = den;
+            }
+        }
+    }
+    if (it.part < 0)
+        return;
+
+    /* A split: the group's last item to arrive combines. The fence makes
+     * this block's partial visible device-wide before it is counted. */
+    __threadfence();
+    __syncthreads();
+    const krn_cuda_attn_group grp = p.groups[it.group];
+    if (tid == 0) {
+        const int prev = atomicAdd(&p.group_done[it.group], 1);
+        s_last = prev == grp.n_splits - 1;
+        if (s_last)
+            p.group_done[it.group] = 0; /* every item counted: ready for the next launch */
+    }
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+    /* The group's items hold consecutive partial slots: this item is number
+     * blockIdx.x - grp.item of them. Every load below is independent of the
+     * others but for the max, so the tail is a few L2 round trips: the
+     * weights (one per split and row), then float4 accumulators with eight
+     * splits in flight. */
+    const int ns = grp.n_splits;
+    const float *part0 =
+        p.partials + (int64_t)(it.part - (int)(blockIdx.x - grp.item)) * R * (hd + 2);
+    const int64_t sstride = (int64_t)R * (hd + 2); /* floats per slot */
+    float *sw = reinterpret_cast<float *>(smem);   /* weight [R][ns], then den [R] */
+    float *sden = sw + R * ns;
+    for (int r = warp; r < it.nrows; r += NW) {
+        float M = -INFINITY;
+        for (int j = lane; j < ns; j += 32)
+            M = fmaxf(M, __ldcg(part0 + j * sstride + R * hd + r));
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
+        float den = 0.0f;
+        for (int j = lane; j < ns; j += 32) {
+            const float m = __ldcg(part0 + j * sstride + R * hd + r);
+            const float f = m == -INFINITY ? 0.0f : exp2f(m - M);
+            sw[r * ns + j] = f;
+            den += f * __ldcg(part0 + j * sstride + R * hd + R + r);
+        }
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1)
+            den += __shfl_xor_sync(0xffffffffu, den, o2);
+        if (lane == 0)
+            sden[r] = den;
+    }
+    __syncthreads();
+    for (int e = tid * 4; e < it.nrows * hd; e += NT * 4) { /* hd % 8 == 0: one row */
+        const int r = e / hd, d = e - r * hd;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int j = 0; j < ns; j++) {
+            const float w = sw[r * ns + j];
+            const float4 v =
+                __ldcg(reinterpret_cast<const float4 *>(part0 + j * sstride + r * hd + d));
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+        }
+        const float inv = 1.0f / sden[r];
+        const int rr = it.row0 + r;
+        __half *o4 =
+            og + (int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd + d;
+        o4[0] = __float2half_rn(acc.x * inv);
+        o4[1] = __float2half_rn(acc.y * inv);
+        o4[2] = __float2half_rn(acc.z * inv);
+        o4[3] = __float2half_rn(acc.w * inv);
+    }
+}
+
+/* ---- configurations ------------------------------------------------------
+ * Warps per block x stages per warp. Shared memory per block for HDP 128:
+ * w4 s3 96 KB (2 blocks per SM), w4 s2 64 KB (3), w8 s2 128 KB (1), w4 s4
+ * 128 KB (1), w2 s4 64 KB (3); half of that for HDP 64. */
+struct Variant {
+    int nw, s;
+    const char *name;
+    const void *kernel[2]; /* HDP 64, 128 */
+    int smem[2];
+};
+
+template <int NW, int S> Variant variant(const char *name)
+{
+    return {NW,
+            S,
+            name,
+            {reinterpret_cast<const void *>(decode_kernel<64, NW, S>),
+             reinterpret_cast<const void *>(decode_kernel<128, NW, S>)},
+            {NW * ring_bytes<64, S>(), NW * ring_bytes<128, S>()}};
+}
+
+/* Index order is the impl order of kernels/attn_cuda.h (impl - 2). */
+const Variant kVariants[] = {
+    variant<4, 3>("tc-decode w4 s3"), variant<4, 2>("tc-decode w4 s2"),
+    variant<8, 2>("tc-decode w8 s2"), variant<4, 4>("tc-decode w4 s4"),
+    variant<2, 4>("tc-decode w2 s4"),
+};
+constexpr int kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]);
+
+/* Per device, variant and HDP: resident blocks per SM once the limit was
+ * raised (0: not yet). Racing writers store the same value. */
+constexpr int kMaxDevices = 16;
+int g_ctas[kMaxDevices][kNumVariants][2];
+
+cudaError_t prepare(int hdp, int v, int *ctas)
+{
+    const int hi = hdp == 64 ? 0 : 1;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev >= 0 && dev < kMaxDevices && g_ctas[dev][v][hi] > 0) {
+        *ctas = g_ctas[dev][v][hi];
+        return cudaSuccess;
+    }
+    const Variant &c = kVariants[v];
+    e = cudaFuncSetAttribute(c.kernel[hi], cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem[hi]);
+    if (e != cudaSuccess)
+        return e;
+    int n = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, c.kernel[hi], c.nw * 32,
+                                                      (size_t)c.smem[hi]);
+    if (e != cudaSuccess)
+        return e;
+    if (n < 1)
+        return cudaErrorInvalidConfiguration;
+    if (dev >= 0 && dev < kMaxDevices)
+        g_ctas[dev][v][hi] = n;
+    *ctas = n;
+    return cudaSuccess;
+}
+
+template <int NW, int S>
+void launch_one(const krn_cuda_attn_params &p, int hdp, int smem, cudaStream_t s)
+{
+    if (hdp == 64)
+        krncuda::launch_pdl(decode_kernel<64, NW, S>, dim3((unsigned)p.n_items), dim3(NW * 32),
+                            (size_t)smem, s, p);
+    else
+        krncuda::launch_pdl(decode_kernel<128, NW, S>, dim3((unsigned)p.n_items), dim3(NW * 32),
+                            (size_t)smem, s, p);
+}
+
+} // namespace
+
+int decode_variant_count()
+{
+    return kNumVariants;
+}
+
+const char *decode_variant_name(int v)
+{
+    return v >= 0 && v < kNumVariants ? kVariants[v].name : "?";
+}
+
+/* From bench_attn on an H200 (docs/CUDA.md): w4 s3 for head_dim 128, w8 s2
+ * (fewer, longer items) for 64. */
+int decode_variant_auto(int hdp)
+{
+    return hdp == 64 ? 2 : 0;
+}
+
+/* One round of the block's warps with every stage in flight: shorter splits
+ * would only add partials to combine. */
+int decode_split_keys(int v)
+{
+    return kVariants[v].nw * TK * (kVariants[v].s - 1);
+}
+
+cudaError_t decode_ctas_per_sm(int hdp, int v, int *out)
+{
+    return prepare(hdp, v, out);
+}
+
+cudaError_t decode_launch(const krn_cuda_attn_params &p, int hdp, int v, cudaStream_t s)
+{
+    int ctas = 0;
+    cudaError_t e = prepare(hdp, v, &ctas);
+    if (e != cudaSuccess)
+        return e;
+    const int smem = kVariants[v].smem[hdp == 64 ? 0 : 1];
+    switch (v) {
+    case 0:
+        launch_one<4, 3>(p, hdp, smem, s);
+        break;
+    case 1:
+        launch_one<4, 2>(p, hdp, smem, s);
+        break;
+    case 2:
+        launch_one<8, 2>(p, hdp, smem, s);
+        break;
+    case 3:
+        launch_one<4, 4>(p, hdp, smem, s);
+        break;
+    default:
+        launch_one<2, 4>(p, hdp, smem, s);
+        break;
+    }
+    return cudaGetLastError();
+}
+
+} // namespace krnattn

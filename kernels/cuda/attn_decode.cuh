@@ -1,0 +1,28 @@
+#pragma once
+/* kernels/cuda/attn_decode.cuh — the tensor-core decode kernel of paged
+ * attention (attn_decode.cu), as attention.cu's launcher sees it. Internal to
+ * kernels/cuda. */
+#include "kernels/attn_cuda.h"
+
+#include <cuda_runtime.h>
+
+namespace krnattn {
+
+constexpr int kDecodeRows = 16;       /* query rows per item: the mma's M */
+constexpr int kDecodeTile = 16;       /* keys per pipeline stage */
+constexpr int kDecodeMaxSplits = 256; /* the fused combine's shared-memory bound */
+
+/* Compiled configurations (warps per block x pipeline stages per warp). */
+int decode_variant_count();
+const char *decode_variant_name(int v);
+/* The configuration chosen automatically for padded head_dim hdp. */
+int decode_variant_auto(int hdp);
+/* Keys one block takes in one round of its warps: NW * kDecodeTile. */
+int decode_split_keys(int v);
+/* Resident blocks per SM of configuration v for hdp on the current device
+ * (raises the kernel's shared-memory limit first; cached per device). */
+cudaError_t decode_ctas_per_sm(int hdp, int v, int *out);
+/* Launch configuration v for hdp (64 or 128) over p's items. */
+cudaError_t decode_launch(const krn_cuda_attn_params &p, int hdp, int v, cudaStream_t s);
+
+} // namespace krnattn

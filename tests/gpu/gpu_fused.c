@@ -1,0 +1,326 @@
+/* GPU test: the decode-step kernels of kernels/rope_cuda.h and norm_cuda.h
+ * against references written here.
+ *
+ *   krn_cuda_rope_kv   RoPE fused with the KV write, against krn_cuda_rope
+ *                      followed by a host copy of the rotated K and of V
+ *                      (bit-identical rows and pool rows), against a host
+ *                      RoPE in fp32 (within one fp16 rounding), pool rows
+ *                      of rows without a destination (-1) untouched; shapes
+ *                      MHA 32/32 x 128 (Llama-2-7B) at 1 and 5 rows, GQA 8/2 x
+ *                      64, head_dim 48, and a 256-wide head.
+ *   krn_cuda_rope      the scalar path (head_dim 40, an odd row stride)
+ *                      against the host reference.
+ *   krn_cuda_rmsnorm_add  dims 4096, 12288 and 20000 (one, two and four
+ *                      16-byte vectors a thread), 4100 (the scalar path),
+ *                      with and without the residual delta, 1 to 3 rows
+ *                      (padded strides when several), two launches back to back (the
+ *                      second reads what the first wrote: the programmatic
+ *                      dependent launch waits): the stored residual is the
+ *                      fp16 sum exactly, the output within 2 fp16 roundings
+ *                      of a double-precision reference.
+ * Prints "SKIPPED: no GPU" without one. */
+#include "common/inf.h"
+#include "kernels/norm_cuda.h"
+#include "kernels/rope.h"
+#include "kernels/rope_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_fail, g_checks;
+static uint64_t g_rng = 12345;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        g_checks++;                                                                                \
+        if (!(cond)) {                                                                             \
+            g_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static void cu(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "FATAL %s: %s\n", what, cudaGetErrorString(e));
+        exit(2);
+    }
+}
+
+static void ok(inf_status_t st, const struct inf_err *err, const char *what)
+{
+    if (st != INF_OK) {
+        fprintf(stderr, "FATAL %s: %s\n", what, err->msg);
+        exit(2);
+    }
+}
+
+static double unif(void)
+{
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0;
+}
+
+static uint16_t rh(float lo, float hi)
+{
+    return inf_f32_to_f16(lo + (hi - lo) * (float)unif());
+}
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    cu(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+}
+
+/* ---- RoPE + KV write --------------------------------------------------------- */
+
+/* Host RoPE of one row in fp32 (the kernel's formula). */
+static void host_rope(float *row, int32_t n_heads, int32_t hd, int32_t pos, const float *inv)
+{
+    for (int32_t h = 0; h < n_heads; h++)
+        for (int32_t i = 0; i < hd / 2; i++) {
+            float a = row[h * hd + i], b = row[h * hd + i + hd / 2], ang = (float)pos * inv[i];
+            float c = cosf(ang), s = sinf(ang);
+            row[h * hd + i] = a * c - b * s;
+            row[h * hd + i + hd / 2] = b * c + a * s;
+        }
+}
+
+static void test_rope_kv(int32_t nq, int32_t nkv, int32_t hd, int32_t m)
+{
+    struct inf_err err = {0};
+    const int32_t n = nq + nkv, kvd = nkv * hd;
+    const int64_t ld = (int64_t)(nq + 2 * nkv) * hd + 8; /* q, k, v and a pad */
+    const int32_t pool_rows = 3 * m + 2;
+    const size_t xb = (size_t)m * ld * 2, pb = (size_t)pool_rows * kvd * 2;
+    uint16_t *hx = malloc(xb), *hy = malloc(xb), *hz = malloc(xb);
+    uint16_t *hk = malloc(pb), *hv = malloc(pb), *hk0 = malloc(pb);
+    int32_t *pos = malloc(sizeof(int32_t) * m), *kvr = malloc(sizeof(int32_t) * m);
+    float inv[256], *row = malloc(sizeof(float) * (size_t)n * hd);
+    for (int64_t i = 0; i < (int64_t)m * ld; i++)
+        hx[i] = rh(-2.0f, 2.0f);
+    for (size_t i = 0; i < pb / 2; i++)
+        hk0[i] = rh(-1.0f, 1.0f);
+    for (int32_t r = 0; r < m; r++) {
+        pos[r] = r == 0 ? 4000 + (int32_t)(unif() * 1000) : (int32_t)(unif() * 300);
+        kvr[r] = r == m - 1 && m > 1 ? -1 : 3 * r + 1; /* the last of several rows: padding */
+    }
+    krn_rope_inv_freq(10000.0f, false, 1.0f, 1.0f, 4.0f, 8192, hd, inv);
+    uint16_t *dx = dalloc(xb), *dk = dalloc(pb), *dv = dalloc(pb);
+    int32_t *dpos = dalloc(sizeof(int32_t) * m), *dkvr = dalloc(sizeof(int32_t) * m);
+    float *dinv = dalloc(sizeof inv);
+    cu(cudaMemcpy(dpos, pos, sizeof(int32_t) * m, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dkvr, kvr, sizeof(int32_t) * m, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dinv, inv, sizeof inv, cudaMemcpyHostToDevice), "copy");
+    /* fused */
+    cu(cudaMemcpy(dx, hx, xb, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dk, hk0, pb, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dv, hk0, pb, cudaMemcpyHostToDevice), "copy");
+    CHECK(krn_cuda_rope_kv_ok(dx, ld, nq, nkv, hd, dx + (int64_t)n * hd, ld, dk, dv),
+          "rope_kv_ok refuses %d/%d x %d", nq, nkv, hd);
+    ok(krn_cuda_rope_kv(dx, ld, nq, nkv, hd, dpos, dinv, dx + (int64_t)n * hd, ld, dk, dv, dkvr, m,
+                        NULL, &err),
+       &err, "rope_kv");
+    cu(cudaDeviceSynchronize(), "sync");
+    cu(cudaMemcpy(hy, dx, xb, cudaMemcpyDeviceToHost), "copy");
+    cu(cudaMemcpy(hk, dk, pb, cudaMemcpyDeviceToHost), "copy");
+    cu(cudaMemcpy(hv, dv, pb, cudaMemcpyDeviceToHost), "copy");
+    /* unfused */
+    cu(cudaMemcpy(dx, hx, xb, cudaMemcpyHostToDevice), "copy");
+    ok(krn_cuda_rope(dx, ld, n, hd, dpos, dinv, m, NULL, &err), &err, "rope");
+    cu(cudaDeviceSynchronize(), "sync");
+    cu(cudaMemcpy(hz, dx, xb, cudaMemcpyDeviceToHost), "copy");
+    CHECK(memcmp(hy, hz, xb) == 0, "%d/%d x %d, %d rows: fused rows differ from krn_cuda_rope", nq,
+          nkv, hd, m);
+    long pool_bad = 0, host_bad = 0;
+    double worst = 0.0;
+    for (int32_t r = 0; r < m; r++) {
+        const uint16_t *zr = hz + (int64_t)r * ld;
+        for (int32_t pr = 0; pr < pool_rows; pr++) {
+            bool dst = kvr[r] == pr;
+            for (int32_t i = 0; i < kvd && dst; i++) {
+                pool_bad += hk[(int64_t)pr * kvd + i] != zr[(int64_t)nq * hd + i];
+                pool_bad += hv[(int64_t)pr * kvd + i] != zr[(int64_t)n * hd + i];
+            }
+        }
+        for (int32_t i = 0; i < n * hd; i++)
+            row[i] = inf_f16_to_f32(hx[(int64_t)r * ld + i]);
+        host_rope(row, n, hd, pos[r], inv);
+        for (int32_t i = 0; i < n * hd; i++) {
+            double g = inf_f16_to_f32(zr[i]), d = fabs(g - row[i]);
+            /* one fp16 rounding of a value below 4, plus sin/cos ulps */
+            if (d > 2.5e-3 + 1e-3 * fabs(row[i]))
+                host_bad++;
+            worst = d > worst ? d : worst;
+        }
+        for (int32_t i = n * hd; i < ld; i++) /* v and the pad are not touched */
+            host_bad += zr[i] != hx[(int64_t)r * ld + i];
+    }
+    /* pool rows nobody targets keep their bytes */
+    long kept_bad = 0;
+    for (int32_t pr = 0; pr < pool_rows; pr++) {
+        bool used = false;
+        for (int32_t r = 0; r < m; r++)
+            used |= kvr[r] == pr;
+        if (!used)
+            kept_bad +=
+                memcmp(hk + (size_t)pr * kvd, hk0 + (size_t)pr * kvd, (size_t)kvd * 2) != 0 ||
+                memcmp(hv + (size_t)pr * kvd, hk0 + (size_t)pr * kvd, (size_t)kvd * 2) != 0;
+    }
+    CHECK(pool_bad == 0, "%d/%d x %d: %ld pool values differ from the rotated row", nq, nkv, hd,
+          pool_bad);
+    CHECK(kept_bad == 0, "%d/%d x %d: %ld untargeted pool rows changed", nq, nkv, hd, kept_bad);
+    CHECK(host_bad == 0, "%d/%d x %d: %ld values off the host RoPE (worst %.3g)", nq, nkv, hd,
+          host_bad, worst);
+    printf("rope_kv %2d/%2d x %3d, %d rows: fused == rope + copy, host worst %.2g\n", nq, nkv, hd,
+           m, worst);
+    cudaFree(dx), cudaFree(dk), cudaFree(dv), cudaFree(dpos), cudaFree(dkvr), cudaFree(dinv);
+    free(hx), free(hy), free(hz), free(hk), free(hv), free(hk0), free(pos), free(kvr), free(row);
+}
+
+/* krn_cuda_rope alone on a shape of the scalar path (odd stride). */
+static void test_rope_scalar(void)
+{
+    struct inf_err err = {0};
+    const int32_t nh = 3, hd = 40, m = 2;
+    const int64_t ld = nh * hd + 3;
+    uint16_t hx[2 * 123], hy[2 * 123];
+    int32_t pos[2] = {7, 1234};
+    float inv[256], row[120];
+    for (int i = 0; i < m * ld; i++)
+        hx[i] = rh(-2.0f, 2.0f);
+    krn_rope_inv_freq(10000.0f, false, 1.0f, 1.0f, 4.0f, 8192, hd, inv);
+    uint16_t *dx = dalloc(sizeof hx);
+    int32_t *dpos = dalloc(sizeof pos);
+    float *dinv = dalloc(sizeof inv);
+    cu(cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dinv, inv, sizeof inv, cudaMemcpyHostToDevice), "copy");
+    ok(krn_cuda_rope(dx, ld, nh, hd, dpos, dinv, m, NULL, &err), &err, "rope");
+    cu(cudaMemcpy(hy, dx, sizeof hy, cudaMemcpyDeviceToHost), "copy");
+    long bad = 0;
+    for (int r = 0; r < m; r++) {
+        for (int i = 0; i < nh * hd; i++)
+            row[i] = inf_f16_to_f32(hx[r * ld + i]);
+        host_rope(row, nh, hd, pos[r], inv);
+        for (int i = 0; i < nh * hd; i++)
+            bad += fabs(inf_f16_to_f32(hy[r * ld + i]) - row[i]) > 2.5e-3 + 1e-3 * fabs(row[i]);
+        for (int64_t i = nh * hd; i < ld; i++)
+            bad += hy[r * ld + i] != hx[r * ld + i];
+    }
+    CHECK(bad == 0, "rope scalar path: %ld values off the host reference", bad);
+    cudaFree(dx), cudaFree(dpos), cudaFree(dinv);
+}
+
+/* ---- RMSNorm --------------------------------------------------------------------- */
+static void test_norm(int32_t dim, int32_t m, bool with_delta)
+{
+    struct inf_err err = {0};
+    const int64_t ld = dim + 8 * (m > 1); /* padded rows keep 16-byte alignment */
+    const size_t hb = (size_t)m * ld * 2;
+    uint16_t *hx = malloc(hb), *hd = malloc(hb), *hx2 = malloc(hb), *ho = malloc(hb),
+             *ho2 = malloc(hb);
+    float *w = malloc(sizeof(float) * (size_t)dim);
+    for (int64_t i = 0; i < (int64_t)m * ld; i++) {
+        hx[i] = rh(-3.0f, 3.0f);
+        hd[i] = rh(-1.0f, 1.0f);
+    }
+    for (int32_t i = 0; i < dim; i++)
+        w[i] = 0.5f + (float)unif();
+    uint16_t *dx = dalloc(hb), *dd = dalloc(hb), *dout = dalloc(hb), *dout2 = dalloc(hb);
+    float *dw = dalloc(sizeof(float) * (size_t)dim);
+    cu(cudaMemcpy(dx, hx, hb, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dd, hd, hb, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dw, w, sizeof(float) * (size_t)dim, cudaMemcpyHostToDevice), "copy");
+    const float eps = 1e-5f;
+    /* two launches back to back: the second adds the first's output to x */
+    ok(krn_cuda_rmsnorm_add(dx, ld, with_delta ? dd : NULL, ld, dw, eps, dout, ld, dim, m, NULL,
+                            &err),
+       &err, "rmsnorm");
+    ok(krn_cuda_rmsnorm_add(dx, ld, dout, ld, dw, eps, dout2, ld, dim, m, NULL, &err), &err,
+       "rmsnorm 2");
+    cu(cudaDeviceSynchronize(), "sync");
+    cu(cudaMemcpy(hx2, dx, hb, cudaMemcpyDeviceToHost), "copy");
+    cu(cudaMemcpy(ho, dout, hb, cudaMemcpyDeviceToHost), "copy");
+    cu(cudaMemcpy(ho2, dout2, hb, cudaMemcpyDeviceToHost), "copy");
+    long bad_res = 0, bad_out = 0;
+    double worst = 0.0;
+    uint16_t *x1 = malloc((size_t)dim * 2);
+    for (int32_t r = 0; r < m; r++) {
+        const int64_t o = (int64_t)r * ld;
+        /* step 1 on the host */
+        double ss = 0.0;
+        for (int32_t i = 0; i < dim; i++) {
+            float v = inf_f16_to_f32(hx[o + i]);
+            if (with_delta)
+                v = inf_f16_to_f32(inf_f32_to_f16(v + inf_f16_to_f32(hd[o + i])));
+            x1[i] = inf_f32_to_f16(v);
+            ss += (double)v * v;
+        }
+        double inv = 1.0 / sqrt(ss / dim + eps);
+        for (int32_t i = 0; i < dim; i++) {
+            double ref = inf_f16_to_f32(x1[i]) * inv * w[i], g = inf_f16_to_f32(ho[o + i]);
+            double d = fabs(g - ref);
+            worst = d > worst ? d : worst;
+            bad_out += d > 2e-3 * fabs(ref) + 1e-4;
+        }
+        /* step 2: x = fp16(x1 + out1) exactly, from the GPU's out1 */
+        double ss2 = 0.0;
+        for (int32_t i = 0; i < dim; i++) {
+            uint16_t want = inf_f32_to_f16(inf_f16_to_f32(x1[i]) + inf_f16_to_f32(ho[o + i]));
+            bad_res += hx2[o + i] != want;
+            double v = inf_f16_to_f32(want);
+            ss2 += v * v;
+        }
+        double inv2 = 1.0 / sqrt(ss2 / dim + eps);
+        for (int32_t i = 0; i < dim; i++) {
+            double ref = inf_f16_to_f32(hx2[o + i]) * inv2 * w[i], g = inf_f16_to_f32(ho2[o + i]);
+            double d = fabs(g - ref);
+            worst = d > worst ? d : worst;
+            bad_out += d > 2e-3 * fabs(ref) + 1e-4;
+        }
+        for (int64_t i = dim; i < ld; i++) /* the row's padding is not touched */
+            bad_res += hx2[o + i] != hx[o + i];
+    }
+    CHECK(bad_res == 0, "rmsnorm dim %d, %d rows%s: %ld residual values differ", dim, m,
+          with_delta ? ", delta" : "", bad_res);
+    CHECK(bad_out == 0, "rmsnorm dim %d, %d rows%s: %ld outputs off (worst %.3g)", dim, m,
+          with_delta ? ", delta" : "", bad_out, worst);
+    printf("rmsnorm dim %5d, %d rows%s: worst %.2g\n", dim, m, with_delta ? ", delta" : "       ",
+           worst);
+    cudaFree(dx), cudaFree(dd), cudaFree(dout), cudaFree(dout2), cudaFree(dw);
+    free(hx), free(hd), free(hx2), free(ho), free(ho2), free(w), free(x1);
+}
+
+int main(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("SKIPPED: no GPU\n");
+        return 0;
+    }
+    test_rope_kv(32, 32, 128, 1);
+    test_rope_kv(32, 32, 128, 5);
+    test_rope_kv(8, 2, 64, 3);
+    test_rope_kv(4, 2, 48, 2);
+    test_rope_kv(2, 1, 256, 4);
+    test_rope_scalar();
+    for (int d = 0; d < 2; d++) {
+        test_norm(4096, 1, d);
+        test_norm(4096, 3, d);
+        test_norm(12288, 2, d);
+        test_norm(20000, 1, d);
+        test_norm(4100, 2, d);
+    }
+    printf("%d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
