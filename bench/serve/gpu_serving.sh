@@ -74,7 +74,7 @@ BACKEND=${BACKEND:-cuda}
 MODEL_DIR=${MODEL_DIR:-/tmp}
 TOKCACHE=${INT4SERVE_TOKENIZER_CACHE:-}
 mkdir -p "$OUT" || exit 1
-if ! command -v curl >/dev/null && ! python3 -c "import urllib.request" 2>/dev/null; then
+if ! command -v curl >/dev/null && ! env -u LD_LIBRARY_PATH python3 -c "import urllib.request" 2>/dev/null; then
     echo "gpu_serving.sh: needs curl or python3 to poll /health" >&2
     exit 1
 fi
@@ -164,11 +164,17 @@ bench() {
     fi
 }
 
+# The system's curl / python3 run without LD_LIBRARY_PATH (which may point at
+# the libraries bundled for int4serve: a system curl loading another
+# libcurl fails every probe) and without proxies.
 healthy() {
     if command -v curl >/dev/null; then
-        curl -sf -m 1 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1
+        env -u LD_LIBRARY_PATH curl --noproxy '*' -sf -m 1 "http://127.0.0.1:$PORT/health" \
+            >/dev/null 2>&1
     else
-        python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=1)" 2>/dev/null
+        env -u LD_LIBRARY_PATH -u http_proxy -u HTTP_PROXY python3 -c \
+            "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=1)" \
+            2>/dev/null
     fi
 }
 
