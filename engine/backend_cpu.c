@@ -1,7 +1,7 @@
 /* engine/backend_cpu.c — the CPU backend: the reference every other backend
  * is tested against. fp32 activations and KV; buffers are plain host memory;
- * ops are split over a pthread pool owned by the backend (one thread per
- * core by default), the calling thread included.
+ * ops are split over a thread pool owned by the backend (engine/par.h; one
+ * thread per core by default), the calling thread included.
  *
  * Work split: linear layers over output columns (each thread a contiguous
  * range, so it streams its own slice of the weight), row ops over rows,
@@ -11,6 +11,7 @@
 #define INF_LOG_MODULE "eng"
 #include "engine/backend.h"
 #include "engine/batch.h"
+#include "engine/par.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
@@ -18,103 +19,38 @@
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* ---- thread pool ----------------------------------------------------------
- * pool_run(fn, ctx, n) calls fn(ctx, i) for every i < n across the workers
- * and the caller, and returns when all are done. Tasks are taken from an
- * atomic counter; `gen` tells sleeping workers that a new job is posted. */
+/* ---- tasks on the engine's thread pool -------------------------------------
+ * pool_run(par, fn, ctx, n) calls fn(ctx, i) for every i < n across the
+ * pool's threads and the caller (engine/par.h), and returns when all are
+ * done; tasks are handed out one at a time. */
 typedef void (*task_fn)(void *ctx, int32_t i);
 
-struct pool {
-    pthread_t *threads;
-    int32_t n_workers; /* threads besides the caller */
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
-    uint64_t gen;    /* bumped per job, under mu */
-    int32_t running; /* workers still inside the current job, under mu */
-    bool stop;
+struct task_job {
     task_fn fn;
     void *ctx;
-    int32_t n_tasks;
-    atomic_int next; /* next task index; relaxed is enough: mu orders the job fields */
 };
 
-static void pool_drain(struct pool *p)
+static void task_range(void *arg, int64_t i0, int64_t i1)
 {
-    int32_t i;
-    while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n_tasks)
-        p->fn(p->ctx, i);
+    const struct task_job *j = arg;
+    for (int64_t i = i0; i < i1; i++)
+        j->fn(j->ctx, (int32_t)i);
 }
 
-static void *pool_main(void *arg)
+static void pool_run(eng_par_t *par, task_fn fn, void *ctx, int32_t n_tasks)
 {
-    struct pool *p = arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->stop && p->gen == seen)
-            pthread_cond_wait(&p->cv_work, &p->mu);
-        if (p->stop)
-            break;
-        seen = p->gen;
-        pthread_mutex_unlock(&p->mu);
-        pool_drain(p);
-        pthread_mutex_lock(&p->mu);
-        if (--p->running == 0)
-            pthread_cond_signal(&p->cv_done);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-static void pool_run(struct pool *p, task_fn fn, void *ctx, int32_t n_tasks)
-{
-    if (n_tasks <= 0)
-        return;
-    if (p->n_workers == 0 || n_tasks == 1) {
-        for (int32_t i = 0; i < n_tasks; i++)
-            fn(ctx, i);
-        return;
-    }
-    pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    p->running = p->n_workers;
-    p->gen++;
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
-    pool_drain(p);
-    pthread_mutex_lock(&p->mu);
-    while (p->running > 0)
-        pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-}
-
-static void pool_stop(struct pool *p, int32_t started)
-{
-    pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
-    for (int32_t i = 0; i < started; i++)
-        pthread_join(p->threads[i], NULL);
-    pthread_cond_destroy(&p->cv_work);
-    pthread_cond_destroy(&p->cv_done);
-    pthread_mutex_destroy(&p->mu);
-    free(p->threads);
+    struct task_job j = {.fn = fn, .ctx = ctx};
+    eng_par_run(par, n_tasks, 1, task_range, &j);
 }
 
 /* ---- backend state -------------------------------------------------------- */
 struct cpu_ctx {
-    struct pool pool;
-    int32_t n_threads;
+    eng_par_t *par;
+    int32_t n_threads; /* the pool's threads, the caller included */
     float *scratch;      /* attention scores: [4 * n_threads][scratch_len] */
     int64_t scratch_len; /* floats per task */
     int32_t *rows;       /* attention row lists: [2][rows_cap] */
@@ -274,7 +210,7 @@ static inf_status_t cpu_linear_q4(struct eng_backend *be, const struct eng_q4w *
                            .ldx = x.ld,
                            .ldy = y.ld};
     j.parts = linear_parts(c, w->n, m, w->k);
-    pool_run(&c->pool, linear_task, &j, j.parts);
+    pool_run(c->par, linear_task, &j, j.parts);
     return INF_OK;
 }
 
@@ -297,7 +233,7 @@ static inf_status_t cpu_linear_fp(struct eng_backend *be, const struct eng_buf *
                            .ldx = x.ld,
                            .ldy = y.ld};
     j.parts = linear_parts(c, n, m, k);
-    pool_run(&c->pool, linear_task, &j, j.parts);
+    pool_run(c->par, linear_task, &j, j.parts);
     return INF_OK;
 }
 
@@ -347,7 +283,7 @@ static void rows_run(struct cpu_ctx *c, struct rows_job *j)
 {
     /* Small row ops are not worth waking the pool for. */
     j->parts = (int64_t)j->m * j->dim < 16384 ? 1 : parts_for(c, j->m);
-    pool_run(&c->pool, rows_task, j, j->parts);
+    pool_run(c->par, rows_task, j, j->parts);
 }
 
 static inf_status_t cpu_embedding(struct eng_backend *be, const struct eng_buf *table,
@@ -554,13 +490,13 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
             r++;
         }
     j.n_items = n_tok * p->n_heads;
-    pool_run(&c->pool, kv_write_task, &j, p->n_seqs);
+    pool_run(c->par, kv_write_task, &j, p->n_seqs);
     struct attn_task_ctx tc = {.j = &j};
     int32_t tasks = c->n_threads * ATTN_TASKS_PER_THREAD;
     tasks = tasks < j.n_items ? tasks : j.n_items;
     tc.per_task = (j.n_items + tasks - 1) / tasks;
     tasks = (j.n_items + tc.per_task - 1) / tc.per_task;
-    pool_run(&c->pool, attn_task, &tc, tasks);
+    pool_run(c->par, attn_task, &tc, tasks);
     return INF_OK;
 }
 
@@ -568,7 +504,7 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
 static void cpu_destroy(struct eng_backend *be)
 {
     struct cpu_ctx *c = be->ctx;
-    pool_stop(&c->pool, c->pool.n_workers);
+    eng_par_destroy(c->par);
     free(c->scratch);
     free(c->rows);
     free(c);
@@ -611,23 +547,13 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
     struct cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c)
         goto fail_mem;
-    c->n_threads = n;
-    c->pool.n_workers = n - 1;
-    c->pool.threads = calloc((size_t)n, sizeof(pthread_t));
-    if (!c->pool.threads)
-        goto fail_mem;
-    pthread_mutex_init(&c->pool.mu, NULL);
-    pthread_cond_init(&c->pool.cv_work, NULL);
-    pthread_cond_init(&c->pool.cv_done, NULL);
-    for (int32_t i = 0; i < n - 1; i++) {
-        if (pthread_create(&c->pool.threads[i], NULL, pool_main, &c->pool) != 0) {
-            c->pool.n_workers = i;
-            pool_stop(&c->pool, i);
-            free(c);
-            free(be);
-            return inf_err_set(err, INF_E_NOMEM, "cannot start CPU backend thread %d", i);
-        }
+    if (eng_par_create(n, &c->par, err) != INF_OK) {
+        free(c);
+        free(be);
+        return INF_E_NOMEM;
     }
+    /* a thread that could not be started leaves the pool smaller */
+    c->n_threads = eng_par_size(c->par);
     be->iface = &cpu_iface;
     be->act_dtype = ENG_ACT_F32;
     be->kv_dtype = ENG_ACT_F32;
@@ -635,8 +561,6 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
     *out = be;
     return INF_OK;
 fail_mem:
-    if (c)
-        free(c->pool.threads);
     free(c);
     free(be);
     return inf_err_set(err, INF_E_NOMEM, "out of memory creating the CPU backend");

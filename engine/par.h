@@ -1,7 +1,7 @@
 #pragma once
-/* engine/par.h — engine-internal: a small thread pool for load-time host
- * work (converting, quantizing and repacking weights), so a checkpoint is
- * prepared on every core.
+/* engine/par.h — engine-internal: a small thread pool, for load-time host
+ * work (converting, quantizing and repacking weights, so a checkpoint is
+ * prepared on every core) and for the CPU backend's ops.
  *
  * eng_par_run splits [0, n) into chunks of `grain` items handed out in
  * turn to the pool's threads and the caller's; fn must treat every item
@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define ENG_PAR_MAX 64 /* threads in one pool, the caller included */
+#define ENG_PAR_MAX 1024 /* threads in one pool, the caller included */
 
 typedef struct eng_par eng_par_t;
 

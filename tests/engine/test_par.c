@@ -65,7 +65,8 @@ END_TEST
 START_TEST(thread_counts)
 {
     ck_assert_int_eq(eng_par_threads(3), 3);
-    ck_assert_int_eq(eng_par_threads(1000), ENG_PAR_MAX);
+    ck_assert_int_eq(eng_par_threads(1000), 1000);
+    ck_assert_int_eq(eng_par_threads(ENG_PAR_MAX + 5), ENG_PAR_MAX);
     int32_t all = eng_par_threads(0);
     ck_assert(all >= 1 && all <= ENG_PAR_MAX);
 }
