@@ -277,6 +277,7 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
     s->opt = *opt;
     s->listen_fd = -1;
     s->started_unix = (int64_t)time(NULL);
+    srv_id_prefix(s->id_prefix);
     srv_metrics_init(&s->metrics);
 
     uv_async_init(&loop, &s->async, on_async);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -210,7 +211,7 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
     if (!resp) {
         /* Nothing to send: a resumed connection without a response is closed
          * by the access handler. */
-        inf_log(ERROR, "req=%llu out of memory building a response", (unsigned long long)r->id);
+        inf_log(ERROR, "req=%s out of memory building a response", r->id_str + 5);
         srv_req_resume(r);
         return;
     }
@@ -224,7 +225,7 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
     if (r->in_handler) {
         r->responded = true;
         if (MHD_queue_response(r->conn, status, resp) != MHD_YES)
-            inf_log(WARN, "req=%llu could not queue the response", (unsigned long long)r->id);
+            inf_log(WARN, "req=%s could not queue the response", r->id_str + 5);
         MHD_destroy_response(resp);
         return;
     }
@@ -256,7 +257,7 @@ void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     unsigned status = http_status ? http_status : (unsigned)api_status_http(st);
-    inf_log(INFO, "req=%llu %s %s -> %u %s", (unsigned long long)r->id, r->method,
+    inf_log(INFO, "req=%s %s %s -> %u %s", r->id_str + 5, r->method,
             r->url ? r->url : "", status, msg);
     struct inf_arena a;
     inf_arena_init(&a, 1024);
@@ -277,6 +278,19 @@ void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t
 }
 
 /* ---- request lifetime ---------------------------------------------------------------- */
+void srv_id_prefix(char out[17])
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+        /* no entropy source: the clock and the pid, mixed (splitmix64) */
+        v = (uint64_t)inf_now_ns() ^ ((uint64_t)getpid() << 32);
+        v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+        v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+        v ^= v >> 31;
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
 static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn,
                                const char *method, const char *url)
 {
@@ -286,7 +300,8 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
     r->srv = s;
     r->conn = conn;
     r->id = ++s->next_id;
-    snprintf(r->id_str, sizeof r->id_str, "cmpl-%llu", (unsigned long long)r->id);
+    snprintf(r->id_str, sizeof r->id_str, "cmpl-%s%08llx", s->id_prefix,
+             (unsigned long long)r->id);
     snprintf(r->method, sizeof r->method, "%s", method);
     r->url = strdup(url);
     r->arrival_ns = inf_now_ns();
@@ -342,18 +357,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     double ms = (double)(inf_now_ns() - r->arrival_ns) / 1e6;
     bool probe = strncmp(r->url, "/health", 7) == 0 || strcmp(r->url, "/metrics") == 0;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        inf_log(INFO, "req=%llu %s %s -> %u, connection ended early (%s) after %.1f ms",
-                (unsigned long long)r->id, r->method, r->url, r->status,
+        inf_log(INFO, "req=%s %s %s -> %u, connection ended early (%s) after %.1f ms",
+                r->id_str + 5, r->method, r->url, r->status,
                 toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED   ? "timeout"
                 : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? "shutdown"
                 : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? "client closed"
                                                                 : "error",
                 ms);
     else if (r->status < 400 && !probe)
-        inf_log(INFO, "req=%llu %s %s -> %u in %.1f ms", (unsigned long long)r->id, r->method,
+        inf_log(INFO, "req=%s %s %s -> %u in %.1f ms", r->id_str + 5, r->method,
                 r->url, r->status, ms);
     else if (r->status < 400)
-        inf_log(DEBUG, "req=%llu %s %s -> %u", (unsigned long long)r->id, r->method, r->url,
+        inf_log(DEBUG, "req=%s %s %s -> %u", r->id_str + 5, r->method, r->url,
                 r->status);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->in_engine)
         srv_cmpl_cancel(r, toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN
@@ -433,8 +448,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         /* A chunked body far over the limit: stop reading and close (the
          * answer 413 can only be queued once the body has ended). */
         if (r->body_too_big && r->body_seen > 16 * (uint64_t)s->opt.max_body_bytes) {
-            inf_log(INFO, "req=%llu body over 16x the limit without a Content-Length: closing",
-                    (unsigned long long)r->id);
+            inf_log(INFO, "req=%s body over 16x the limit without a Content-Length: closing",
+                    r->id_str + 5);
             return MHD_NO;
         }
         if (!r->body_too_big) {
@@ -457,7 +472,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r->pending = NULL;
         r->responded = true;
         if (MHD_queue_response(conn, r->pending_status, resp) != MHD_YES)
-            inf_log(WARN, "req=%llu could not queue the response", (unsigned long long)r->id);
+            inf_log(WARN, "req=%s could not queue the response", r->id_str + 5);
         MHD_destroy_response(resp);
     } else if (!r->dispatched) {
         r->dispatched = true;
@@ -472,7 +487,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (!r->responded && !r->suspended) {
         /* No answer could be built (out of memory): close the connection
          * rather than be called again for nothing. */
-        inf_log(ERROR, "req=%llu no response to send: closing", (unsigned long long)r->id);
+        inf_log(ERROR, "req=%s no response to send: closing", r->id_str + 5);
         return MHD_NO;
     }
     return MHD_YES;

@@ -66,7 +66,8 @@ struct srv_sub {
 
 struct srv_req {
     uint64_t id;
-    char id_str[32]; /* "cmpl-<id>": X-Request-Id and the completion id */
+    char id_str[48]; /* "cmpl-<prefix><n>": X-Request-Id, the completion id; the
+                        logs write req=<prefix><n> */
     struct srv_server *srv;
     struct MHD_Connection *conn; /* NULL once libmicrohttpd is done with it */
     struct srv_req *prev, *next; /* every live request */
@@ -118,6 +119,8 @@ struct srv_server {
     bool stopping; /* daemon being stopped */
     int n_signals;
     uint64_t next_id;
+    char id_prefix[17]; /* 16 random hex digits per process: ids differ across
+                           replicas and restarts */
     uint64_t abort_deadline_ns;
     int64_t started_unix;
     uv_timer_t stop_timer; /* polls for the end of a drain */
@@ -173,3 +176,7 @@ void srv_cmpl_cancel(struct srv_req *r, const char *why);
 
 /* daemon.c: called when a request leaves the engine, to finish a drain. */
 void srv_daemon_check_drained(struct srv_server *s);
+
+/* 16 random hex digits (getrandom; the clock and pid mixed without it) for
+ * this process's request ids. Thread: any. */
+void srv_id_prefix(char out[17]);

@@ -75,6 +75,17 @@ START_TEST(test_routes)
     ck_assert_str_eq(r.body, "{\"status\":\"ok\"}");
     ck_assert_ptr_nonnull(it_header(&r, "x-request-id", buf, sizeof buf));
     ck_assert(strncmp(buf, "cmpl-", 5) == 0);
+    /* cmpl- + 16 hex digits of a per-process random prefix + at least 8 of
+     * the request number */
+    ck_assert_uint_ge(strlen(buf), 5 + 16 + 8);
+    ck_assert_uint_eq(strspn(buf + 5, "0123456789abcdef"), strlen(buf) - 5);
+    char hid[128];
+    snprintf(hid, sizeof hid, "%s", buf);
+    it_resp_free(&r);
+    ck_assert(it_http(&srv, "GET", "/health", NULL, NULL, &r));
+    ck_assert_ptr_nonnull(it_header(&r, "x-request-id", buf, sizeof buf));
+    ck_assert(strncmp(buf, hid, 5 + 16) == 0); /* same process, same prefix */
+    ck_assert_str_ne(buf, hid);
     it_resp_free(&r);
 
     ck_assert(it_http(&srv, "GET", "/health/ready", NULL, NULL, &r));
