@@ -831,9 +831,17 @@ constexpr int kSm90First = kSm75Config + 1;
  * kernel (with programmatic dependent launch) wins at M <= 16 and on small
  * weights, where the split-K tail dominates. Returns an sm_90a configuration
  * (token tiles of 32 or 64) or -1 for the sm_80 kernel. */
-static int sm90_auto_choice(int m, int n_pad, int k_pad)
+static int sm90_auto_choice(int m, const krn_int4_gemm_layout *lay)
 {
 #ifdef INT4SERVE_GEMM_SM90
+    const int n_pad = lay->n_pad, k_pad = lay->k_pad;
+    /* Groups of 64 k and more (4 or 8 k16 steps of a stage per group): the
+     * variants measured on the H200 by test_gpu_int4_gemm's automatic
+     * cases. Group 32 and per-channel scales run there only through the
+     * sweep's forced configurations, so the automatic choice keeps them on
+     * the mma.sync kernel. */
+    if (lay->groups == 1 || lay->group_steps < 4)
+        return -1;
     const long long tiles = (long long)(n_pad / 128) * (k_pad / 128);
     int tn = 0;
     if (m <= 16)
@@ -850,8 +858,7 @@ static int sm90_auto_choice(int m, int n_pad, int k_pad)
                 return i;
 #else
     (void)m;
-    (void)n_pad;
-    (void)k_pad;
+    (void)lay;
 #endif
     return -1;
 }
@@ -971,7 +978,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
      * (sm90_auto_choice), when it can run these operands (k % 8 == 0, A
      * 16-byte aligned); a forced sm_90a configuration it cannot run takes the
      * automatic sm_80 choice below. */
-    const int auto90 = args->config == -1 ? sm90_auto_choice(p.m, lay->n_pad, lay->k_pad) : -1;
+    const int auto90 = args->config == -1 ? sm90_auto_choice(p.m, lay) : -1;
     const bool want90 = auto90 >= 0 || args->config >= kSm90First;
     if (major == 9 && want90 && sm90_supported(p)) {
         const int c9 = args->config >= kSm90First ? args->config - kSm90First : auto90;

@@ -439,10 +439,10 @@ int main(void)
     static const struct wcase full[] = {
         {4096, 4096, 128, false, M_ALL, LEN(M_ALL), true},
         {4096, 4096, 128, true, M_ALL, LEN(M_ALL), false},
-        {4096, 4096, 32, false, M_SOME, LEN(M_SOME), false},
+        {4096, 4096, 32, false, M_SOME, LEN(M_SOME), true},
         {4096, 4096, 64, true, M_SOME, LEN(M_SOME), false},
         {4096, 4096, 256, false, M_SOME, LEN(M_SOME), false},
-        {4096, 4096, 0, false, M_SOME, LEN(M_SOME), false},
+        {4096, 4096, 0, false, M_SOME, LEN(M_SOME), true},
         {4096, 4096, 0, true, M_SOME, LEN(M_SOME), false},
         {4096, 12288, 128, false, M_BIG, LEN(M_BIG), false},
         {11008, 4096, 128, true, M_BIG, LEN(M_BIG), false},
