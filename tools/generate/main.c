@@ -1,9 +1,14 @@
-/* int4serve-generate — greedy generation from token ids, on the CPU backend.
+/* int4serve-generate — greedy generation from token ids, on the CPU backend
+ * (or the CUDA backend with --backend cuda).
  *
  *   int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N
  *       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]
- *       [--threads T] [--dump-logits FILE] [--batch B]
+ *       [--threads T] [--dump-logits FILE] [--batch B] [--backend cpu|cuda]
+ *       [--device N]
  *
+ * --backend cuda runs the model on GPU --device (fp16 activations; fp16
+ * weights with --quantization none): what tests/parity/hf_parity.py
+ * compares with transformers in fp16.
  * --prompt TEXT encodes TEXT with the model folder's tokenizer.json (BOS
  * and EOS as its post-processor says) instead of taking ids.
  * Prints the generated ids (one line), then, when the model folder has a
@@ -27,6 +32,7 @@
 #include "engine/tokenizer.h"
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +42,12 @@ static void usage(FILE *f)
     fprintf(f, "usage: int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT)\n"
                "       --max-tokens N\n"
                "       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]\n"
-               "       [--threads T] [--dump-logits FILE] [--batch B]\n"
-               "Greedy generation on the CPU backend; prints the ids of sequence 0, their\n"
-               "text (when the model has a tokenizer.json), then the prefill time and the\n"
-               "decode time per token. --group-size 0 is per-channel.\n"
+               "       [--threads T] [--dump-logits FILE] [--batch B] [--backend cpu|cuda]\n"
+               "       [--device N]\n"
+               "Greedy generation on the CPU backend (or GPU N with --backend cuda); prints\n"
+               "the ids of sequence 0, their text (when the model has a tokenizer.json),\n"
+               "then the prefill time and the decode time per token. --group-size 0 is\n"
+               "per-channel.\n"
                "--dump-logits: fp32 logits of sequence 0, [n_prompt + N - 1][vocab], row i\n"
                "after token i of prompt ++ generated; raw little-endian fp32, or a NumPy\n"
                ".npy file (dtype <f4, 2-D) when FILE ends in .npy.\n");
@@ -154,7 +162,8 @@ static int print_text(const eng_tok_t *tok, const int32_t *ids, int n)
 int main(int argc, char **argv)
 {
     const char *model = NULL, *ids_arg = NULL, *text_arg = NULL, *dump = NULL;
-    int max_tokens = -1, threads = 0, batch = 1;
+    int max_tokens = -1, threads = 0, batch = 1, device = 0;
+    bool cuda = false;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
@@ -168,6 +177,8 @@ int main(int argc, char **argv)
                                        {"threads", required_argument, 0, 't'},
                                        {"dump-logits", required_argument, 0, 'd'},
                                        {"batch", required_argument, 0, 'b'},
+                                       {"backend", required_argument, 0, 'B'},
+                                       {"device", required_argument, 0, 'D'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
     int c;
@@ -215,6 +226,17 @@ int main(int argc, char **argv)
         case 'b':
             batch = atoi(optarg);
             break;
+        case 'B':
+            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0) {
+                cuda = strcmp(optarg, "cuda") == 0;
+            } else {
+                fprintf(stderr, "int4serve-generate: --backend must be cpu or cuda\n");
+                return 2;
+            }
+            break;
+        case 'D':
+            device = atoi(optarg);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -226,7 +248,7 @@ int main(int argc, char **argv)
     int32_t *prompt = NULL;
     int np = 0;
     if (!model || !ids_arg == !text_arg || max_tokens < 1 || batch < 1 || batch > 256 ||
-        threads < 0) {
+        threads < 0 || device < 0) {
         usage(stderr);
         return 2;
     }
@@ -272,8 +294,10 @@ int main(int argc, char **argv)
     int32_t *lens = NULL;
     struct run run = {.np = np};
     struct eng_backend_cpu_opts bo = {.n_threads = threads};
-    if (eng_backend_cpu_create(&bo, &be, &err) != INF_OK ||
-        eng_model_load(model, be, &mo, &m, &err) != INF_OK) {
+    struct eng_backend_cuda_opts co = {.device = device};
+    inf_status_t bst = cuda ? eng_backend_cuda_create(&co, &be, &err)
+                            : eng_backend_cpu_create(&bo, &be, &err);
+    if (bst != INF_OK || eng_model_load(model, be, &mo, &m, &err) != INF_OK) {
         fprintf(stderr, "int4serve-generate: %s\n", err.msg);
         goto out;
     }
