@@ -691,9 +691,9 @@ struct Config {
         }                                                                                          \
     }
 
-/* Indexes 0-3 are what the automatic choice uses (by M); the rest are
- * alternatives kept compiled for benchmarking (args->config). Names: rows,
- * columns, k per tile, k steps per warp (w), stages. */
+/* Indexes 0-2 and 10 are what the automatic choice uses (auto_config); the
+ * rest are alternatives kept compiled for benchmarking (args->config).
+ * Names: rows, columns, k per tile, k steps per warp (w), stages. */
 const Config kConfigs[] = {
     INT4GEMM_CONFIG("sm80 m16 n128 k128 w4 s4", 1, 4, 4, 4, 4, 2),
     INT4GEMM_CONFIG("sm80 m32 n128 k128 w4 s4", 2, 4, 4, 4, 4, 2),
@@ -711,13 +711,20 @@ const Config kConfigs[] = {
 constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
 
-/* Automatic choice by M, from the H200 sweep (docs/gemm-notes.md, version
- * 7): the 16-row tile up to M = 16, the 32-row tile up to 32, the 64-row
- * tile beyond (two or more m tiles, each dequantizing the weights again). */
-int auto_config(int m)
+/* Automatic choice by M and weight width, from the H200 sweeps
+ * (docs/gemm-notes.md, versions 7 and 12): the 16-row tile up to M = 16 —
+ * 256 columns with all eight warps along N, each taking the whole k tile
+ * (index 10), on wide weights (n >= 8192 up to M = 8, n >= 16384 up to
+ * M = 16), where each block's stripe is long enough for the larger tile;
+ * else 128 columns (index 0) — the 32-row tile up to 32, the 64-row tile
+ * beyond (two or more m tiles, each dequantizing the weights again). */
+constexpr int kWideSmallM = 10;
+int auto_config(int m, const krn_int4_gemm_layout *lay)
 {
-    if (m <= 16)
-        return 0;
+    if (m <= 16) {
+        const int wide_from = m <= 8 ? 8192 : 16384;
+        return lay->n_pad >= wide_from ? kWideSmallM : 0;
+    }
     if (m <= 32)
         return 1;
     return 2;
@@ -1010,7 +1017,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         return INF_OK;
     }
 #endif
-    const int ci = args->config >= 0 && args->config < kNumConfigs ? args->config : auto_config(p.m);
+    const int ci = args->config >= 0 && args->config < kNumConfigs ? args->config : auto_config(p.m, lay);
     const Config &c = kConfigs[ci];
     const int zp = lay->symmetric ? 0 : 1;
     int occ = 0;
