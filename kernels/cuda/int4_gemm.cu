@@ -831,38 +831,34 @@ static int sm90_count(void)
 }
 
 constexpr int kSm90First = kSm75Config + 1;
-/* The automatic choice on Hopper, from the H200 sweep over the Llama shapes
- * (docs/gemm-notes.md, version 9): the wgmma kernel wins once it has enough
- * work per block — from M = 17 on the wide weights (n >= 8192), above M = 64
- * once the weight has at least 2048 of its 128 x 128 tiles; the mma.sync
- * kernel (with programmatic dependent launch) wins at M <= 16 and on small
- * weights, where the split-K tail dominates. Returns an sm_90a configuration
- * (token tiles of 32 or 64) or -1 for the sm_80 kernel. */
+/* The automatic choice on Hopper, from the H200 sweep over the Llama-2-7B
+ * and Llama-3-8B shapes (docs/gemm-notes.md, version 13): the mma.sync
+ * kernel up to M = 16 (where the weight stream is all there is); above it the
+ * wgmma kernel with the token tile that covers M in as few tiles as the
+ * weight allows — 32 tokens up to M = 32, then 64 and 128, one step smaller
+ * on small weights (fewer than 1536 tiles of 128 x 128), where a larger
+ * token tile leaves too few units per block. Groups of 32 k stay on the
+ * mma.sync kernel: their wgmma variant is tested but not yet timed. Returns
+ * an sm_90a configuration or -1 for the sm_80 kernel. */
 static int sm90_auto_choice(int m, const krn_int4_gemm_layout *lay)
 {
 #ifdef INT4SERVE_GEMM_SM90
-    const int n_pad = lay->n_pad, k_pad = lay->k_pad;
-    /* Groups of 64 k and more (4 or 8 k16 steps of a stage per group): the
-     * variants measured on the H200 by test_gpu_int4_gemm's automatic
-     * cases. Group 32 and per-channel scales run there only through the
-     * sweep's forced configurations, so the automatic choice keeps them on
-     * the mma.sync kernel. */
-    if (lay->groups == 1 || lay->group_steps < 4)
+    if (m <= 16 || (lay->groups > 1 && lay->group_steps < 4))
         return -1;
-    const long long tiles = (long long)(n_pad / 128) * (k_pad / 128);
-    int tn = 0;
-    if (m <= 16)
-        tn = 0;
-    else if (m <= 32)
-        tn = n_pad >= 8192 ? 32 : 0;
+    const long long tiles = (long long)(lay->n_pad / 128) * (lay->k_pad / 128);
+    const bool small = tiles < 1536;
+    int tn;
+    if (m <= 32)
+        tn = 32;
     else if (m <= 64)
-        tn = n_pad >= 16384 ? 64 : 0;
+        tn = small ? 32 : 64;
+    else if (m <= 128)
+        tn = small ? 64 : 128;
     else
-        tn = tiles >= 2048 ? 64 : 0;
-    if (tn)
-        for (int i = 0; i < sm90_config_count(); i++)
-            if (sm90_config_tn(i) == tn)
-                return i;
+        tn = 128;
+    for (int i = 0; i < sm90_config_count(); i++)
+        if (sm90_config_tn(i) == tn)
+            return i;
 #else
     (void)m;
     (void)lay;

@@ -13,13 +13,16 @@
  *          fragments of n8 tiles 2j and 2j+1, i.e. the A fragment of rows
  *          16j..16j+15, so warp j of a warpgroup dequantizes word j).
  * Layout   unchanged: the sm_80 kernel's repacked buffer is used as is.
- * Mapping  persistent grid (#SMs x resident blocks). Block = 2 consumer
+ * Mapping  persistent grid (#SMs x resident blocks). Block = WG (2) consumer
  *          warpgroups (64 output columns each: a 128-column tile) + 1 producer
  *          warp. Units (token tile, 128-column tile, 128-k tile) are striped
  *          over the blocks exactly as in int4_gemm.cu: every block gets the same
  *          number of k tiles (±1) whatever the shape; a tile split between
  *          blocks is reduced through the workspace by its last arriver, in
- *          block order (deterministic).
+ *          block order (deterministic), each partial kept in thread order so
+ *          that its stores and loads are whole float4 runs (tile_epilogue:
+ *          written per element in tile order, this reduction took a third of
+ *          the warps' time at M = 128).
  * Pipeline STAGES-deep shared-memory ring, one mbarrier pair (full, empty) per
  *          stage. The producer warp streams the weights with cp.async.bulk (TMA
  *          bulk copies: a 128 x 128 W tile is two contiguous 4 KiB runs, so one
@@ -66,20 +69,22 @@ namespace
 
 constexpr int kKS = 128;                  /* k per stage (one k tile) */
 constexpr int kSteps = kKS / 16;          /* k16 steps per stage */
-constexpr int kWG = 2;                    /* consumer warpgroups */
-constexpr int kBN = 64 * kWG;             /* output columns per tile */
-constexpr int kThreads90 = kWG * 128 + 32; /* + one producer warp */
-constexpr int kWBytes = kBN * kKS / 2;    /* 8 KiB of codes per stage */
-constexpr int kChunkBytes = 64 * kKS / 2; /* one warpgroup's 4 KiB */
-constexpr int kSBytes = kWG * 4 * 128;    /* up to 4 scale rows of 64 fp16 per warpgroup */
+constexpr int kChunkBytes = 64 * kKS / 2; /* one warpgroup's 4 KiB of codes per stage */
+constexpr int kMaxBN = 256;               /* widest column tile (4 warpgroups) */
 
-template <int TN> struct Cfg90 {
+/* TN tokens x WG consumer warpgroups (64 output columns each). */
+template <int TN, int WG> struct Cfg90 {
+    static constexpr int BN = 64 * WG;             /* output columns per tile */
+    static constexpr int THREADS = WG * 128 + 32;  /* + one producer warp */
+    static constexpr int W_BYTES = BN * kKS / 2;   /* codes per stage */
+    static constexpr int S_BYTES = WG * 4 * 128;   /* up to 4 scale rows of 64 fp16 per warpgroup */
     static constexpr int A_BYTES = TN * kKS * 2;
-    static constexpr int STAGE = kWBytes + A_BYTES + 2 * kSBytes;
-    /* resident blocks per SM: two up to 64 tokens (four warpgroups to take
-     * turns on the tensor cores), one for 128 (its stages need the room) */
-    static constexpr int BPS = TN <= 64 ? 2 : 1;
-    static constexpr int STAGES = TN <= 32 ? 6 : TN == 64 ? 4 : 5;
+    static constexpr int STAGE = W_BYTES + A_BYTES + 2 * S_BYTES;
+    /* resident blocks per SM: with two warpgroups, two blocks up to 64
+     * tokens (four warpgroups to take turns on the tensor cores), one for
+     * 128 (its stages need the room); with four, one block */
+    static constexpr int BPS = WG == 2 && TN <= 64 ? 2 : 1;
+    static constexpr int STAGES = WG == 2 ? (TN <= 32 ? 6 : TN == 64 ? 4 : 5) : (TN <= 32 ? 6 : 5);
     static constexpr int SMEM = STAGES * STAGE + 1024; /* + alignment slack */
 };
 
@@ -151,10 +156,10 @@ __device__ __forceinline__ void griddep_launch()
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
-/* bar.sync over the 256 consumer threads only (the producer may be gone). */
-__device__ __forceinline__ void consumer_sync()
+/* bar.sync over the NT consumer threads only (the producer may be gone). */
+template <int NT> __device__ __forceinline__ void consumer_sync()
 {
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kWG * 128) : "memory");
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory");
 }
 
 /* ---- wgmma --------------------------------------------------------------- */
@@ -305,8 +310,13 @@ __device__ __forceinline__ void store_c(const Params &p, int row, int col, float
  * contributors to arrive (one acq_rel atomic per block) sums all partials in
  * block order (deterministic), writes C and resets the counter. Value e of
  * out sits at token row / tile column pos(e); threads with has == false store
- * nothing but take part in the barriers (all 256 consumer threads call it). */
-template <int NV, int BN, class Pos>
+ * nothing but take part in the barriers (all NT consumer threads call it).
+ * A partial is kept in thread order, not tile order: float4 j of consumer
+ * thread tid at j * NT + tid (the summing thread holds the same positions in
+ * every contributor), so each store and load of a warp is 512 contiguous
+ * bytes. A last arriver that is also the tile's first contributor starts
+ * the sum from its own registers. */
+template <int NV, int BN, int NT, class Pos>
 __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out)[NV], bool has,
                                               Pos pos, int tn, int mt, int nt, int b, int grid,
                                               int tid, int *s_last)
@@ -314,7 +324,6 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
     const int t = nt * p.m_tiles + mt;
     const int b_first = block_of_unit(t * p.k_tiles, p.units, grid);
     const int b_last = block_of_unit(t * p.k_tiles + p.k_tiles - 1, p.units, grid);
-    const int rows = p.m - mt * tn; /* valid rows of this token tile */
     if (b_first == b_last) {
         if (has) {
 #pragma unroll
@@ -324,20 +333,20 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
                 store_c(p, mt * tn + r, nt * BN + cl, out[e]);
             }
         }
-        consumer_sync(); /* the caller's shared scratch is free again */
+        consumer_sync<NT>(); /* the caller's shared scratch is free again */
         return;
     }
+    /* NT threads x NV values = TN x BN: a partial fills its slot exactly */
+    static_assert(NV % 4 == 0, "whole float4 runs");
     if (has) {
-        float *part = p.partials + (size_t)slot_of(b, t, p, grid) * tn * BN;
+        float4 *part =
+            reinterpret_cast<float4 *>(p.partials + (size_t)slot_of(b, t, p, grid) * tn * BN);
 #pragma unroll
-        for (int e = 0; e < NV; e++) {
-            int r, cl;
-            pos(e, r, cl);
-            if (r < rows)
-                part[r * BN + cl] = out[e];
-        }
+        for (int j = 0; j < NV / 4; j++)
+            __stcg(part + j * NT + tid,
+                   make_float4(out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3]));
     }
-    consumer_sync();
+    consumer_sync<NT>();
     if (tid == 0) {
         int old;
         asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
@@ -346,20 +355,31 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
                      : "memory");
         *s_last = old == b_last - b_first;
     }
-    consumer_sync();
+    consumer_sync<NT>();
     if (*s_last && has) {
+        /* The sum in block order. When this block is the tile's first
+         * contributor (the usual case: the last to arrive is the block whose
+         * stripe ends inside the tile), it starts from its own registers;
+         * otherwise from zero, reading its own partial back like the others
+         * (so only v and one partial's loads are live at a time). */
+        const bool own_first = b == b_first;
         float v[NV];
 #pragma unroll
         for (int e = 0; e < NV; e++)
-            v[e] = 0.0f;
-        for (int bb = b_first; bb <= b_last; bb++) {
-            const float *q = p.partials + (size_t)slot_of(bb, t, p, grid) * tn * BN;
+            v[e] = own_first ? out[e] : 0.0f;
+        for (int bb = b_first + (own_first ? 1 : 0); bb <= b_last; bb++) {
+            const float4 *q = reinterpret_cast<const float4 *>(
+                p.partials + (size_t)slot_of(bb, t, p, grid) * tn * BN);
+            float4 w[NV / 4];
 #pragma unroll
-            for (int e = 0; e < NV; e++) {
-                int r, cl;
-                pos(e, r, cl);
-                if (r < rows)
-                    v[e] += __ldcg(q + r * BN + cl);
+            for (int j = 0; j < NV / 4; j++)
+                w[j] = __ldcg(q + j * NT + tid);
+#pragma unroll
+            for (int j = 0; j < NV / 4; j++) {
+                v[4 * j] += w[j].x;
+                v[4 * j + 1] += w[j].y;
+                v[4 * j + 2] += w[j].z;
+                v[4 * j + 3] += w[j].w;
             }
         }
 #pragma unroll
@@ -372,17 +392,18 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
     if (*s_last && tid == 0)
         p.counters[b_first] = 0; /* ready for the next launch */
     /* s_last is rewritten by the next tile's arrival: everyone has read it */
-    consumer_sync();
+    consumer_sync<NT>();
 }
 
 /* GS: k16 steps per scale group inside one stage (2, 4 or 8; 8 also stands
  * for groups longer than a stage and for per-channel scales). */
-template <int TN, int GS>
-__global__ void __launch_bounds__(kThreads90, Cfg90<TN>::BPS)
+template <int TN, int WG, int GS>
+__global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
     int4_gemm_sm90(const Params p, const __grid_constant__ CUtensorMap a_map)
 {
 #if I4G_SM90_DEVICE
-    typedef Cfg90<TN> C;
+    typedef Cfg90<TN, WG> C;
+    constexpr int kWG = WG, kBN = C::BN, kWBytes = C::W_BYTES, kSBytes = C::S_BYTES;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     /* swizzled tiles need 1024-byte aligned atoms: align by hand (SMEM has
      * 1 KiB of slack for it) */
@@ -494,19 +515,17 @@ __global__ void __launch_bounds__(kThreads90, Cfg90<TN>::BPS)
         nt = r / p.m_tiles;
     }
     float acc[TN / 2];
-#pragma unroll
-    for (int j = 0; j < TN / 2; j++)
-        acc[j] = 0.0f;
 
     /* Stage i: wait for its data; dequantize its 8 k16 steps into af and
-     * issue their 8 wgmma (the first of a tile overwrites the accumulators) in
-     * two committed halves, so the second half's dequantization overlaps the
+     * issue their 8 wgmma (accumulating; a tile starts from zeroed
+     * accumulators, so between tiles they hold nothing the epilogue has to
+     * keep alive next to its own registers) in two committed halves, so the second half's dequantization overlaps the
      * first half's tensor-core work; wait for both and hand the stage back.
      * Keeping more wgmma in flight across stages needs more registers than
      * ptxas will give the pipeline (it then serializes every wgmma); the
      * overlap across stages comes from the other warps (16 per SM for small
      * token tiles). */
-    auto stage = [&](int i, bool tile_first, uint32_t(&af)[kSteps][4]) {
+    auto stage = [&](int i, uint32_t(&af)[kSteps][4]) {
         const int s = i % C::STAGES;
         mbar_wait(&full[s], (i / C::STAGES) & 1);
         const unsigned char *st = smem + s * C::STAGE;
@@ -547,7 +566,7 @@ __global__ void __launch_bounds__(kThreads90, Cfg90<TN>::BPS)
                 const int ks = h * (kSteps / 2) + kk;
                 wgmma_rs<TN>(acc, af[ks],
                              smem_desc_sw128(a_base + (ks / 4) * TN * 128 + (ks % 4) * 32),
-                             ks > 0 || !tile_first);
+                             1);
             }
             wgmma_commit();
         }
@@ -563,8 +582,11 @@ __global__ void __launch_bounds__(kThreads90, Cfg90<TN>::BPS)
         int run = p.k_tiles - kt;
         if (run > n_units - i)
             run = n_units - i;
+#pragma unroll
+        for (int j = 0; j < TN / 2; j++)
+            acc[j] = 0.0f;
         for (int j = 0; j < run; j++, i++)
-            stage(i, j == 0, af);
+            stage(i, af);
         float out[TN / 2];
 #pragma unroll
         for (int j = 0; j < TN / 2; j++) {
@@ -576,7 +598,7 @@ __global__ void __launch_bounds__(kThreads90, Cfg90<TN>::BPS)
 
         /* ---- this block's part of tile (mt, nt) is done ---- */
         const int colw = wg * 64 + wl * 16 + g; /* column inside the 128-wide tile */
-        tile_epilogue<TN / 2, kBN>(
+        tile_epilogue<TN / 2, kBN, kWG * 128>(
             p, out, true,
             [&](int e, int &r, int &cl) {
                 r = 2 * c4 + 8 * (e >> 2) + (e & 1);
@@ -601,23 +623,28 @@ typedef void (*Kernel90)(const Params, const CUtensorMap);
 
 struct Config90 {
     const char *name;
-    int tn, bn, bps, smem;
+    int tn, bn, threads, bps, smem;
     Kernel90 kernel[3]; /* GS = 2, 4, 8 */
 };
 
-#define I4G_SM90_CONFIG(NAME, TN)                                                                 \
+#define I4G_SM90_CONFIG(NAME, TN, WG)                                                             \
     {                                                                                              \
-        NAME, TN, kBN, Cfg90<TN>::BPS, Cfg90<TN>::SMEM,                                            \
+        NAME, TN, Cfg90<TN, WG>::BN, Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS,                   \
+            Cfg90<TN, WG>::SMEM,                                                                   \
         {                                                                                          \
-            int4_gemm_sm90<TN, 2>, int4_gemm_sm90<TN, 4>, int4_gemm_sm90<TN, 8>                    \
+            int4_gemm_sm90<TN, WG, 2>, int4_gemm_sm90<TN, WG, 4>, int4_gemm_sm90<TN, WG, 8>        \
         }                                                                                          \
     }
+/* Two consumer warpgroups (128 columns) throughout: four warpgroups (256
+ * columns, each token tile read from L2 once per 16 KiB of weights instead
+ * of 8) were slower on every Llama shape from M = 32 to 256 in the H200
+ * sweep (docs/gemm-notes.md, version 13). */
 const Config90 kConfigs90[] = {
-    I4G_SM90_CONFIG("sm90 wgmma t8 n128 k128", 8),
-    I4G_SM90_CONFIG("sm90 wgmma t16 n128 k128", 16),
-    I4G_SM90_CONFIG("sm90 wgmma t32 n128 k128", 32),
-    I4G_SM90_CONFIG("sm90 wgmma t64 n128 k128", 64),
-    I4G_SM90_CONFIG("sm90 wgmma t128 n128 k128", 128),
+    I4G_SM90_CONFIG("sm90 wgmma t8 n128 k128", 8, 2),
+    I4G_SM90_CONFIG("sm90 wgmma t16 n128 k128", 16, 2),
+    I4G_SM90_CONFIG("sm90 wgmma t32 n128 k128", 32, 2),
+    I4G_SM90_CONFIG("sm90 wgmma t64 n128 k128", 64, 2),
+    I4G_SM90_CONFIG("sm90 wgmma t128 n128 k128", 128, 2),
 };
 constexpr int kNumConfigs90 = (int)(sizeof kConfigs90 / sizeof kConfigs90[0]);
 constexpr int kMaxDev90 = 16;
@@ -650,7 +677,7 @@ bool sm90_supported(const Params &p)
 {
     /* the kernel's smallest group run is 2 k16 steps; a stage's groups fit
      * its 4 scale rows */
-    return p.k % 8 == 0 && (uintptr_t)p.a % 16 == 0 && p.k_pad % kKS == 0 && p.n_pad % kBN == 0 &&
+    return p.k % 8 == 0 && (uintptr_t)p.a % 16 == 0 && p.k_pad % kKS == 0 && p.n_pad % kMaxBN == 0 &&
            (p.groups == 1 || p.gsteps >= 2);
 }
 
@@ -668,7 +695,7 @@ long long sm90_grid(int dev, int sms, int ci, const Params &p, cudaError_t *err)
         cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[gi]),
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
         if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kernel[gi], kThreads90,
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kernel[gi], c.threads,
                                                               c.smem);
         if (e == cudaSuccess && occ < 1)
             e = cudaErrorInvalidConfiguration;
@@ -724,7 +751,7 @@ cudaError_t launch_sm90(Params p, int ci, long long grid, cudaStream_t stream)
     cudaError_t e = a_tensor_map(&map, p, c.tn);
     if (e != cudaSuccess)
         return e;
-    return krncuda::launch_pdl(c.kernel[gs_index(p)], dim3((unsigned)grid), dim3(kThreads90),
+    return krncuda::launch_pdl(c.kernel[gs_index(p)], dim3((unsigned)grid), dim3(c.threads),
                                (size_t)c.smem, stream, p, map);
 }
 
