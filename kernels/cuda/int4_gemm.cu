@@ -835,18 +835,26 @@ constexpr int kSm90First = kSm75Config + 1;
  * and Llama-3-8B shapes (docs/gemm-notes.md, version 13): the mma.sync
  * kernel up to M = 16 (where the weight stream is all there is); above it the
  * wgmma kernel with the token tile that covers M in as few tiles as the
- * weight allows — 32 tokens up to M = 32, then 64 and 128, one step smaller
- * on small weights (fewer than 1536 tiles of 128 x 128), where a larger
- * token tile leaves too few units per block. Groups of 32 k stay on the
- * mma.sync kernel: their wgmma variant is tested but not yet timed. Returns
- * an sm_90a configuration or -1 for the sm_80 kernel. */
+ * weight allows — 32 tokens up to M = 32, then 64 and 128 — one step smaller
+ * on small weights (fewer than 1536 tiles of 128 x 128, where a larger token
+ * tile leaves too few units per block; up to M = 32 the mma.sync kernel).
+ * Tiny weights (fewer than 256 tiles: a few microseconds either way) stay
+ * on the mma.sync kernel at every M: its 16-, 32- and 64-row tiles split k
+ * the same way, and while every block holds at most one unit (units <= the
+ * grid, 264 blocks on the H200) a tile's k sum is the same whatever M, so a
+ * row's result does not depend on the batch it runs in (the engine's batch
+ * tests on the small presets rely on it). Groups of 32 k stay on the mma.sync kernel too: their
+ * wgmma variant is tested but not yet timed. Returns an sm_90a configuration
+ * or -1 for the sm_80 kernel. */
 static int sm90_auto_choice(int m, const krn_int4_gemm_layout *lay)
 {
 #ifdef INT4SERVE_GEMM_SM90
-    if (m <= 16 || (lay->groups > 1 && lay->group_steps < 4))
-        return -1;
     const long long tiles = (long long)(lay->n_pad / 128) * (lay->k_pad / 128);
+    if (m <= 16 || tiles < 256 || (lay->groups > 1 && lay->group_steps < 4))
+        return -1;
     const bool small = tiles < 1536;
+    if (m <= 32 && small)
+        return -1;
     int tn;
     if (m <= 32)
         tn = 32;
