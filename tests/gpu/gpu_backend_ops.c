@@ -817,13 +817,16 @@ int main(void)
     test_linear_q4(300, 500, 1000, 32, true, false, 0, 0);
     test_linear_q4(16, 384, 288, 64, false, false, 24, 40);
     test_linear_q4(513, 1024, 4096, 128, false, false, 0, 0);
-    /* M >= 512: the weight dequantized to fp16 once, then cuBLAS (with bias,
-     * strided rows, an odd k) */
     test_linear_q4(600, 700, 520, 32, true, true, 8, 16);
     test_linear_q4(520, 300, 100, 32, false, true, 0, 0);
-    test_linear_q4(5000, 256, 256, 0, false, true, 0, 0); /* per-channel; two GEMM chunks */
     test_linear_q4(1000, 4096, 4096, 128, false, true, 0, 0);
     test_linear_q4(64, 4096, 4096, 128, false, true, 0, 0);
+    /* M >= 1280 (the backend's DEQUANT_MIN_M): the weight dequantized to
+     * fp16 once, then cuBLAS (with bias, strided rows, an odd k) */
+    test_linear_q4(1300, 700, 520, 32, true, true, 8, 16);
+    test_linear_q4(1290, 300, 100, 32, false, true, 0, 0);
+    test_linear_q4(1300, 1024, 4096, 128, false, true, 0, 0);
+    test_linear_q4(5000, 256, 256, 0, false, true, 0, 0); /* per-channel; two GEMM chunks */
     test_linear_fp(1, 1024, 288, true, true, false);
     test_linear_fp(32, 2048, 512, true, true, false);
     test_linear_fp(7, 768, 288, true, false, true);
