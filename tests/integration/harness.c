@@ -342,25 +342,59 @@ json_t *it_json(const struct it_resp *r)
     return json_loadb(r->body, r->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 }
 
-ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out, size_t cap,
-               double timeout_s)
+int it_connect(const struct it_server *s, int rcvbuf)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)s->port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        if (fd >= 0)
-            close(fd);
+    if ((rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) != 0) ||
+        connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
         return -1;
     }
+    return fd;
+}
+
+/* All of buf on fd; false on an error or a closed peer. */
+static bool send_all(int fd, const char *buf, size_t len)
+{
     size_t off = 0;
-    while (off < req_len) {
-        ssize_t w = send(fd, req + off, req_len - off, MSG_NOSIGNAL);
+    while (off < len) {
+        ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL);
         if (w <= 0)
-            break;
+            return false;
         off += (size_t)w;
     }
+    return true;
+}
+
+int it_send_completion(const struct it_server *s, const char *body, int rcvbuf)
+{
+    int fd = it_connect(s, rcvbuf);
+    if (fd < 0)
+        return -1;
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     "\r\nContent-Length: %zu\r\n\r\n",
+                     strlen(body));
+    if (!send_all(fd, head, (size_t)n) || !send_all(fd, body, strlen(body))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out, size_t cap,
+               double timeout_s)
+{
+    int fd = it_connect(s, 0);
+    if (fd < 0)
+        return -1;
+    send_all(fd, req, req_len); /* a partial send still reads what came back */
     size_t got = 0;
     double t0 = it_now();
     while (got + 1 < cap) {
@@ -397,6 +431,18 @@ double it_metric(const struct it_server *s, const char *sample)
     }
     it_resp_free(&r);
     return v;
+}
+
+bool it_wait_metric(const struct it_server *s, const char *sample, double want, double timeout_s)
+{
+    double t0 = it_now();
+    while (it_now() - t0 < timeout_s) {
+        if (it_metric(s, sample) == want)
+            return true;
+        usleep(10000);
+    }
+    fprintf(stderr, "%s = %g, want %g\n", sample, it_metric(s, sample), want);
+    return false;
 }
 
 size_t it_sse_split(const char *body, size_t len, char ***out)

@@ -70,9 +70,22 @@ json_t *it_json(const struct it_resp *r);
 ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out, size_t cap,
                double timeout_s);
 
+/* A TCP connection to the server on loopback; rcvbuf > 0 sets SO_RCVBUF
+ * first (a client that reads slowly). Returns the fd, or -1. */
+int it_connect(const struct it_server *s, int rcvbuf);
+
+/* it_connect, then POST /v1/completions with body, the response left unread:
+ * the caller reads or closes the returned fd. -1 when the connection or the
+ * send fails. */
+int it_send_completion(const struct it_server *s, const char *body, int rcvbuf);
+
 /* A sample's value from /metrics ("int4serve_num_requests_running", or with
  * its labels "name{k=\"v\"}"); NAN when absent. */
 double it_metric(const struct it_server *s, const char *sample);
+
+/* Poll /metrics until sample equals want: true, or false after timeout_s
+ * (the last value printed on stderr). */
+bool it_wait_metric(const struct it_server *s, const char *sample, double want, double timeout_s);
 
 /* The SSE events of a stream body: the data payloads in order, "[DONE]"
  * included. Returns the count; *out is a malloc'd array of malloc'd strings. */

@@ -6,10 +6,8 @@
  * produce events faster than the loop can encode them. */
 #include "harness.h"
 
-#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,20 +25,8 @@ static const char *FLOOD = "{\"prompt\":[1,70,71],\"max_tokens\":4000,\"ignore_e
  * (the caller never reads, or reads at the end). */
 static int send_raw(const char *body)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = it_send_completion(&srv, body, 4096);
     ck_assert_int_ge(fd, 0);
-    int small = 4096;
-    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)srv.port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    char req[1024];
-    int n = snprintf(req, sizeof req,
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     "\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(body), body);
-    ck_assert_int_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
     return fd;
 }
 
@@ -53,18 +39,6 @@ static int log_count(const char *needle)
         k++;
     free(log);
     return k;
-}
-
-static bool wait_metric(const char *sample, double want, double timeout_s)
-{
-    double t0 = it_now();
-    while (it_now() - t0 < timeout_s) {
-        if (it_metric(&srv, sample) == want)
-            return true;
-        usleep(10000);
-    }
-    fprintf(stderr, "%s = %g, want %g\n", sample, it_metric(&srv, sample), want);
-    return false;
 }
 
 /* Seconds one GET /health takes; it must answer 200. */
@@ -119,7 +93,7 @@ START_TEST(test_flood_probe_and_sigterm)
     for (int i = 0; i < N; i++)
         fds[i] = send_raw(FLOOD);
     /* Running counts sequences: n = 16 each. */
-    ck_assert(wait_metric("int4serve_num_requests_running", 16 * N, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", 16 * N, 5.0));
     /* While the flood runs (and its clients are being dropped), probes answer. */
     double worst = 0;
     int probes = 0;
@@ -178,7 +152,7 @@ START_TEST(test_slow_client_dropped)
     setenv("INT4SERVE_MIN_STEP_US", "200", 1);
     ck_assert_msg(it_start(&srv, NULL), "server did not start");
     int fd = send_raw(FLOOD);
-    ck_assert(wait_metric("int4serve_num_requests_running", 16, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", 16, 5.0));
     /* A normal client at the same time completes in full. */
     struct it_resp r;
     ck_assert(it_post(&srv, "/v1/completions",
@@ -203,11 +177,13 @@ START_TEST(test_slow_client_dropped)
         usleep(20000);
     ck_assert_int_eq(log_count("client too slow: cancelling"), 1);
     ck_assert_int_eq(log_count("client too slow: "), 2);
-    ck_assert(wait_metric("int4serve_num_requests_running", 0, 5.0));
-    ck_assert(wait_metric("int4serve_num_requests_waiting", 0, 5.0));
-    ck_assert(wait_metric("int4serve_kv_cache_blocks_used", 0, 5.0));
-    ck_assert(wait_metric("int4serve_request_success_total{finished_reason=\"length\"}", 1, 5.0));
-    ck_assert(wait_metric("int4serve_request_success_total{finished_reason=\"abort\"}", 16, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", 0, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_waiting", 0, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_kv_cache_blocks_used", 0, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_request_success_total{finished_reason=\"length\"}", 1,
+                             5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_request_success_total{finished_reason=\"abort\"}", 16,
+                             5.0));
     ck_assert_double_lt(it_metric(&srv, "int4serve_generation_tokens_total"), 300 + 16 * 4000);
     /* The connection was closed: what the kernel held arrives, then the end,
      * without the stream's [DONE]. */

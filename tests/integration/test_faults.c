@@ -7,10 +7,8 @@
  * on a step that costs nothing otherwise). */
 #include "harness.h"
 
-#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,38 +29,16 @@ static void start_with(const char *step_us, const char *const *more)
 /* Open a connection and send a completions request; the caller reads/closes. */
 static int send_raw(const char *body)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)srv.port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    char req[1024];
-    int n = snprintf(req, sizeof req,
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     "\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(body), body);
-    ck_assert_int_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    int fd = it_send_completion(&srv, body, 0);
+    ck_assert_int_ge(fd, 0);
     return fd;
-}
-
-/* Wait until the metric sample reaches want (within timeout_s). */
-static bool wait_metric(const char *sample, double want, double timeout_s)
-{
-    double t0 = it_now();
-    while (it_now() - t0 < timeout_s) {
-        if (it_metric(&srv, sample) == want)
-            return true;
-        usleep(10000);
-    }
-    fprintf(stderr, "%s = %g, want %g\n", sample, it_metric(&srv, sample), want);
-    return false;
 }
 
 static void assert_idle(void)
 {
-    ck_assert(wait_metric("int4serve_num_requests_running", 0, 5.0));
-    ck_assert(wait_metric("int4serve_num_requests_waiting", 0, 5.0));
-    ck_assert(wait_metric("int4serve_kv_cache_blocks_used", 0, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", 0, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_waiting", 0, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_kv_cache_blocks_used", 0, 5.0));
 }
 
 START_TEST(test_disconnect_mid_stream)
@@ -88,7 +64,8 @@ START_TEST(test_disconnect_mid_stream)
     ck_assert_double_eq(it_metric(&srv, "int4serve_num_requests_running"), 1);
     close(fd);
     assert_idle();
-    ck_assert(wait_metric("int4serve_request_success_total{finished_reason=\"abort\"}", 1, 5.0));
+    ck_assert(
+        it_wait_metric(&srv, "int4serve_request_success_total{finished_reason=\"abort\"}", 1, 5.0));
     /* Far fewer tokens than asked for were generated. */
     ck_assert_double_lt(it_metric(&srv, "int4serve_generation_tokens_total"), 1000);
     ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
@@ -100,12 +77,12 @@ START_TEST(test_disconnect_queued)
     const char *more[] = {"--max-batch", "1", NULL};
     start_with("4000", more);
     int a = send_raw("{\"prompt\":[1,70,71],\"max_tokens\":3000,\"ignore_eos\":true}");
-    ck_assert(wait_metric("int4serve_num_requests_running", 1, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", 1, 5.0));
     int b = send_raw("{\"prompt\":[1,80,81],\"max_tokens\":3000,\"ignore_eos\":true}");
-    ck_assert(wait_metric("int4serve_num_requests_waiting", 1, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_waiting", 1, 5.0));
     close(b);
     /* B leaves the queue while A still runs. */
-    ck_assert(wait_metric("int4serve_num_requests_waiting", 0, 5.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_waiting", 0, 5.0));
     ck_assert_double_eq(it_metric(&srv, "int4serve_num_requests_running"), 1);
     /* A non-streamed client that hangs up is noticed too. */
     close(a);
@@ -285,7 +262,7 @@ static void load_start(struct load *l, pthread_t *th, int max_tokens)
                  max_tokens, i % 2 ? ",\"stream\":true" : "");
     }
     pthread_create(th, NULL, run_load, l);
-    ck_assert(wait_metric("int4serve_num_requests_running", LOAD, 10.0));
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", LOAD, 10.0));
 }
 
 /* Every response is 200 and ends with finish (and, streamed, [DONE]). */

@@ -14,8 +14,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <poll.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,11 +506,8 @@ END_TEST
 
 static int connect_raw(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)srv.port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = it_connect(&srv, 0);
+    ck_assert_int_ge(fd, 0);
     return fd;
 }
 
