@@ -59,7 +59,7 @@
 #define STAGING_BYTES ((size_t)16 << 20)
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
-#define DEQUANT_MIN_M 1280            /* rows from which INT4 linears use fp16 cuBLAS */
+#define DEQUANT_MIN_M 896             /* rows from which INT4 linears use fp16 cuBLAS */
 #define SMALL_BYTES 4096              /* error flag, RoPE frequencies */
 #define ATTN_COUNTERS 4096            /* arrival counters of split decode groups */
 #define SAMPLE_ROWS 32                /* rows of one sampling launch */
@@ -1538,9 +1538,9 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     /* Rows from which an INT4 linear dequantizes its weight once and uses
      * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so
      * their cost grows with M). From bench_gemm on the H200 (the four
-     * Llama-2-7B linears): the INT4 kernel 877 us against 920 for dequantize
-     * + cuBLAS at M = 1024, 1740 against 1562 at 2048; 1280 is about where
-     * they cross (docs/CUDA.md). INT4SERVE_CUDA_DEQUANT_MIN_M overrides it;
+     * Llama-2-7B linears): the INT4 kernel 661 us against 684 for dequantize
+     * + cuBLAS at M = 768, 863 against 832 at 1024 (Llama-3-8B: 665 / 707,
+     * 863 / 824); about 880 is where they cross (docs/PERF.md). INT4SERVE_CUDA_DEQUANT_MIN_M overrides it;
      * 0 turns the path off. */
     c->deq_min_m = DEQUANT_MIN_M;
     const char *dm = getenv("INT4SERVE_CUDA_DEQUANT_MIN_M");

@@ -616,48 +616,86 @@ __global__ void __launch_bounds__(kThreads, BPS)
 /* ---- dequantization to fp16 ---------------------------------------------- */
 
 /* W[n][k] = fp16((code - zero) * scale) for n < N, k < K, from the repacked
- * layout: one warp per 512-byte chunk (64 columns x 16 k), each lane its
- * 16-byte word, the same dequantization as the GEMM (bit for bit the CPU
+ * layout, the same dequantization as the GEMM (bit for bit the CPU
  * reference's values). Used before a cuBLAS fp16 GEMM when M is large enough
- * that dequantizing once beats dequantizing per token tile. */
+ * that dequantizing once beats dequantizing per token tile. It moves 2.5
+ * bytes per weight (0.5 read, 2 written), so it is written as a copy:
+ *   - a warp takes a unit of 64 columns x 128 k (eight 512-byte chunks) and
+ *     requests all eight chunks and the unit's first scales at once;
+ *   - each chunk's fragments (a lane holds k pairs 2c, 2c+8 of eight rows)
+ *     are staged row-major in the warp's slice of shared memory (rows padded
+ *     to 12 words: the 32 lanes' 4-byte stores hit 32 banks) and written
+ *     out as 16-byte row pieces, two lanes to a 32-byte sector, instead of
+ *     4-byte pieces of eight rows per store.
+ * vec: 1 when ldw % 8 == 0 and w is 16-byte aligned (16-byte stores), else
+ * element stores. Columns >= k are never written. */
+constexpr int kDqWarps = 8;
+constexpr int kDqRowWords = 12;
+
 template <bool ZP>
-__global__ void __launch_bounds__(256) int4_dequant_kernel(const Params p, half *w, int64_t ldw)
+__global__ void __launch_bounds__(kDqWarps * 32)
+    int4_dequant_kernel(const Params p, half *w, int64_t ldw, int vec)
 {
-    const int ksteps = p.k_pad / 16;
-    const int64_t chunks = (int64_t)(p.n_pad / 64) * ksteps;
-    const int lane = threadIdx.x & 31;
-    for (int64_t ch = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); ch < chunks;
-         ch += (int64_t)gridDim.x * 8) {
-        const int tile = (int)(ch / ksteps), step = (int)(ch % ksteps);
-        if (tile * 64 >= p.n || step * 16 >= p.k)
+    __shared__ __align__(16) uint32_t stage[kDqWarps][64 * kDqRowWords];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t *sm = stage[warp];
+    const int kunits = p.k_pad / 128;
+    const int64_t units = (int64_t)(p.n_pad / 64) * kunits;
+    const int g8 = lane >> 2, c4 = lane & 3;
+    for (int64_t u = (int64_t)blockIdx.x * kDqWarps + warp; u < units;
+         u += (int64_t)gridDim.x * kDqWarps) {
+        const int tile = (int)(u / kunits), ks0 = (int)(u % kunits) * 8;
+        if (tile * 64 >= p.n || ks0 * 16 >= p.k)
             continue; /* padding only */
-        const uint4 qv = p.q[ch * 32 + lane];
-        const int g = step >> p.gshift;
-        const int64_t s_at = ((int64_t)tile * p.groups + g) * 8 + (lane >> 2);
+        /* unit u is steps 8u .. 8u + 7 of the (tile, k step) order */
+        const uint4 *qp = p.q + u * 256 + lane;
+        uint4 qv[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            qv[j] = (ks0 + j) * 16 < p.k ? __ldg(qp + j * 32) : make_uint4(0, 0, 0, 0);
+        const int64_t s_tile = (int64_t)tile * p.groups * 8 + g8;
+        int gcur = ks0 >> p.gshift;
         GroupConsts gc;
-        group_consts<ZP>(p.scales[s_at], ZP ? p.zeros[s_at] : p.scales[s_at], gc);
-        uint32_t b[8][2];
-        dequant_word(qv, gc, b);
-        const int k0 = step * 16 + 2 * (lane & 3);
+        group_consts<ZP>(__ldg(p.scales + s_tile + gcur * 8),
+                         ZP ? __ldg(p.zeros + s_tile + gcur * 8) : make_uint4(0, 0, 0, 0), gc);
 #pragma unroll
-        for (int f = 0; f < 8; f++) {
-            const int n = tile * 64 + 8 * f + (lane >> 2);
-            if (n >= p.n)
-                continue;
-            half *row = w + (int64_t)n * ldw;
+        for (int j = 0; j < 8; j++) {
+            const int ks = ks0 + j;
+            if (ks * 16 >= p.k)
+                break;
+            const int gi = ks >> p.gshift;
+            if (gi != gcur) { /* groups of 32 or 64 k: another group inside the unit */
+                gcur = gi;
+                group_consts<ZP>(__ldg(p.scales + s_tile + gi * 8),
+                                 ZP ? __ldg(p.zeros + s_tile + gi * 8) : make_uint4(0, 0, 0, 0),
+                                 gc);
+            }
+            uint32_t b[8][2];
+            dequant_word(qv[j], gc, b);
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int k = k0 + 8 * h;
-                const half2 v = as_h2(b[f][h]);
-                if (k + 1 < p.k && p.c_vec) {
-                    *reinterpret_cast<half2 *>(row + k) = v;
+            for (int f = 0; f < 8; f++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    sm[(8 * f + g8) * kDqRowWords + c4 + 4 * h] = b[f][h];
+            __syncwarp();
+#pragma unroll
+            for (int it = 0; it < 4; it++) {
+                const int idx = lane + 32 * it, r = idx >> 1, h = idx & 1;
+                const int n = tile * 64 + r;
+                const uint4 v = *reinterpret_cast<const uint4 *>(sm + r * kDqRowWords + 4 * h);
+                const int k0 = ks * 16 + 8 * h;
+                if (n >= p.n || k0 >= p.k)
+                    continue;
+                half *dst = w + (int64_t)n * ldw + k0;
+                if (vec && k0 + 8 <= p.k) {
+                    *reinterpret_cast<uint4 *>(dst) = v;
                 } else {
-                    if (k < p.k)
-                        row[k] = __low2half(v);
-                    if (k + 1 < p.k)
-                        row[k + 1] = __high2half(v);
+                    const half *hv = reinterpret_cast<const half *>(&v);
+                    for (int e = 0; e < 8 && k0 + e < p.k; e++)
+                        dst[e] = hv[e];
                 }
             }
+            __syncwarp(); /* the stage is reused by the next chunk */
         }
     }
 }
@@ -1073,15 +1111,16 @@ extern "C" inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *
         return inf_err_set(err, INF_E_UNSUPPORTED, "int4 dequant: layout, ldw=%lld or alignment",
                            (long long)ldw);
     Params p = params_of(lay, b);
-    p.c_vec = ldw % 2 == 0 && (uintptr_t)w % 4 == 0; /* half2 stores */
-    const int64_t chunks = (int64_t)(lay->n_pad / 64) * (lay->k_pad / 16);
-    const unsigned grid = (unsigned)((chunks + 7) / 8 < 65535 * 4 ? (chunks + 7) / 8 : 65535 * 4);
+    const int vec = ldw % 8 == 0 && (uintptr_t)w % 16 == 0; /* 16-byte row pieces */
+    const int64_t units = (int64_t)(lay->n_pad / 64) * (lay->k_pad / 128);
+    const int64_t blocks = (units + kDqWarps - 1) / kDqWarps;
+    const unsigned grid = (unsigned)(blocks < 65535 * 4 ? blocks : 65535 * 4);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     half *wh = reinterpret_cast<half *>(w);
     if (lay->symmetric)
-        int4_dequant_kernel<false><<<grid, 256, 0, s>>>(p, wh, ldw);
+        int4_dequant_kernel<false><<<grid, kDqWarps * 32, 0, s>>>(p, wh, ldw, vec);
     else
-        int4_dequant_kernel<true><<<grid, 256, 0, s>>>(p, wh, ldw);
+        int4_dequant_kernel<true><<<grid, kDqWarps * 32, 0, s>>>(p, wh, ldw, vec);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 dequant: %s", cudaGetErrorString(e));

@@ -821,8 +821,9 @@ int main(void)
     test_linear_q4(520, 300, 100, 32, false, true, 0, 0);
     test_linear_q4(1000, 4096, 4096, 128, false, true, 0, 0);
     test_linear_q4(64, 4096, 4096, 128, false, true, 0, 0);
-    /* M >= 1280 (the backend's DEQUANT_MIN_M): the weight dequantized to
-     * fp16 once, then cuBLAS (with bias, strided rows, an odd k) */
+    /* M >= 896 (the backend's DEQUANT_MIN_M; the 1000-row case above too):
+     * the weight dequantized to fp16 once, then cuBLAS (with bias, strided
+     * rows, an odd k) */
     test_linear_q4(1300, 700, 520, 32, true, true, 8, 16);
     test_linear_q4(1290, 300, 100, 32, false, true, 0, 0);
     test_linear_q4(1300, 1024, 4096, 128, false, true, 0, 0);

@@ -186,31 +186,36 @@ static void weight_free(struct dev_weight *dw)
     cudaFree(dw->ws);
 }
 
-/* krn_int4_dequant_f16 into a NaN-poisoned [n][k + 8] buffer: every element
- * k < K equals the reference dequantization bit for bit, the 8 columns past
- * K keep the poison. */
+/* krn_int4_dequant_f16 into a NaN-poisoned [n][ldw] buffer, ldw = k + 8 (16-byte
+ * row pieces when k % 8 == 0) and k + 3 (element stores): every element k < K
+ * equals the reference dequantization bit for bit, the columns past K keep
+ * the poison. */
 static void check_dequant(const struct dev_weight *dw)
 {
     const int32_t n = dw->lay.n, k = dw->lay.k;
-    const int64_t ldw = (int64_t)k + 8;
-    const size_t elems = (size_t)n * (size_t)ldw;
+    const size_t max_elems = (size_t)n * (size_t)(k + 8);
     uint16_t *dev = NULL;
-    CK(cudaMalloc((void **)&dev, elems * 2));
-    uint16_t *host = (uint16_t *)malloc(elems * 2), *ref = (uint16_t *)malloc((size_t)n * k * 2);
+    CK(cudaMalloc((void **)&dev, max_elems * 2));
+    uint16_t *host = (uint16_t *)malloc(max_elems * 2), *ref = (uint16_t *)malloc((size_t)n * k * 2);
     if (!host || !ref) {
         fprintf(stderr, "out of host memory\n");
         exit(2);
     }
-    for (size_t i = 0; i < elems; i++)
-        host[i] = 0x7e00; /* NaN */
-    CK(cudaMemcpy(dev, host, elems * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(ref, dw->dq, (size_t)n * k * 2, cudaMemcpyDeviceToHost));
     struct inf_err err;
-    g_checks++;
-    if (krn_int4_dequant_f16(&dw->lay, dw->packed, dev, ldw, NULL, &err) != INF_OK) {
-        printf("FAIL dequant n=%d k=%d: %s\n", n, k, err.msg);
-        g_failures++;
-    } else {
+    static const int pads[] = {8, 3};
+    for (int pi = 0; pi < 2; pi++) {
+        const int64_t ldw = (int64_t)k + pads[pi];
+        const size_t elems = (size_t)n * (size_t)ldw;
+        for (size_t i = 0; i < elems; i++)
+            host[i] = 0x7e00; /* NaN */
+        CK(cudaMemcpy(dev, host, elems * 2, cudaMemcpyHostToDevice));
+        g_checks++;
+        if (krn_int4_dequant_f16(&dw->lay, dw->packed, dev, ldw, NULL, &err) != INF_OK) {
+            printf("FAIL dequant n=%d k=%d ldw=%lld: %s\n", n, k, (long long)ldw, err.msg);
+            g_failures++;
+            continue;
+        }
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(host, dev, elems * 2, cudaMemcpyDeviceToHost));
         long long bad = 0, first = -1;
@@ -221,8 +226,9 @@ static void check_dequant(const struct dev_weight *dw)
                     first = (long long)r * ldw + j;
             }
         if (bad) {
-            printf("FAIL dequant n=%d k=%d group=%d: %lld elements differ (first at %lld)\n", n,
-                   k, dw->lay.group, bad, first);
+            printf("FAIL dequant n=%d k=%d ldw=%lld group=%d: %lld elements differ (first at "
+                   "%lld)\n",
+                   n, k, (long long)ldw, dw->lay.group, bad, first);
             g_failures++;
         }
     }
