@@ -619,84 +619,78 @@ __global__ void __launch_bounds__(kThreads, BPS)
  * layout, the same dequantization as the GEMM (bit for bit the CPU
  * reference's values). Used before a cuBLAS fp16 GEMM when M is large enough
  * that dequantizing once beats dequantizing per token tile. It moves 2.5
- * bytes per weight (0.5 read, 2 written), so it is written as a copy:
- *   - a warp takes a unit of 64 columns x 128 k (eight 512-byte chunks) and
- *     requests all eight chunks and the unit's first scales at once;
- *   - each chunk's fragments (a lane holds k pairs 2c, 2c+8 of eight rows)
- *     are staged row-major in the warp's slice of shared memory (rows padded
- *     to 12 words: the 32 lanes' 4-byte stores hit 32 banks) and written
- *     out as 16-byte row pieces, two lanes to a 32-byte sector, instead of
- *     4-byte pieces of eight rows per store.
+ * bytes per weight (0.5 read, 2 written), so it is written as a copy whose
+ * stores are what matters:
+ *   - a block takes a unit of 64 columns x 128 k (eight 512-byte chunks,
+ *     16 KiB of fp16 out); warp j dequantizes chunk j (a lane holds the k
+ *     pairs 2c, 2c + 8 of eight rows) into the unit's row-major tile in
+ *     shared memory (rows padded to 68 words: the 32 lanes' 4-byte stores
+ *     hit 32 banks, rows stay 16-byte aligned);
+ *   - after a barrier every thread writes 16 bytes: a warp store is two
+ *     whole 256-byte row pieces, as a copy kernel's would be;
+ *   - each warp requests its chunk (and scales) of the next unit before
+ *     working on the current one.
  * vec: 1 when ldw % 8 == 0 and w is 16-byte aligned (16-byte stores), else
  * element stores. Columns >= k are never written. */
-constexpr int kDqWarps = 8;
-constexpr int kDqRowWords = 12;
+constexpr int kDqThreads = 256; /* 8 warps: one per chunk of a unit */
+constexpr int kDqRowWords = 68;
 
 template <bool ZP>
-__global__ void __launch_bounds__(kDqWarps * 32)
+__global__ void __launch_bounds__(kDqThreads)
     int4_dequant_kernel(const Params p, half *w, int64_t ldw, int vec)
 {
-    __shared__ __align__(16) uint32_t stage[kDqWarps][64 * kDqRowWords];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    uint32_t *sm = stage[warp];
+    __shared__ __align__(16) uint32_t tile_s[64 * kDqRowWords];
+    const int tid = threadIdx.x, lane = tid & 31, j = tid >> 5;
     const int kunits = p.k_pad / 128;
     const int64_t units = (int64_t)(p.n_pad / 64) * kunits;
     const int g8 = lane >> 2, c4 = lane & 3;
-    for (int64_t u = (int64_t)blockIdx.x * kDqWarps + warp; u < units;
-         u += (int64_t)gridDim.x * kDqWarps) {
+    /* this warp's chunk, scales and zeros of unit u (chunk past k: zeros) */
+    auto fetch = [&](int64_t u, uint4 &q, uint4 &sv, uint4 &zv) {
+        const int tile = (int)(u / kunits), ks = (int)(u % kunits) * 8 + j;
+        const bool live = tile * 64 < p.n && ks * 16 < p.k;
+        const int64_t s_at = ((int64_t)tile * p.groups + (ks >> p.gshift)) * 8 + g8;
+        q = live ? __ldg(p.q + (u * 8 + j) * 32 + lane) : make_uint4(0, 0, 0, 0);
+        sv = live ? __ldg(p.scales + s_at) : make_uint4(0, 0, 0, 0);
+        zv = live && ZP ? __ldg(p.zeros + s_at) : make_uint4(0, 0, 0, 0);
+    };
+    int64_t u = blockIdx.x;
+    uint4 q, sv, zv;
+    if (u < units)
+        fetch(u, q, sv, zv);
+    for (; u < units; u += gridDim.x) {
         const int tile = (int)(u / kunits), ks0 = (int)(u % kunits) * 8;
+        const uint4 qc = q, sc = sv, zc = zv;
+        if (u + gridDim.x < units)
+            fetch(u + gridDim.x, q, sv, zv);
         if (tile * 64 >= p.n || ks0 * 16 >= p.k)
-            continue; /* padding only */
-        /* unit u is steps 8u .. 8u + 7 of the (tile, k step) order */
-        const uint4 *qp = p.q + u * 256 + lane;
-        uint4 qv[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            qv[j] = (ks0 + j) * 16 < p.k ? __ldg(qp + j * 32) : make_uint4(0, 0, 0, 0);
-        const int64_t s_tile = (int64_t)tile * p.groups * 8 + g8;
-        int gcur = ks0 >> p.gshift;
+            continue; /* padding only (the same for the whole block) */
         GroupConsts gc;
-        group_consts<ZP>(__ldg(p.scales + s_tile + gcur * 8),
-                         ZP ? __ldg(p.zeros + s_tile + gcur * 8) : make_uint4(0, 0, 0, 0), gc);
+        group_consts<ZP>(sc, zc, gc);
+        uint32_t b[8][2];
+        dequant_word(qc, gc, b);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int ks = ks0 + j;
-            if (ks * 16 >= p.k)
-                break;
-            const int gi = ks >> p.gshift;
-            if (gi != gcur) { /* groups of 32 or 64 k: another group inside the unit */
-                gcur = gi;
-                group_consts<ZP>(__ldg(p.scales + s_tile + gi * 8),
-                                 ZP ? __ldg(p.zeros + s_tile + gi * 8) : make_uint4(0, 0, 0, 0),
-                                 gc);
+        for (int f = 0; f < 8; f++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                tile_s[(8 * f + g8) * kDqRowWords + 8 * j + c4 + 4 * h] = b[f][h];
+        __syncthreads();
+#pragma unroll
+        for (int it = 0; it < 4; it++) {
+            const int idx = tid + kDqThreads * it, r = idx >> 4, piece = idx & 15;
+            const int n = tile * 64 + r, k0 = ks0 * 16 + 8 * piece;
+            const uint4 v = *reinterpret_cast<const uint4 *>(tile_s + r * kDqRowWords + 4 * piece);
+            if (n >= p.n || k0 >= p.k)
+                continue;
+            half *dst = w + (int64_t)n * ldw + k0;
+            if (vec && k0 + 8 <= p.k) {
+                *reinterpret_cast<uint4 *>(dst) = v;
+            } else {
+                const half *hv = reinterpret_cast<const half *>(&v);
+                for (int e = 0; e < 8 && k0 + e < p.k; e++)
+                    dst[e] = hv[e];
             }
-            uint32_t b[8][2];
-            dequant_word(qv[j], gc, b);
-#pragma unroll
-            for (int f = 0; f < 8; f++)
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    sm[(8 * f + g8) * kDqRowWords + c4 + 4 * h] = b[f][h];
-            __syncwarp();
-#pragma unroll
-            for (int it = 0; it < 4; it++) {
-                const int idx = lane + 32 * it, r = idx >> 1, h = idx & 1;
-                const int n = tile * 64 + r;
-                const uint4 v = *reinterpret_cast<const uint4 *>(sm + r * kDqRowWords + 4 * h);
-                const int k0 = ks * 16 + 8 * h;
-                if (n >= p.n || k0 >= p.k)
-                    continue;
-                half *dst = w + (int64_t)n * ldw + k0;
-                if (vec && k0 + 8 <= p.k) {
-                    *reinterpret_cast<uint4 *>(dst) = v;
-                } else {
-                    const half *hv = reinterpret_cast<const half *>(&v);
-                    for (int e = 0; e < 8 && k0 + e < p.k; e++)
-                        dst[e] = hv[e];
-                }
-            }
-            __syncwarp(); /* the stage is reused by the next chunk */
         }
+        __syncthreads(); /* the tile is rewritten by the next unit */
     }
 }
 
@@ -1113,15 +1107,32 @@ extern "C" inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *
     Params p = params_of(lay, b);
     const int vec = ldw % 8 == 0 && (uintptr_t)w % 16 == 0; /* 16-byte row pieces */
     const int64_t units = (int64_t)(lay->n_pad / 64) * (lay->k_pad / 128);
-    const int64_t blocks = (units + kDqWarps - 1) / kDqWarps;
-    const unsigned grid = (unsigned)(blocks < 65535 * 4 ? blocks : 65535 * 4);
+    /* persistent: as many blocks as fit at once (the loop strides by the grid) */
+    static int resident_cache[kMaxDevices][2]; /* blocks per SM; racing writers agree */
+    int dev = 0, sms = 0, per_sm = 0;
+    const int zp = lay->symmetric ? 0 : 1;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices)
+        per_sm = resident_cache[dev][zp];
+    if (e == cudaSuccess && per_sm <= 0) {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, zp ? int4_dequant_kernel<true> : int4_dequant_kernel<false>, kDqThreads, 0);
+        if (e == cudaSuccess && dev >= 0 && dev < kMaxDevices)
+            resident_cache[dev][zp] = per_sm;
+    }
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 dequant: %s", cudaGetErrorString(e));
+    const int64_t resident = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
+    const unsigned grid = (unsigned)(units < resident ? units : resident);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     half *wh = reinterpret_cast<half *>(w);
     if (lay->symmetric)
-        int4_dequant_kernel<false><<<grid, kDqWarps * 32, 0, s>>>(p, wh, ldw, vec);
+        int4_dequant_kernel<false><<<grid, kDqThreads, 0, s>>>(p, wh, ldw, vec);
     else
-        int4_dequant_kernel<true><<<grid, kDqWarps * 32, 0, s>>>(p, wh, ldw, vec);
-    cudaError_t e = cudaGetLastError();
+        int4_dequant_kernel<true><<<grid, kDqThreads, 0, s>>>(p, wh, ldw, vec);
+    e = cudaGetLastError();
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 dequant: %s", cudaGetErrorString(e));
     return INF_OK;
