@@ -258,6 +258,8 @@ struct eng_backend {
     const struct eng_backend_iface *iface;
     enum eng_act_dtype act_dtype; /* dtype of activation buffers */
     enum eng_act_dtype kv_dtype;  /* dtype of the KV pools */
+    int32_t step_tokens;          /* token budget of a scheduler step suited to
+                                     this device; 0: the engine's default (2048) */
     void *ctx;                    /* the backend's private state */
 };
 

@@ -1569,6 +1569,13 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     be->iface = &cuda_iface;
     be->act_dtype = ENG_ACT_F16;
     be->kv_dtype = ENG_ACT_F16;
+    /* The default step budget (engine.max_batched_tokens = 0): 8192 tokens on
+     * Hopper-class devices with 70 GiB or more, as vLLM's OpenAI server does
+     * on H100-class GPUs. Prefill chunks of 8192 rows amortize the INT4
+     * linears' dequantize-to-fp16 (docs/CUDA.md) over four times the tokens
+     * of a 2048-token step; smaller or older devices keep the engine's 2048. */
+    be->step_tokens =
+        prop.major >= 9 && prop.totalGlobalMem >= (size_t)70 << 30 ? 8192 : 0;
     be->ctx = c;
     inf_log(INFO, "CUDA backend on device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB", dev,
             prop.name, prop.major, prop.minor, prop.multiProcessorCount,

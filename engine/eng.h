@@ -29,7 +29,10 @@ struct eng_config {
     const int32_t *devices;
     int32_t tp;                  /* tensor-parallel ranks */
     int32_t max_batch;           /* running sequences at once (default 128) */
-    int32_t max_batched_tokens;  /* token budget of one step (default 2048) */
+    int32_t max_batched_tokens;  /* token budget of one step; 0: the backend's
+                                    for its device (8192 on CUDA devices of
+                                    compute capability 9+ and 70+ GiB), else
+                                    2048 (never below max_batch) */
     int32_t max_model_len;       /* 0 = the model's max_position_embeddings */
     int64_t kv_cache_tokens;     /* KV capacity in tokens, 0 = automatic */
     float gpu_memory_utilization;

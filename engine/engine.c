@@ -366,6 +366,15 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
     st = make_backend(cfg, &be, err);
     if (st != INF_OK)
         return st;
+    if (cfg->max_batched_tokens == 0) {
+        /* the backend's step budget for this device, else 2048; never below
+         * max_batch */
+        int32_t t = be->step_tokens > 0 ? be->step_tokens : 2048;
+        cfg->max_batched_tokens = cfg->max_batch > t ? cfg->max_batch : t;
+        if (be->step_tokens > 0)
+            inf_log(INFO, "max_batched_tokens %d (the %s backend's step budget on this device)",
+                    cfg->max_batched_tokens, eng_backend_name(be));
+    }
     if (cfg->max_model_len > mc.max_pos)
         inf_log(WARN, "max_model_len %d is above the model's %d; using %d", cfg->max_model_len,
                 mc.max_pos, mc.max_pos);
@@ -468,8 +477,6 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
     eng->user = user;
     if (eng->cfg.max_batch == 0)
         eng->cfg.max_batch = 128;
-    if (eng->cfg.max_batched_tokens == 0)
-        eng->cfg.max_batched_tokens = eng->cfg.max_batch > 2048 ? eng->cfg.max_batch : 2048;
     if (eng->cfg.max_queue == 0)
         eng->cfg.max_queue = 256;
     if (eng->cfg.max_batch < 0 || eng->cfg.max_batched_tokens < 0 || eng->cfg.max_queue < 0 ||
@@ -484,6 +491,9 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
     st = load_model(eng, err);
     if (st != INF_OK)
         goto fail_cfg;
+    /* still 0 on the mock backend: 2048, or max_batch */
+    if (eng->cfg.max_batched_tokens == 0)
+        eng->cfg.max_batched_tokens = eng->cfg.max_batch > 2048 ? eng->cfg.max_batch : 2048;
     int64_t kv_tokens = eng->cfg.kv_cache_tokens;
     if (kv_tokens / ENG_KV_BLOCK > INT32_MAX) {
         st = inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");

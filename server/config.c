@@ -82,8 +82,10 @@ const struct srv_config_key srv_config_keys[] = {
      .min = 1, .max = 1024, .def = "128", .flag = "--max-batch",
      .help = "most sequences running at once"},
     {.section = "engine", .name = "max_batched_tokens", .type = SRV_CFG_INT,
-     .offset = OFF(max_batched_tokens), .min = 1, .max = 1048576, .def = "2048",
-     .help = "most tokens in one scheduler step, prefill chunks included"},
+     .offset = OFF(max_batched_tokens), .min = 0, .max = 1048576, .def = "0",
+     .help = "most tokens in one scheduler step, prefill chunks included; 0: 8192 on CUDA "
+             "devices of compute capability 9.0+ with 70 GiB or more, else 2048 (at least "
+             "max_batch)"},
     {.section = "engine", .name = "kv_cache_tokens", .type = SRV_CFG_INT,
      .offset = OFF(kv_cache_tokens), .min = 0, .max = 4294967296LL, .def = "0",
      .help = "KV cache capacity in tokens; 0: as much as memory allows"},
@@ -711,7 +713,7 @@ inf_status_t srv_config_finish(struct srv_config *cfg, struct inf_err *err)
         bad = srv_config_key_find("engine.tp");
         why_set(why, "%lld ranks need as many devices, engine.devices lists %zu",
                 (long long)cfg->tp, cfg->devices.n);
-    } else if (cfg->max_batched_tokens < cfg->max_batch) {
+    } else if (cfg->max_batched_tokens != 0 && cfg->max_batched_tokens < cfg->max_batch) {
         bad = srv_config_key_find("engine.max_batched_tokens");
         why_set(why, "must be at least engine.max_batch (%lld), got %lld",
                 (long long)cfg->max_batch, (long long)cfg->max_batched_tokens);

@@ -102,7 +102,7 @@ START_TEST(documented_defaults)
     ck_assert_int_eq(cfg.tp, 1);
     ck_assert_int_eq(cfg.threads, 0);
     ck_assert_int_eq(cfg.max_batch, 128);
-    ck_assert_int_eq(cfg.max_batched_tokens, 2048);
+    ck_assert_int_eq(cfg.max_batched_tokens, 0); /* the engine chooses by device */
     ck_assert_int_eq(cfg.max_model_len, 0);
     ck_assert_int_eq(cfg.kv_cache_tokens, 0);
     ck_assert(cfg.gpu_memory_utilization == 0.90);
