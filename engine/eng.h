@@ -178,6 +178,7 @@ struct eng_info {
     int32_t max_model_len;
     int32_t bos_id;
     int64_t kv_capacity_tokens;
+    int32_t max_batched_tokens; /* the step budget in force (0 resolved) */
     const char *backend_name;
 };
 void eng_engine_info(const eng_engine_t *eng, struct eng_info *info);

@@ -525,6 +525,7 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         .max_model_len = eng->cfg.max_model_len,
         .bos_id = eng->lm.bos_id,
         .kv_capacity_tokens = (int64_t)sc.kv_blocks * ENG_KV_BLOCK,
+        .max_batched_tokens = eng->cfg.max_batched_tokens,
         .backend_name = eng->lm.name,
     };
     eng->cfg.model_dir = NULL;
@@ -538,9 +539,9 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
     eng->thread_started = true;
     inf_log(INFO,
             "engine ready: backend %s, vocab %d, max_model_len %d, max_batch %d, "
-            "kv %lld tokens",
+            "max_batched_tokens %d, kv %lld tokens",
             eng->lm.name, eng->lm.vocab, eng->cfg.max_model_len, eng->cfg.max_batch,
-            (long long)eng->info.kv_capacity_tokens);
+            eng->cfg.max_batched_tokens, (long long)eng->info.kv_capacity_tokens);
     *out = eng;
     return INF_OK;
 

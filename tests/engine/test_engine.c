@@ -224,6 +224,7 @@ START_TEST(info_and_defaults)
     ck_assert_int_eq(info.bos_id, ENG_MOCK_BOS);
     ck_assert_str_eq(info.backend_name, "mock");
     ck_assert_int_eq(info.kv_capacity_tokens, 128 * 4096);
+    ck_assert_int_eq(info.max_batched_tokens, 2048); /* 0: the default budget */
     struct eng_stats st;
     eng_engine_stats(eng, &st);
     ck_assert_int_eq(st.kv_blocks_total, 128 * 4096 / 16);
@@ -546,7 +547,8 @@ static void remove_model(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static eng_engine_t *open_cpu(int32_t max_batch, int64_t kv_tokens)
+/* budget: max_batched_tokens (0: the backend's default) */
+static eng_engine_t *open_cpu_budget(int32_t max_batch, int64_t kv_tokens, int32_t budget)
 {
     reset();
     struct eng_config cfg = {0};
@@ -554,7 +556,7 @@ static eng_engine_t *open_cpu(int32_t max_batch, int64_t kv_tokens)
     cfg.model_dir = model_dir;
     cfg.threads = 1;
     cfg.max_batch = max_batch;
-    cfg.max_batched_tokens = 128;
+    cfg.max_batched_tokens = budget;
     cfg.max_model_len = 160;
     cfg.kv_cache_tokens = kv_tokens;
     cfg.quantize = true;
@@ -566,6 +568,11 @@ static eng_engine_t *open_cpu(int32_t max_batch, int64_t kv_tokens)
     inf_status_t st = eng_engine_create(&cfg, on_notify, NULL, &eng, &err);
     ck_assert_msg(st == INF_OK, "create: %s", err.msg);
     return eng;
+}
+
+static eng_engine_t *open_cpu(int32_t max_batch, int64_t kv_tokens)
+{
+    return open_cpu_budget(max_batch, kv_tokens, 128);
 }
 
 static const char *const texts[] = {
@@ -596,6 +603,24 @@ static struct eng_request *text_req(eng_engine_t *eng, uint64_t id, int t, int32
     r->sampling.ignore_eos = true;
     return r;
 }
+
+/* max_batched_tokens 0: the CPU backend names no budget of its own, so the
+ * engine's 2048; a max_batch above that wins (mock backend). */
+START_TEST(default_step_budget)
+{
+    make_model();
+    eng_engine_t *eng = open_cpu_budget(8, 0, 0);
+    struct eng_info info;
+    eng_engine_info(eng, &info);
+    ck_assert_int_eq(info.max_batched_tokens, 2048);
+    eng_engine_destroy(eng);
+    remove_model();
+    eng = open_engine(3000, 0, 0, 64, 0);
+    eng_engine_info(eng, &info);
+    ck_assert_int_eq(info.max_batched_tokens, 3000);
+    eng_engine_destroy(eng);
+}
+END_TEST
 
 START_TEST(cpu_model_batched_equals_alone)
 {
@@ -772,6 +797,7 @@ static Suite *suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("cpu_model");
     tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, default_step_budget);
     tcase_add_test(tc, cpu_model_batched_equals_alone);
     tcase_add_test(tc, cpu_model_preemption_keeps_outputs);
     tcase_add_test(tc, cpu_model_keep_fp16_names);

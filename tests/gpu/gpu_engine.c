@@ -240,6 +240,38 @@ static bool test_compare(void)
     return good == 5;
 }
 
+/* engine.max_batched_tokens 0 on the CUDA backend: 8192 on a device of
+ * compute capability 9.0+ with 70 GiB or more, else 2048 (the engine's). */
+static bool default_budget_ok(const char *dir)
+{
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+        return false;
+    const int32_t want = prop.major >= 9 && prop.totalGlobalMem >= (size_t)70 << 30 ? 8192 : 2048;
+    struct eng_config cfg = {0};
+    cfg.backend = ENG_BACKEND_CUDA;
+    cfg.model_dir = dir;
+    cfg.max_batch = 8;
+    cfg.max_model_len = 160;
+    cfg.quantize = true;
+    cfg.group_size = 128;
+    cfg.max_queue = 8;
+    eng_engine_t *eng = NULL;
+    struct inf_err err = {0};
+    if (eng_engine_create(&cfg, on_notify, NULL, &eng, &err) != INF_OK) {
+        printf("FAIL engine create with the default step budget: %s\n", err.msg);
+        return false;
+    }
+    struct eng_info info;
+    eng_engine_info(eng, &info);
+    eng_engine_destroy(eng);
+    const bool ok = info.max_batched_tokens == want;
+    printf("%-4s default step budget on %s (cc %d.%d, %.0f GiB): %d, want %d\n", ok ? "ok" : "FAIL",
+           prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1u << 30),
+           info.max_batched_tokens, want);
+    return ok;
+}
+
 static eng_engine_t *open_engine(const char *dir, enum eng_backend_kind kind)
 {
     struct eng_config cfg = {0};
@@ -313,6 +345,9 @@ int main(int argc, char **argv)
         fails++;
         printf("FAIL engine backend is %s, not cuda\n", info.backend_name);
     }
+    checks++;
+    if (!default_budget_ok(dir))
+        fails++;
     for (int mode = 0; mode < 2; mode++) {
         g_sampled = mode == 1;
         const char *what = g_sampled ? "seeded" : "greedy";
