@@ -240,6 +240,21 @@ static bool test_compare(void)
     return good == 5;
 }
 
+/* The tests' engine settings: INT4 group 128, fused q/k/v, on backend kind. */
+static struct eng_config base_cfg(const char *dir, enum eng_backend_kind kind, int32_t max_batch,
+                                  int32_t max_model_len)
+{
+    struct eng_config cfg = {0};
+    cfg.backend = kind;
+    cfg.model_dir = dir;
+    cfg.max_batch = max_batch;
+    cfg.max_model_len = max_model_len;
+    cfg.quantize = true;
+    cfg.group_size = 128;
+    cfg.fuse_qkv = true;
+    return cfg;
+}
+
 /* engine.max_batched_tokens 0 on the CUDA backend: 8192 on a device of
  * compute capability 9.0+ with 70 GiB or more, else 2048 (the engine's). */
 static bool default_budget_ok(const char *dir)
@@ -248,14 +263,7 @@ static bool default_budget_ok(const char *dir)
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
         return false;
     const int32_t want = prop.major >= 9 && prop.totalGlobalMem >= (size_t)70 << 30 ? 8192 : 2048;
-    struct eng_config cfg = {0};
-    cfg.backend = ENG_BACKEND_CUDA;
-    cfg.model_dir = dir;
-    cfg.max_batch = 8;
-    cfg.max_model_len = 160;
-    cfg.quantize = true;
-    cfg.group_size = 128;
-    cfg.max_queue = 8;
+    struct eng_config cfg = base_cfg(dir, ENG_BACKEND_CUDA, 8, 160);
     eng_engine_t *eng = NULL;
     struct inf_err err = {0};
     if (eng_engine_create(&cfg, on_notify, NULL, &eng, &err) != INF_OK) {
@@ -274,15 +282,8 @@ static bool default_budget_ok(const char *dir)
 
 static eng_engine_t *open_engine(const char *dir, enum eng_backend_kind kind)
 {
-    struct eng_config cfg = {0};
-    cfg.backend = kind;
-    cfg.model_dir = dir;
-    cfg.max_batch = 8;
+    struct eng_config cfg = base_cfg(dir, kind, 8, 160);
     cfg.max_batched_tokens = 64;
-    cfg.max_model_len = 160;
-    cfg.quantize = true;
-    cfg.group_size = 128;
-    cfg.fuse_qkv = true;
     cfg.max_queue = 64;
     eng_engine_t *eng = NULL;
     struct inf_err err = {0};
@@ -391,13 +392,7 @@ int main(int argc, char **argv)
      * tokens of the tiny model (450 MiB) are granted in full, past the host
      * default's 256 MiB. */
     {
-        struct eng_config cfg = {0};
-        cfg.backend = ENG_BACKEND_CUDA;
-        cfg.model_dir = dir;
-        cfg.max_batch = 128;
-        cfg.max_model_len = 512;
-        cfg.quantize = true;
-        cfg.fuse_qkv = true;
+        struct eng_config cfg = base_cfg(dir, ENG_BACKEND_CUDA, 128, 512);
         struct inf_err err = {0};
         eng_engine_t *big = NULL;
         checks++;
