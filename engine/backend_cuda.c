@@ -1540,8 +1540,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
      * their cost grows with M). From bench_gemm on the H200 (the four
      * Llama-2-7B linears): the INT4 kernel 661 us against 684 for dequantize
      * + cuBLAS at M = 768, 863 against 832 at 1024 (Llama-3-8B: 665 / 707,
-     * 863 / 824); about 880 is where they cross (docs/PERF.md). INT4SERVE_CUDA_DEQUANT_MIN_M overrides it;
-     * 0 turns the path off. */
+     * 863 / 824); about 880 is where they cross (docs/PERF.md).
+     * INT4SERVE_CUDA_DEQUANT_MIN_M overrides it; 0 turns the path off. */
     c->deq_min_m = DEQUANT_MIN_M;
     const char *dm = getenv("INT4SERVE_CUDA_DEQUANT_MIN_M");
     if (dm && *dm) {

@@ -346,6 +346,14 @@ static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_back
     return INF_OK;
 }
 
+/* engine.max_batched_tokens 0: the backend's step budget for its device
+ * (backend_tokens, 0 when it names none), else 2048; never below max_batch. */
+static int32_t default_step_budget(int32_t max_batch, int32_t backend_tokens)
+{
+    int32_t t = backend_tokens > 0 ? backend_tokens : 2048;
+    return max_batch > t ? max_batch : t;
+}
+
 /* A checkpoint folder on a real backend: config.json, tokenizer.json and the
  * weights. Sizes the KV pool (cfg.kv_cache_tokens 0: on a device backend
  * from gpu_memory_utilization once the weights are loaded, on the CPU room
@@ -367,10 +375,7 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
     if (st != INF_OK)
         return st;
     if (cfg->max_batched_tokens == 0) {
-        /* the backend's step budget for this device, else 2048; never below
-         * max_batch */
-        int32_t t = be->step_tokens > 0 ? be->step_tokens : 2048;
-        cfg->max_batched_tokens = cfg->max_batch > t ? cfg->max_batch : t;
+        cfg->max_batched_tokens = default_step_budget(cfg->max_batch, be->step_tokens);
         if (be->step_tokens > 0)
             inf_log(INFO, "max_batched_tokens %d (the %s backend's step budget on this device)",
                     cfg->max_batched_tokens, eng_backend_name(be));
@@ -491,9 +496,8 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
     st = load_model(eng, err);
     if (st != INF_OK)
         goto fail_cfg;
-    /* still 0 on the mock backend: 2048, or max_batch */
-    if (eng->cfg.max_batched_tokens == 0)
-        eng->cfg.max_batched_tokens = eng->cfg.max_batch > 2048 ? eng->cfg.max_batch : 2048;
+    if (eng->cfg.max_batched_tokens == 0) /* still 0 on the mock backend */
+        eng->cfg.max_batched_tokens = default_step_budget(eng->cfg.max_batch, 0);
     int64_t kv_tokens = eng->cfg.kv_cache_tokens;
     if (kv_tokens / ENG_KV_BLOCK > INT32_MAX) {
         st = inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
