@@ -87,6 +87,10 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
 
 /* Launcher flags. */
 #define KRN_INT4_GEMM_FORCE_SM75 0x1u /* use the sm_75 fallback whatever the GPU */
+/* Spread the units over every resident block even where a grid of whole
+ * split-K shares per tile (the default, see krn_int4_gemm) applies; for the
+ * benchmark's comparison and the tests. */
+#define KRN_INT4_GEMM_GRID_STRIPED 0x2u
 
 /* One GEMM. All pointers but lay are device pointers. */
 struct krn_int4_gemm_args {

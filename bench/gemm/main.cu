@@ -2,7 +2,8 @@
  * same run, on the Llama-2-7B and Llama-3-8B linear-layer shapes.
  *
  *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
- *              [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--replays R]
+ *              [--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped]
+ *              [--replays R]
  *
  * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
  * the L2 size, so every launch reads its weights from HBM; each measurement
@@ -15,7 +16,12 @@
  * bandwidth, flops / peak) with bytes = packed weights + scales (+ zeros) +
  * A + C. The acceptance sums add the four Llama-2-7B shapes per M. Also
  * timed per shape: krn_int4_dequant_f16 (the weight to fp16 once), so the
- * sums show dequantize + cuBLAS, the CUDA backend's path for large M.
+ * sums show dequantize + cuBLAS, the CUDA backend's path for large M. And
+ * per shape a launch that does nothing but read the weight's bytes (the
+ * same rotated buffers, best of a few grids), plain and with programmatic
+ * dependent launch: what one launch per linear costs before any arithmetic
+ * (the "read" sums bound what any one-launch-per-linear kernel can reach).
+ * --striped also times our kernel with KRN_INT4_GEMM_GRID_STRIPED.
  * --map times a candidate automatic choice: configuration I16 for M <= 16,
  * I32 for M <= 32, I64 for M <= 64, IBIG beyond (the launcher's own choice
  * is used when neither --config nor --map is given). */
@@ -65,6 +71,60 @@ __global__ void copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ d
         dst[i] = src[i];
 }
 
+/* A launch that only reads n 16-byte words (four loads in flight per thread
+ * per iteration, L1 not allocated) and folds them into one word, stored only
+ * if it equals a value random data does not give: the time a launch of the
+ * linear's weight bytes takes with nothing else to do. pdl: launched with
+ * programmatic dependent launch, reading before griddepcontrol.wait (as the
+ * GEMM prefetches its first stages), so consecutive launches may overlap. */
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__global__ void read_kernel(const uint4 *__restrict__ src, int64_t n, uint32_t *sink, int pdl)
+{
+    if (pdl)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    uint32_t x = 0;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = ld_stream(src + i), b = ld_stream(src + i + stride);
+        const uint4 c = ld_stream(src + i + 2 * stride), d = ld_stream(src + i + 3 * stride);
+        x ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
+             d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = ld_stream(src + i);
+        x ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (pdl)
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (x == 0x5eed1e55u)
+        sink[blockIdx.x] = x;
+}
+
+static void launch_read(const void *src, size_t bytes, uint32_t *sink, int blocks, int threads,
+                        bool pdl, cudaStream_t stream)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, read_kernel, (const uint4 *)src, (int64_t)(bytes / 16), sink,
+                          (int)pdl));
+}
+
 static uint64_t splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -92,10 +152,11 @@ struct result {
     bool llama2;
     double ours_us, cublas_us, bytes, flops, floor_us;
     double dequant_us; /* the weight dequantized to fp16 once (the backend's large-M path) */
+    double read_us, read_pdl_us; /* a launch that only reads the weight's bytes (best grid) */
+    double striped_us;           /* ours with KRN_INT4_GEMM_GRID_STRIPED (--striped), or 0 */
 };
 
 static cudaStream_t g_stream;
-
 
 static void parse_list(const char *s, std::vector<int> &out)
 {
@@ -112,7 +173,8 @@ static void parse_list(const char *s, std::vector<int> &out)
 int main(int argc, char **argv)
 {
     const char *json_path = NULL;
-    bool sym = false, sweep = false, all_shapes = true;
+    bool sym = false, sweep = false, all_shapes = true, striped = false;
+    const char *only_shape = NULL;
     int group = 128, force_config = -1, replays = 9;
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     std::vector<int> cfg_map;
@@ -121,6 +183,8 @@ int main(int argc, char **argv)
             sym = true;
         else if (!strcmp(argv[i], "--sweep"))
             sweep = true;
+        else if (!strcmp(argv[i], "--striped"))
+            striped = true;
         else if (!strcmp(argv[i], "--group") && i + 1 < argc)
             group = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--config") && i + 1 < argc)
@@ -137,12 +201,15 @@ int main(int argc, char **argv)
             parse_list(argv[++i], ms);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
             all_shapes = strcmp(argv[++i], "llama2") != 0;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+            only_shape = argv[++i];
         else if (argv[i][0] != '-')
             json_path = argv[i];
         else {
             fprintf(stderr,
                     "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
-                    "[--config I] [--map I16,I32,I64,IBIG] [--sweep] [--replays R]\n",
+                    "[--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped] "
+                    "[--replays R]\n",
                     argv[0]);
             return 2;
         }
@@ -183,6 +250,13 @@ int main(int argc, char **argv)
                 (const uint4 *)src, (uint4 *)dst, (int64_t)(bytes / 16));
         });
         const double bw_kernel = 2.0 * bytes / (us * 1e-6) / 1e9;
+        uint32_t *sink1;
+        CK(cudaMalloc((void **)&sink1, 4096 * sizeof(uint32_t)));
+        us = time_graph(g_stream, 4, replays, [&](int) {
+            launch_read(src, bytes, sink1, prop.multiProcessorCount * 4, 512, false, g_stream);
+        });
+        CK(cudaFree(sink1));
+        printf("read bandwidth (read kernel, 1 GiB): %.0f GB/s\n", bytes / (us * 1e-6) / 1e9);
         printf("copy bandwidth: cudaMemcpyAsync %.0f GB/s, copy kernel %.0f GB/s (the larger is "
                "the ceiling)\n",
                bw_memcpy, bw_kernel);
@@ -216,10 +290,11 @@ int main(int argc, char **argv)
     uint64_t rng = 12345;
     const int n_cfg = krn_int4_gemm_config_count();
 
-    printf("%-10s %6s %6s %5s | %9s %9s %7s | %7s %8s %6s | %s\n", "shape", "K", "N", "M",
-           "ours_us", "cublas_us", "speedup", "GB/s", "floor_us", "%floor", "config");
+    printf("%-10s %6s %6s %5s | %9s %9s %7s | %7s %8s %6s | %7s %7s | %8s | %s\n", "shape", "K",
+           "N", "M", "ours_us", "cublas_us", "speedup", "GB/s", "floor_us", "%floor", "read_us",
+           "rd_pdl", "striped", "config");
     for (const shape &sh : kShapes) {
-        if (!all_shapes && !sh.llama2)
+        if ((!all_shapes && !sh.llama2) || (only_shape && strcmp(only_shape, sh.name)))
             continue;
         /* one random canonical weight, repacked, then copied nrot times */
         struct krn_q4_weight w;
@@ -288,9 +363,24 @@ int main(int argc, char **argv)
             }
         });
 
+        /* the weight's bytes read and nothing else, best of a few grids */
+        uint32_t *sink;
+        CK(cudaMalloc((void **)&sink, 4096 * sizeof(uint32_t)));
+        double t_read[2] = {1e30, 1e30};
+        for (int pdl = 0; pdl < 2; pdl++)
+            for (int bps : {2, 4, 8})
+                for (int threads : {256, 512}) {
+                    const double t = time_graph(g_stream, std::max(nrot, 24), replays, [&](int i) {
+                        launch_read(wq[i % nrot], lay.bytes, sink, prop.multiProcessorCount * bps,
+                                    threads, pdl != 0, g_stream);
+                    });
+                    t_read[pdl] = std::min(t_read[pdl], t);
+                }
+        CK(cudaFree(sink));
+
         for (int m : ms) {
             const int launches = std::max(nrot, 24);
-            auto ours = [&](int config) {
+            auto ours = [&](int config, uint32_t flags = 0) {
                 return time_graph(g_stream, launches, replays, [&](int i) {
                     struct krn_int4_gemm_args args;
                     memset(&args, 0, sizeof args);
@@ -303,6 +393,7 @@ int main(int argc, char **argv)
                     args.workspace_bytes = ws_bytes;
                     args.stream = g_stream;
                     args.config = config;
+                    args.flags = flags;
                     struct inf_err e2;
                     if (krn_int4_gemm(&args, &e2) != INF_OK) {
                         fprintf(stderr, "krn_int4_gemm: %s\n", e2.msg);
@@ -343,14 +434,18 @@ int main(int argc, char **argv)
             r.ours_us = t_ours;
             r.cublas_us = t_cb;
             r.dequant_us = t_dq;
+            r.read_us = t_read[0];
+            r.read_pdl_us = t_read[1];
+            r.striped_us = striped ? ours(best_cfg, KRN_INT4_GEMM_GRID_STRIPED) : 0;
             r.bytes = (double)lay.bytes - (double)(lay.n_pad - lay.n) * lay.k_pad / 2 +
                       2.0 * m * sh.k + 2.0 * m * sh.n;
             r.flops = 2.0 * m * (double)sh.n * sh.k;
             r.floor_us = std::max(r.bytes / (bw_gbs * 1e3), r.flops / (peak_tflops * 1e6));
             results.push_back(r);
-            printf("%-10s %6d %6d %5d | %9.2f %9.2f %6.2fx | %7.0f %8.2f %5.0f%% | %s\n", sh.name,
-                   sh.k, sh.n, m, t_ours, t_cb, t_cb / t_ours, r.bytes / (t_ours * 1e3), r.floor_us,
-                   100.0 * r.floor_us / t_ours,
+            printf("%-10s %6d %6d %5d | %9.2f %9.2f %6.2fx | %7.0f %8.2f %5.0f%% | %7.2f %7.2f | "
+                   "%8.2f | %s\n",
+                   sh.name, sh.k, sh.n, m, t_ours, t_cb, t_cb / t_ours, r.bytes / (t_ours * 1e3),
+                   r.floor_us, 100.0 * r.floor_us / t_ours, r.read_us, r.read_pdl_us, r.striped_us,
                    best_cfg < 0 ? "auto" : krn_int4_gemm_config_name(best_cfg));
             fflush(stdout);
         }
@@ -365,29 +460,34 @@ int main(int argc, char **argv)
 
     /* ---- acceptance sums over the four Llama-2-7B shapes ---- */
     printf("\nLlama-2-7B sums (q/k/v + o + gate/up + down), same run:\n");
-    printf("%5s | %9s %9s %8s %9s | %17s | %s\n", "M", "ours_us", "cublas_us", "speedup",
-           "floor_us", "dequant+cublas_us", "min shape speedup");
+    printf("%5s | %9s %9s %8s %9s | %17s | %17s | %8s %8s | %s\n", "M", "ours_us", "cublas_us",
+           "speedup", "floor_us", "dequant+cublas_us", "min shape speedup", "read_us", "rd_pdl",
+           "striped");
     struct sum {
         int m;
-        double ours, cb, floor, min_ratio, dq;
+        double ours, cb, floor, min_ratio, dq, rd, rd_pdl, striped;
     };
     std::vector<sum> sums;
     for (int m : ms) {
-        sum s = {m, 0, 0, 0, 1e30, 0};
+        sum s = {m, 0, 0, 0, 1e30, 0, 0, 0, 0};
         for (const result &r : results)
             if (r.llama2 && r.m == m) {
                 s.ours += r.ours_us;
                 s.cb += r.cublas_us;
                 s.floor += r.floor_us;
                 s.dq += r.dequant_us;
+                s.rd += r.read_us;
+                s.rd_pdl += r.read_pdl_us;
+                s.striped += r.striped_us;
             }
         for (const result &r : results)
             if (r.m == m)
                 s.min_ratio = std::min(s.min_ratio, r.cublas_us / r.ours_us);
         if (s.ours > 0) {
             sums.push_back(s);
-            printf("%5d | %9.2f %9.2f %7.2fx %9.2f | %17.2f | %.2fx\n", m, s.ours, s.cb,
-                   s.cb / s.ours, s.floor, s.dq + s.cb, s.min_ratio);
+            printf("%5d | %9.2f %9.2f %7.2fx %9.2f | %17.2f | %16.2fx | %8.2f %8.2f | %.2f\n", m,
+                   s.ours, s.cb, s.cb / s.ours, s.floor, s.dq + s.cb, s.min_ratio, s.rd, s.rd_pdl,
+                   s.striped);
         }
     }
 
@@ -409,20 +509,24 @@ int main(int argc, char **argv)
             fprintf(f,
                     "    {\"shape\": \"%s\", \"k\": %d, \"n\": %d, \"m\": %d, \"config\": \"%s\", "
                     "\"ours_us\": %.3f, \"cublas_us\": %.3f, \"speedup\": %.3f, \"GBps\": %.1f, "
-                    "\"floor_us\": %.3f, \"pct_floor\": %.1f, \"dequant_us\": %.3f}%s\n",
+                    "\"floor_us\": %.3f, \"pct_floor\": %.1f, \"dequant_us\": %.3f, "
+                    "\"read_us\": %.3f, \"read_pdl_us\": %.3f, \"striped_us\": %.3f}%s\n",
                     r.name, r.k, r.n, r.m,
                     r.config < 0 ? "auto" : krn_int4_gemm_config_name(r.config), r.ours_us,
                     r.cublas_us, r.cublas_us / r.ours_us, r.bytes / (r.ours_us * 1e3), r.floor_us,
-                    100.0 * r.floor_us / r.ours_us, r.dequant_us, i + 1 < results.size() ? "," : "");
+                    100.0 * r.floor_us / r.ours_us, r.dequant_us, r.read_us, r.read_pdl_us,
+                    r.striped_us, i + 1 < results.size() ? "," : "");
         }
         fprintf(f, "  ],\n  \"llama2_sums\": [\n");
         for (size_t i = 0; i < sums.size(); i++)
             fprintf(f,
                     "    {\"m\": %d, \"ours_us\": %.3f, \"cublas_us\": %.3f, \"speedup\": %.3f, "
                     "\"floor_us\": %.3f, \"min_shape_speedup\": %.3f, "
-                    "\"dequant_plus_cublas_us\": %.3f}%s\n",
+                    "\"dequant_plus_cublas_us\": %.3f, \"read_us\": %.3f, \"read_pdl_us\": %.3f, "
+                    "\"striped_us\": %.3f}%s\n",
                     sums[i].m, sums[i].ours, sums[i].cb, sums[i].cb / sums[i].ours, sums[i].floor,
-                    sums[i].min_ratio, sums[i].dq + sums[i].cb, i + 1 < sums.size() ? "," : "");
+                    sums[i].min_ratio, sums[i].dq + sums[i].cb, sums[i].rd, sums[i].rd_pdl,
+                    sums[i].striped, i + 1 < sums.size() ? "," : "");
         fprintf(f, "  ]\n}\n");
         fclose(f);
         printf("wrote %s\n", json_path);

@@ -13,7 +13,9 @@
  *          (m tile, n tile, k tile) in the order n tile, m tile, k tile; block b
  *          takes the contiguous stripe [b*U/G, (b+1)*U/G), so every block gets
  *          the same number of k tiles (±1) whatever the shape: all 132 SMs stay
- *          busy for every N, M and K, small N included.
+ *          busy for every N, M and K, small N included. With fewer output
+ *          tiles than resident blocks the grid is tiles x s instead
+ *          (launch_grid), so that each stripe lies inside one tile.
  * Reduce   A tile finished inside one block is written straight to C. A tile
  *          shared by several blocks (a stripe boundary falls inside it) is
  *          split-K: each writes its fp32 partial to the workspace, the last
@@ -428,8 +430,8 @@ __global__ void __launch_bounds__(kThreads, BPS)
         /* W: 512-byte chunks; a warp copies one whole chunk (coalesced). */
         if (what & kLoadW) {
 #pragma unroll
-        for (int i = 0; i < T::W_ITERS; i++)
-            cp_async16(st + (tid + i * kThreads) * 16, w_ptr + i * (8 / NCH) * 32);
+            for (int i = 0; i < T::W_ITERS; i++)
+                cp_async16(st + (tid + i * kThreads) * 16, w_ptr + i * (8 / NCH) * 32);
         }
         /* Scales (and zeros) of the groups this k tile touches. */
         if ((what & kLoadW) && s_copy) {
@@ -846,6 +848,47 @@ Params params_of(const krn_int4_gemm_layout *lay, const void *b)
     return p;
 }
 
+/* Blocks of a persistent launch with `slots` resident blocks. Units are
+ * striped over the grid in (tile, k tile) order, so with G blocks a tile
+ * is shared by the blocks whose stripes cross it. When there are fewer tiles
+ * than slots, G = tiles x s (s = slots / tiles, at most k_tiles) puts the
+ * start of block t*s on the first k tile of tile t: every block's stripe
+ * then lies inside one tile and every tile has exactly s contributors (one
+ * partial and one arrival per block instead of up to two, all tiles
+ * finishing together). Taken when it keeps at least 7/8 of the slots;
+ * KRN_INT4_GEMM_GRID_STRIPED keeps all of them. */
+long long launch_grid(long long slots, const Params &p, uint32_t flags)
+{
+    const long long tiles = (long long)p.m_tiles * p.n_tiles;
+    long long grid = slots;
+    if (!(flags & KRN_INT4_GEMM_GRID_STRIPED) && tiles < slots) {
+        long long s = slots / tiles;
+        if (s > p.k_tiles)
+            s = p.k_tiles;
+        if (tiles * s * 8 >= slots * 7)
+            grid = tiles * s;
+    }
+    if (grid > p.units)
+        grid = p.units;
+    if (grid > kMaxGrid)
+        grid = kMaxGrid;
+    return grid;
+}
+
+/* Point p's counters and partials into the caller's workspace, which must
+ * hold `need` bytes (the counter region first). */
+inf_status_t bind_workspace(Params &p, const krn_int4_gemm_args *args, size_t need,
+                            struct inf_err *err)
+{
+    if (args->workspace_bytes < need)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm: workspace %zu bytes, need %zu",
+                           args->workspace_bytes, need);
+    unsigned char *ws = static_cast<unsigned char *>(args->workspace);
+    p.counters = reinterpret_cast<int *>(ws);
+    p.partials = reinterpret_cast<float *>(ws + kCounterBytes);
+    return INF_OK;
+}
+
 } // namespace
 } // namespace int4gemm
 
@@ -1031,20 +1074,14 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
             return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d n=%d k=%d too large",
                                (int)p.m, (int)p.n, (int)p.k);
         p.units = (int)units9;
-        long long grid9 = sm90_grid(dev, sms, c9, p, &e);
+        const long long slots9 = sm90_grid(dev, sms, c9, p, &e);
         if (e != cudaSuccess)
             return inf_err_set(err, INF_E_DEVICE, "int4 gemm (sm90): %s", cudaGetErrorString(e));
-        if (grid9 > p.units)
-            grid9 = p.units;
-        if (grid9 > kMaxGrid)
-            grid9 = kMaxGrid;
-        const size_t need9 = kCounterBytes + sm90_workspace(c9, grid9);
-        if (args->workspace_bytes < need9)
-            return inf_err_set(err, INF_E_INVALID, "int4 gemm: workspace %zu bytes, need %zu",
-                               args->workspace_bytes, need9);
-        unsigned char *ws9 = static_cast<unsigned char *>(args->workspace);
-        p.counters = reinterpret_cast<int *>(ws9);
-        p.partials = reinterpret_cast<float *>(ws9 + kCounterBytes);
+        const long long grid9 = launch_grid(slots9, p, args->flags);
+        const inf_status_t st =
+            bind_workspace(p, args, kCounterBytes + sm90_workspace(c9, grid9), err);
+        if (st != INF_OK)
+            return st;
         e = launch_sm90(p, c9, grid9, stream);
         if (e == cudaSuccess)
             e = cudaGetLastError();
@@ -1053,7 +1090,8 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         return INF_OK;
     }
 #endif
-    const int ci = args->config >= 0 && args->config < kNumConfigs ? args->config : auto_config(p.m, lay);
+    const int ci =
+        args->config >= 0 && args->config < kNumConfigs ? args->config : auto_config(p.m, lay);
     const Config &c = kConfigs[ci];
     const int zp = lay->symmetric ? 0 : 1;
     int occ = 0;
@@ -1070,24 +1108,17 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
                            (int)p.n, (int)p.k);
     p.units = (int)units;
     p.slot_rows = p.m < c.bm ? p.m : c.bm;
-    long long grid = (long long)sms * (occ < c.max_blocks_per_sm ? occ : c.max_blocks_per_sm);
-    if (grid > p.units)
-        grid = p.units;
-    if (grid > kMaxGrid)
-        grid = kMaxGrid;
-    size_t need = workspace_need(lay, ci, p.m, grid);
-    if (args->workspace_bytes < need)
-        return inf_err_set(err, INF_E_INVALID, "int4 gemm: workspace %zu bytes, need %zu",
-                           args->workspace_bytes, need);
-    unsigned char *ws = static_cast<unsigned char *>(args->workspace);
-    p.counters = reinterpret_cast<int *>(ws);
-    p.partials = reinterpret_cast<float *>(ws + kCounterBytes);
+    const long long grid = launch_grid(
+        (long long)sms * (occ < c.max_blocks_per_sm ? occ : c.max_blocks_per_sm), p, args->flags);
+    const inf_status_t st = bind_workspace(p, args, workspace_need(lay, ci, p.m, grid), err);
+    if (st != INF_OK)
+        return st;
 
     /* Programmatic dependent launch: the kernel may start while the previous
      * one in the stream drains; it waits (griddepcontrol.wait) before it
      * reads A or writes anything. Also inside stream capture. */
-    e = krncuda::launch_pdl(c.kernel[zp][av], dim3((unsigned)grid), dim3(kThreads),
-                            (size_t)c.smem, stream, p);
+    e = krncuda::launch_pdl(c.kernel[zp][av], dim3((unsigned)grid), dim3(kThreads), (size_t)c.smem,
+                            stream, p);
     if (e == cudaSuccess)
         e = cudaGetLastError();
     if (e != cudaSuccess)

@@ -196,7 +196,8 @@ static void check_dequant(const struct dev_weight *dw)
     const size_t max_elems = (size_t)n * (size_t)(k + 8);
     uint16_t *dev = NULL;
     CK(cudaMalloc((void **)&dev, max_elems * 2));
-    uint16_t *host = (uint16_t *)malloc(max_elems * 2), *ref = (uint16_t *)malloc((size_t)n * k * 2);
+    uint16_t *host = (uint16_t *)malloc(max_elems * 2),
+             *ref = (uint16_t *)malloc((size_t)n * k * 2);
     if (!host || !ref) {
         fprintf(stderr, "out of host memory\n");
         exit(2);
@@ -492,9 +493,18 @@ int main(void)
                 check_case(&dw, &b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, 0, &rng, "sm75");
             if (i % 4 == 1)
                 check_case(&dw, &b, m, -1, 0, true, 1, &rng, "a+1");
+            /* the grid over every resident block, where the default takes
+             * whole split-K shares per tile */
+            if (i % 4 == 3)
+                check_case(&dw, &b, m, -1, KRN_INT4_GEMM_GRID_STRIPED, i % 8 == 3, 0, &rng,
+                           "striped");
             if (wc->sweep && (m == 1 || m == 17 || m == 64 || m == 129 || m == 1000))
-                for (int c = 0; c < n_cfg; c++)
+                for (int c = 0; c < n_cfg; c++) {
                     check_case(&dw, &b, m, c, 0, true, 0, &rng, krn_int4_gemm_config_name(c));
+                    if (m == 1 || m == 64)
+                        check_case(&dw, &b, m, c, KRN_INT4_GEMM_GRID_STRIPED, false, 0, &rng,
+                                   krn_int4_gemm_config_name(c));
+                }
         }
         if (ci == 0)
             check_arguments(&dw, &b);
