@@ -3,7 +3,7 @@
  *
  *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
  *              [--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped]
- *              [--replays R]
+ *              [--resident] [--replays R]
  *
  * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
  * the L2 size, so every launch reads its weights from HBM; each measurement
@@ -22,11 +22,15 @@
  * dependent launch: what one launch per linear costs before any arithmetic
  * (the "read" sums bound what any one-launch-per-linear kernel can reach).
  * --striped also times our kernel with KRN_INT4_GEMM_GRID_STRIPED.
+ * --resident uses one copy of each weight instead of the rotation, so
+ * weights that fit the L2 are read from it (what prefetching a weight into
+ * the L2 ahead of its GEMM could give; not the acceptance method).
  * --map times a candidate automatic choice: configuration I16 for M <= 16,
  * I32 for M <= 32, I64 for M <= 64, IBIG beyond (the launcher's own choice
  * is used when neither --config nor --map is given). */
 #include "bench/common/graph_timer.cuh"
 #include "common/inf.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/int4_gemm.h"
 
 #include <algorithm>
@@ -89,7 +93,7 @@ __device__ __forceinline__ uint4 ld_stream(const uint4 *p)
 __global__ void read_kernel(const uint4 *__restrict__ src, int64_t n, uint32_t *sink, int pdl)
 {
     if (pdl)
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        krncuda::pdl_trigger();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     uint32_t x = 0;
@@ -104,7 +108,7 @@ __global__ void read_kernel(const uint4 *__restrict__ src, int64_t n, uint32_t *
         x ^= a.x ^ a.y ^ a.z ^ a.w;
     }
     if (pdl)
-        asm volatile("griddepcontrol.wait;" ::: "memory");
+        krncuda::pdl_wait();
     if (x == 0x5eed1e55u)
         sink[blockIdx.x] = x;
 }
@@ -112,17 +116,13 @@ __global__ void read_kernel(const uint4 *__restrict__ src, int64_t n, uint32_t *
 static void launch_read(const void *src, size_t bytes, uint32_t *sink, int blocks, int threads,
                         bool pdl, cudaStream_t stream)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, read_kernel, (const uint4 *)src, (int64_t)(bytes / 16), sink,
-                          (int)pdl));
+    const uint4 *p = (const uint4 *)src;
+    const int64_t n = (int64_t)(bytes / 16);
+    if (pdl)
+        CK(krncuda::launch_pdl(read_kernel, dim3((unsigned)blocks), dim3((unsigned)threads), 0,
+                               stream, p, n, sink, 1));
+    else
+        read_kernel<<<blocks, threads, 0, stream>>>(p, n, sink, 0);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -173,7 +173,7 @@ static void parse_list(const char *s, std::vector<int> &out)
 int main(int argc, char **argv)
 {
     const char *json_path = NULL;
-    bool sym = false, sweep = false, all_shapes = true, striped = false;
+    bool sym = false, sweep = false, all_shapes = true, striped = false, resident = false;
     const char *only_shape = NULL;
     int group = 128, force_config = -1, replays = 9;
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
@@ -185,6 +185,8 @@ int main(int argc, char **argv)
             sweep = true;
         else if (!strcmp(argv[i], "--striped"))
             striped = true;
+        else if (!strcmp(argv[i], "--resident"))
+            resident = true;
         else if (!strcmp(argv[i], "--group") && i + 1 < argc)
             group = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--config") && i + 1 < argc)
@@ -209,7 +211,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
                     "[--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped] "
-                    "[--replays R]\n",
+                    "[--resident] [--replays R]\n",
                     argv[0]);
             return 2;
         }
@@ -230,8 +232,9 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&cb_ws, cb_ws_bytes));
     CB(cublasSetWorkspace(cb, cb_ws, cb_ws_bytes));
     const double l2 = (double)prop.l2CacheSize;
-    printf("device %s, %d SMs, L2 %.0f MB, group %d, %s\n", prop.name, prop.multiProcessorCount,
-           l2 / 1e6, group, sym ? "symmetric" : "asymmetric");
+    printf("device %s, %d SMs, L2 %.0f MB, group %d, %s%s\n", prop.name, prop.multiProcessorCount,
+           l2 / 1e6, group, sym ? "symmetric" : "asymmetric",
+           resident ? ", weights L2-resident where they fit (--resident)" : "");
 
     /* ---- ceilings ---- */
     double bw_gbs, peak_tflops;
@@ -328,14 +331,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "repack: %s\n", err.msg);
             return 1;
         }
-        const int nrot = std::max(2, (int)ceil(4.5 * l2 / (double)lay.bytes));
+        const int nrot = resident ? 1 : std::max(2, (int)ceil(4.5 * l2 / (double)lay.bytes));
         std::vector<void *> wq(nrot);
         for (int i = 0; i < nrot; i++) {
             CK(cudaMalloc(&wq[i], lay.bytes));
             CK(cudaMemcpy(wq[i], packed.data(), lay.bytes, cudaMemcpyHostToDevice));
         }
         const size_t wf_bytes = sizeof(half) * (size_t)sh.n * sh.k;
-        const int nrot_f = std::max(2, (int)ceil(4.5 * l2 / (double)wf_bytes));
+        const int nrot_f = resident ? 1 : std::max(2, (int)ceil(4.5 * l2 / (double)wf_bytes));
         std::vector<half *> wf(nrot_f);
         for (int i = 0; i < nrot_f; i++) {
             CK(cudaMalloc((void **)&wf[i], wf_bytes));
