@@ -91,6 +91,10 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * split-K shares per tile (the default, see krn_int4_gemm) applies; for the
  * benchmark's comparison and the tests. */
 #define KRN_INT4_GEMM_GRID_STRIPED 0x2u
+/* Keep the tokens as the mma A operand at M <= 8 (the mma.sync kernel
+ * otherwise swaps the operands there, see int4_gemm.cu); for the
+ * benchmark's comparison and the tests. */
+#define KRN_INT4_GEMM_NO_SWAP 0x4u
 
 /* One GEMM. All pointers but lay are device pointers. */
 struct krn_int4_gemm_args {

@@ -3,7 +3,7 @@
  *
  *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
  *              [--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped]
- *              [--resident] [--replays R]
+ *              [--resident] [--noswap] [--replays R]
  *
  * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
  * the L2 size, so every launch reads its weights from HBM; each measurement
@@ -22,6 +22,7 @@
  * dependent launch: what one launch per linear costs before any arithmetic
  * (the "read" sums bound what any one-launch-per-linear kernel can reach).
  * --striped also times our kernel with KRN_INT4_GEMM_GRID_STRIPED.
+ * --noswap also times our kernel with KRN_INT4_GEMM_NO_SWAP (M <= 8).
  * --resident uses one copy of each weight instead of the rotation, so
  * weights that fit the L2 are read from it (what prefetching a weight into
  * the L2 ahead of its GEMM could give; not the acceptance method).
@@ -154,6 +155,7 @@ struct result {
     double dequant_us; /* the weight dequantized to fp16 once (the backend's large-M path) */
     double read_us, read_pdl_us; /* a launch that only reads the weight's bytes (best grid) */
     double striped_us;           /* ours with KRN_INT4_GEMM_GRID_STRIPED (--striped), or 0 */
+    double noswap_us;            /* ours with KRN_INT4_GEMM_NO_SWAP (--noswap, M <= 8), or 0 */
 };
 
 static cudaStream_t g_stream;
@@ -174,6 +176,7 @@ int main(int argc, char **argv)
 {
     const char *json_path = NULL;
     bool sym = false, sweep = false, all_shapes = true, striped = false, resident = false;
+    bool noswap = false;
     const char *only_shape = NULL;
     int group = 128, force_config = -1, replays = 9;
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
@@ -187,6 +190,8 @@ int main(int argc, char **argv)
             striped = true;
         else if (!strcmp(argv[i], "--resident"))
             resident = true;
+        else if (!strcmp(argv[i], "--noswap"))
+            noswap = true;
         else if (!strcmp(argv[i], "--group") && i + 1 < argc)
             group = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--config") && i + 1 < argc)
@@ -211,7 +216,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
                     "[--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped] "
-                    "[--resident] [--replays R]\n",
+                    "[--resident] [--noswap] [--replays R]\n",
                     argv[0]);
             return 2;
         }
@@ -293,9 +298,9 @@ int main(int argc, char **argv)
     uint64_t rng = 12345;
     const int n_cfg = krn_int4_gemm_config_count();
 
-    printf("%-10s %6s %6s %5s | %9s %9s %7s | %7s %8s %6s | %7s %7s | %8s | %s\n", "shape", "K",
+    printf("%-10s %6s %6s %5s | %9s %9s %7s | %7s %8s %6s | %7s %7s | %8s %8s | %s\n", "shape", "K",
            "N", "M", "ours_us", "cublas_us", "speedup", "GB/s", "floor_us", "%floor", "read_us",
-           "rd_pdl", "striped", "config");
+           "rd_pdl", "striped", "noswap", "config");
     for (const shape &sh : kShapes) {
         if ((!all_shapes && !sh.llama2) || (only_shape && strcmp(only_shape, sh.name)))
             continue;
@@ -440,16 +445,17 @@ int main(int argc, char **argv)
             r.read_us = t_read[0];
             r.read_pdl_us = t_read[1];
             r.striped_us = striped ? ours(best_cfg, KRN_INT4_GEMM_GRID_STRIPED) : 0;
+            r.noswap_us = noswap && m <= 8 ? ours(best_cfg, KRN_INT4_GEMM_NO_SWAP) : 0;
             r.bytes = (double)lay.bytes - (double)(lay.n_pad - lay.n) * lay.k_pad / 2 +
                       2.0 * m * sh.k + 2.0 * m * sh.n;
             r.flops = 2.0 * m * (double)sh.n * sh.k;
             r.floor_us = std::max(r.bytes / (bw_gbs * 1e3), r.flops / (peak_tflops * 1e6));
             results.push_back(r);
             printf("%-10s %6d %6d %5d | %9.2f %9.2f %6.2fx | %7.0f %8.2f %5.0f%% | %7.2f %7.2f | "
-                   "%8.2f | %s\n",
+                   "%8.2f %8.2f | %s\n",
                    sh.name, sh.k, sh.n, m, t_ours, t_cb, t_cb / t_ours, r.bytes / (t_ours * 1e3),
                    r.floor_us, 100.0 * r.floor_us / t_ours, r.read_us, r.read_pdl_us, r.striped_us,
-                   best_cfg < 0 ? "auto" : krn_int4_gemm_config_name(best_cfg));
+                   r.noswap_us, best_cfg < 0 ? "auto" : krn_int4_gemm_config_name(best_cfg));
             fflush(stdout);
         }
         for (void *p : wq)
@@ -463,16 +469,16 @@ int main(int argc, char **argv)
 
     /* ---- acceptance sums over the four Llama-2-7B shapes ---- */
     printf("\nLlama-2-7B sums (q/k/v + o + gate/up + down), same run:\n");
-    printf("%5s | %9s %9s %8s %9s | %17s | %17s | %8s %8s | %s\n", "M", "ours_us", "cublas_us",
+    printf("%5s | %9s %9s %8s %9s | %17s | %17s | %8s %8s | %8s %8s\n", "M", "ours_us", "cublas_us",
            "speedup", "floor_us", "dequant+cublas_us", "min shape speedup", "read_us", "rd_pdl",
-           "striped");
+           "striped", "noswap");
     struct sum {
         int m;
-        double ours, cb, floor, min_ratio, dq, rd, rd_pdl, striped;
+        double ours, cb, floor, min_ratio, dq, rd, rd_pdl, striped, noswap;
     };
     std::vector<sum> sums;
     for (int m : ms) {
-        sum s = {m, 0, 0, 0, 1e30, 0, 0, 0, 0};
+        sum s = {m, 0, 0, 0, 1e30, 0, 0, 0, 0, 0};
         for (const result &r : results)
             if (r.llama2 && r.m == m) {
                 s.ours += r.ours_us;
@@ -482,15 +488,17 @@ int main(int argc, char **argv)
                 s.rd += r.read_us;
                 s.rd_pdl += r.read_pdl_us;
                 s.striped += r.striped_us;
+                s.noswap += r.noswap_us;
             }
         for (const result &r : results)
             if (r.m == m)
                 s.min_ratio = std::min(s.min_ratio, r.cublas_us / r.ours_us);
         if (s.ours > 0) {
             sums.push_back(s);
-            printf("%5d | %9.2f %9.2f %7.2fx %9.2f | %17.2f | %16.2fx | %8.2f %8.2f | %.2f\n", m,
-                   s.ours, s.cb, s.cb / s.ours, s.floor, s.dq + s.cb, s.min_ratio, s.rd, s.rd_pdl,
-                   s.striped);
+            printf(
+                "%5d | %9.2f %9.2f %7.2fx %9.2f | %17.2f | %16.2fx | %8.2f %8.2f | %8.2f %8.2f\n",
+                m, s.ours, s.cb, s.cb / s.ours, s.floor, s.dq + s.cb, s.min_ratio, s.rd, s.rd_pdl,
+                s.striped, s.noswap);
         }
     }
 
@@ -513,12 +521,13 @@ int main(int argc, char **argv)
                     "    {\"shape\": \"%s\", \"k\": %d, \"n\": %d, \"m\": %d, \"config\": \"%s\", "
                     "\"ours_us\": %.3f, \"cublas_us\": %.3f, \"speedup\": %.3f, \"GBps\": %.1f, "
                     "\"floor_us\": %.3f, \"pct_floor\": %.1f, \"dequant_us\": %.3f, "
-                    "\"read_us\": %.3f, \"read_pdl_us\": %.3f, \"striped_us\": %.3f}%s\n",
+                    "\"read_us\": %.3f, \"read_pdl_us\": %.3f, \"striped_us\": %.3f, "
+                    "\"noswap_us\": %.3f}%s\n",
                     r.name, r.k, r.n, r.m,
                     r.config < 0 ? "auto" : krn_int4_gemm_config_name(r.config), r.ours_us,
                     r.cublas_us, r.cublas_us / r.ours_us, r.bytes / (r.ours_us * 1e3), r.floor_us,
                     100.0 * r.floor_us / r.ours_us, r.dequant_us, r.read_us, r.read_pdl_us,
-                    r.striped_us, i + 1 < results.size() ? "," : "");
+                    r.striped_us, r.noswap_us, i + 1 < results.size() ? "," : "");
         }
         fprintf(f, "  ],\n  \"llama2_sums\": [\n");
         for (size_t i = 0; i < sums.size(); i++)
@@ -526,10 +535,10 @@ int main(int argc, char **argv)
                     "    {\"m\": %d, \"ours_us\": %.3f, \"cublas_us\": %.3f, \"speedup\": %.3f, "
                     "\"floor_us\": %.3f, \"min_shape_speedup\": %.3f, "
                     "\"dequant_plus_cublas_us\": %.3f, \"read_us\": %.3f, \"read_pdl_us\": %.3f, "
-                    "\"striped_us\": %.3f}%s\n",
+                    "\"striped_us\": %.3f, \"noswap_us\": %.3f}%s\n",
                     sums[i].m, sums[i].ours, sums[i].cb, sums[i].cb / sums[i].ours, sums[i].floor,
                     sums[i].min_ratio, sums[i].dq + sums[i].cb, sums[i].rd, sums[i].rd_pdl,
-                    sums[i].striped, i + 1 < sums.size() ? "," : "");
+                    sums[i].striped, sums[i].noswap, i + 1 < sums.size() ? "," : "");
         fprintf(f, "  ]\n}\n");
         fclose(f);
         printf("wrote %s\n", json_path);

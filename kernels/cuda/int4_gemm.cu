@@ -95,6 +95,13 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p)
                  : "r"(smem_addr(p)));
 }
 
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr(p)));
+}
+
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1)
 {
@@ -324,12 +331,42 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
                 acc[mb][f][e] = 0.0f;
 }
 
+/* Swapped operands (SW, M <= 8): the warp's NW = NF / 2 accumulators of
+ * W (16 columns) x tokens (8): element e of word j holds column 16 j + g +
+ * 8 (e >> 1), token 2 c + (e & 1) (lane = 4 g + c). Rewritten into the
+ * usual layout (fragment f: token g, columns 8 f + 2 c, + 1 in elements 0
+ * and 1; tokens 8-15 in elements 2 and 3, which do not exist when M <= 8
+ * and are zero): the value for (token g, column 8 f + 2 c + e) sits in
+ * lane 4 (2 c + e) + g / 2, element 2 (f & 1) + (g & 1). Once per tile. */
+template <int NF>
+__device__ __forceinline__ void unswap_acc(const float (&sa)[NF / 2][4], float (&acc)[1][NF][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int src = 4 * (2 * c + e) + (g >> 1);
+            const float v0 = __shfl_sync(0xffffffffu, sa[f >> 1][2 * (f & 1)], src);
+            const float v1 = __shfl_sync(0xffffffffu, sa[f >> 1][2 * (f & 1) + 1], src);
+            acc[0][f][e] = (g & 1) ? v1 : v0;
+            acc[0][f][2 + e] = 0.0f;
+        }
+}
+
 /*
  * The kernel. Template parameters: MB, NWN, NF, KPW (see Tile), and
  *   STAGES  depth of the cp.async ring
  *   BPS     blocks per SM the register allocation is capped for
  *   ZP      asymmetric weights (zero points read from the zero section)
  *   AVEC    rows of A are 16-byte aligned: cp.async for A, else element loads
+ *   SW      swapped operands, for one 16-row tile holding at most 8 rows
+ *           (MB == 1, M <= 8): the dequantized weights are the mma A
+ *           operand (a lane's word j is the A fragment of columns 16 j ..
+ *           16 j + 15, as in the sm_90a kernel) and the tokens the n8 B
+ *           operand, so one m16n8k16 covers 16 columns instead of 8: half
+ *           the mma of the usual order, whose 16-row A tile is at most half
+ *           used there
  * Each warp owns BM x 8 NF outputs and KPW consecutive k16 steps of every k
  * tile; the KW warps sharing a column range split the k tile and are summed
  * through shared memory when a tile ends. Scale-group constants are built
@@ -337,11 +374,12 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
  * steps, only for groups of 32), so larger KPW amortizes them and the
  * per-tile bookkeeping over more weights.
  */
-template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC>
+template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW>
 __global__ void __launch_bounds__(kThreads, BPS)
     int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    static_assert(!SW || MB == 1, "swapped operands: one 16-row tile");
     using T = Tile<MB, NWN, NF, KPW, STAGES>;
     constexpr int BM = T::BM, KSTEPS = T::KSTEPS, BK = T::BK, NCH = T::NCH;
     constexpr int B_BYTES = T::B_BYTES, A_BYTES = T::A_BYTES, S_BYTES = T::S_BYTES;
@@ -493,6 +531,12 @@ __global__ void __launch_bounds__(kThreads, BPS)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mb][f][e] = 0.0f;
+    float sacc[SW ? NW : 1][4]; /* SW: the swapped accumulators */
+#pragma unroll
+    for (int j = 0; j < (SW ? NW : 1); j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            sacc[j][e] = 0.0f;
 
     /* Zero the A tiles once, so rows past M are finite zeros. */
     for (int s = 0; s < STAGES; s++)
@@ -578,29 +622,55 @@ __global__ void __launch_bounds__(kThreads, BPS)
                             zw[j] = 0;
                     group_consts_w<ZP, NW>(sw, zw, g);
                 }
-                uint32_t af[MB][4];
+                if (SW) {
+                    /* tokens 0-7 as the B fragment: k 2c, 2c+1 and 2c+8,
+                     * 2c+9 of token g (lanes 0-15 address the two 8 x 8
+                     * matrices) */
+                    uint32_t tb[2];
+                    const int r = lane & 7;
+                    const int kc = ks * 2 + ((lane >> 3) & 1);
+                    ldsm_x2(tb, sa + r * BK + ((kc ^ (r & 7)) * 8));
 #pragma unroll
-                for (int mb = 0; mb < MB; mb++) {
-                    const int r = mb * 16 + (lane & 15);
-                    const int kc = ks * 2 + (lane >> 4);
-                    ldsm_x4(af[mb], sa + r * BK + ((kc ^ (r & 7)) * 8));
-                }
+                    for (int j = 0; j < NW; j++) {
+                        uint32_t bf[2][2];
+                        dequant_pair<NF>(qw[s][j], g, j, bf);
+                        const uint32_t wa[4] = {bf[0][0], bf[1][0], bf[0][1], bf[1][1]};
+                        mma_16816(sacc[j], wa, tb[0], tb[1]);
+                    }
+                } else {
+                    uint32_t af[MB][4];
 #pragma unroll
-                for (int j = 0; j < NW; j++) {
-                    uint32_t bf[2][2];
-                    dequant_pair<NF>(qw[s][j], g, j, bf);
+                    for (int mb = 0; mb < MB; mb++) {
+                        const int r = mb * 16 + (lane & 15);
+                        const int kc = ks * 2 + (lane >> 4);
+                        ldsm_x4(af[mb], sa + r * BK + ((kc ^ (r & 7)) * 8));
+                    }
 #pragma unroll
-                    for (int h = 0; h < 2; h++)
+                    for (int j = 0; j < NW; j++) {
+                        uint32_t bf[2][2];
+                        dequant_pair<NF>(qw[s][j], g, j, bf);
 #pragma unroll
-                        for (int mb = 0; mb < MB; mb++)
-                            mma_16816(acc[mb][2 * j + h], af[mb], bf[h][0], bf[h][1]);
+                        for (int h = 0; h < 2; h++)
+#pragma unroll
+                            for (int mb = 0; mb < MB; mb++)
+                                mma_16816(acc[mb][2 * j + h], af[mb], bf[h][0], bf[h][1]);
+                    }
                 }
             }
         }
 
         /* ---- end of this block's part of tile t: reduce and write ---- */
-        if (c_kk == p.k_tiles - 1 || i == n_units - 1)
+        if (c_kk == p.k_tiles - 1 || i == n_units - 1) {
+            if constexpr (SW) {
+                unswap_acc<NF>(sacc, acc);
+#pragma unroll
+                for (int j = 0; j < NW; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sacc[j][e] = 0.0f;
+            }
             finish_tile<MB, NWN, NF, KPW, STAGES>(p, acc, red, flag, c_m, c_n, b, grid);
+        }
         if (++c_kk == p.k_tiles) {
             c_kk = 0;
             if (++c_m == p.m_tiles) {
@@ -703,10 +773,21 @@ typedef void (*KernelFn)(const Params);
 struct Config {
     const char *name;
     int bm, bn, bk;
-    int max_blocks_per_sm; /* resident blocks the grid is sized for (at most) */
-    int smem;              /* dynamic shared memory bytes */
-    KernelFn kernel[2][2]; /* [asymmetric][A rows 16-byte aligned] */
+    int max_blocks_per_sm;  /* resident blocks the grid is sized for (at most) */
+    int smem;               /* dynamic shared memory bytes */
+    KernelFn kernel[2][2];  /* [asymmetric][A rows 16-byte aligned] */
+    KernelFn swapped[2][2]; /* the same with SW (M <= 8), 16-row tiles only; else null */
 };
+
+/* The SW instantiations exist for 16-row tiles only. */
+template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC>
+constexpr KernelFn swapped_kernel()
+{
+    if constexpr (MB == 1)
+        return int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, true>;
+    else
+        return nullptr;
+}
 
 #define INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES) Tile<MB, NWN, NF, KPW, STAGES>
 #define INT4GEMM_CONFIG(NAME, MB, NWN, NF, KPW, STAGES, BPS)                                       \
@@ -715,12 +796,16 @@ struct Config {
             INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BN,                                           \
             INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BK, BPS,                                      \
             INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::SMEM,                                         \
+            {{int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false, false>,                \
+              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true, false>},                \
+             {int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false, false>,                 \
+              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true, false>}},                \
         {                                                                                          \
-            {int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false>,                        \
-             int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true>},                        \
+            {swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false>(),                        \
+             swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true>()},                        \
             {                                                                                      \
-                int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false>,                      \
-                    int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true>                    \
+                swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false>(),                      \
+                    swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true>()                    \
             }                                                                                      \
         }                                                                                          \
     }
@@ -767,27 +852,29 @@ int auto_config(int m, const krn_int4_gemm_layout *lay)
 /* Per device and kernel: resident blocks per SM once the shared-memory limit
  * was raised (0: not yet known). Racing writers store the same value. */
 constexpr int kMaxDevices = 16;
-int g_occupancy[kMaxDevices][kNumConfigs][2][2];
+int g_occupancy[kMaxDevices][kNumConfigs][2][2][2];
 
-cudaError_t occupancy(int dev, int ci, int zp, int av, int *out)
+/* Resident blocks per SM of fn, kConfigs[ci]'s [zp][av] kernel, swapped
+ * (sw) or not, once its shared-memory limit is raised. */
+cudaError_t occupancy(int dev, int ci, int zp, int av, int sw, KernelFn fn, int *out)
 {
-    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp][av] > 0) {
-        *out = g_occupancy[dev][ci][zp][av];
+    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp][av][sw] > 0) {
+        *out = g_occupancy[dev][ci][zp][av][sw];
         return cudaSuccess;
     }
     const Config &c = kConfigs[ci];
-    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[zp][av]),
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
     if (e != cudaSuccess)
         return e;
     int n = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, c.kernel[zp][av], kThreads, c.smem);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kThreads, c.smem);
     if (e != cudaSuccess)
         return e;
     if (n < 1)
         return cudaErrorInvalidConfiguration;
     if (dev >= 0 && dev < kMaxDevices)
-        g_occupancy[dev][ci][zp][av] = n;
+        g_occupancy[dev][ci][zp][av][sw] = n;
     *out = n;
     return cudaSuccess;
 }
@@ -1094,8 +1181,11 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         args->config >= 0 && args->config < kNumConfigs ? args->config : auto_config(p.m, lay);
     const Config &c = kConfigs[ci];
     const int zp = lay->symmetric ? 0 : 1;
+    /* a 16-row tile holding at most 8 rows: swapped operands (half the mma) */
+    const int sw = p.m <= 8 && c.swapped[zp][av] && !(args->flags & KRN_INT4_GEMM_NO_SWAP) ? 1 : 0;
+    const KernelFn fn = sw ? c.swapped[zp][av] : c.kernel[zp][av];
     int occ = 0;
-    e = occupancy(dev, ci, zp, av, &occ);
+    e = occupancy(dev, ci, zp, av, sw, fn, &occ);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
     const int bk = c.bk;
@@ -1117,8 +1207,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     /* Programmatic dependent launch: the kernel may start while the previous
      * one in the stream drains; it waits (griddepcontrol.wait) before it
      * reads A or writes anything. Also inside stream capture. */
-    e = krncuda::launch_pdl(c.kernel[zp][av], dim3((unsigned)grid), dim3(kThreads), (size_t)c.smem,
-                            stream, p);
+    e = krncuda::launch_pdl(fn, dim3((unsigned)grid), dim3(kThreads), (size_t)c.smem, stream, p);
     if (e == cudaSuccess)
         e = cudaGetLastError();
     if (e != cudaSuccess)

@@ -498,11 +498,18 @@ int main(void)
             if (i % 4 == 3)
                 check_case(&dw, &b, m, -1, KRN_INT4_GEMM_GRID_STRIPED, i % 8 == 3, 0, &rng,
                            "striped");
+            /* tokens as the mma A operand, where the default swaps them */
+            if (m <= 8 && i % 2 == 1)
+                check_case(&dw, &b, m, -1, KRN_INT4_GEMM_NO_SWAP, true, i % 4 == 1, &rng,
+                           "no swap");
             if (wc->sweep && (m == 1 || m == 17 || m == 64 || m == 129 || m == 1000))
                 for (int c = 0; c < n_cfg; c++) {
                     check_case(&dw, &b, m, c, 0, true, 0, &rng, krn_int4_gemm_config_name(c));
                     if (m == 1 || m == 64)
                         check_case(&dw, &b, m, c, KRN_INT4_GEMM_GRID_STRIPED, false, 0, &rng,
+                                   krn_int4_gemm_config_name(c));
+                    if (m == 1)
+                        check_case(&dw, &b, m, c, KRN_INT4_GEMM_NO_SWAP, true, 0, &rng,
                                    krn_int4_gemm_config_name(c));
                 }
         }
