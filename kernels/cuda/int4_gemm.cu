@@ -28,6 +28,9 @@
  *          The dequantization of a k step is plain ALU work (LOP3, HSUB2/HFMA2,
  *          HMUL2) that the scheduler interleaves with the tensor-core mma of
  *          the step before: the KPW k steps of a warp are unrolled together.
+ * Small M  a 16-row tile holding at most 8 rows (M <= 8) swaps the mma
+ *          operands: the dequantized weights are the A fragment (16 columns)
+ *          and the tokens the n8 B fragment, half the mma (SW below).
  * Numerics fp32 accumulate; the dequantized weight is exactly the fp16 value
  *          the CPU reference uses; relative error ~1e-4 (fp16 output rounding).
  * Launch   programmatic dependent launch on sm_90: the first weight stages
