@@ -259,7 +259,7 @@ static void stream_put(struct srv_req *r, const char *s, size_t len)
     if (c->dropped)
         return;
     if (!srv_buf_put(&c->out, s, len))
-        inf_log(ERROR, "req=%s out of memory queueing stream data", r->id_str + 5);
+        inf_log(ERROR, "req=%s out of memory queueing stream data", srv_req_short_id(r));
 }
 
 static void stream_chunk(struct srv_req *r, uint32_t index, const char *text, size_t len,
@@ -310,7 +310,7 @@ void srv_cmpl_cancel(struct srv_req *r, const char *why)
     if (!c || r->cancelled)
         return;
     r->cancelled = true;
-    inf_log(INFO, "req=%s %s: cancelling", r->id_str + 5, why);
+    inf_log(INFO, "req=%s %s: cancelling", srv_req_short_id(r), why);
     for (uint32_t i = 0; i < c->n_subs; i++)
         if (c->subs[i].submitted && !c->subs[i].done)
             eng_request_cancel(r->srv->eng, c->subs[i].id);
@@ -326,7 +326,7 @@ static void stream_check_backlog(struct srv_req *r)
     if (c->dropped || unsent <= c->out_allow)
         return;
     inf_log(WARN, "req=%s client too slow: %zu bytes unread, over the limit of %zu: closing",
-            r->id_str + 5, unsent, c->out_allow);
+            srv_req_short_id(r), unsent, c->out_allow);
     c->dropped = true;
     srv_buf_free(&c->out);
     c->out_off = 0;
@@ -445,7 +445,7 @@ static void finish_request(struct srv_req *r)
             respond_final(r);
         }
     }
-    inf_log(DEBUG, "req=%s finished: %u prompt, %u completion tokens", r->id_str + 5,
+    inf_log(DEBUG, "req=%s finished: %u prompt, %u completion tokens", srv_req_short_id(r),
             c->prompt_tokens, c->completion_tokens);
     srv_req_maybe_free(r);
     if (s->draining)
@@ -464,8 +464,7 @@ static void prompt_logprobs(struct srv_sub *sub, const struct eng_event *ev)
     uint32_t n = (uint32_t)ev->n_tokens;
     struct api_token_logprob *toks = inf_arena_calloc(&c->arena, n, sizeof *toks);
     if (!toks) {
-        inf_log(ERROR, "req=%s out of memory for the prompt's logprobs",
-                r->id_str + 5);
+        inf_log(ERROR, "req=%s out of memory for the prompt's logprobs", srv_req_short_id(r));
         return;
     }
     for (uint32_t k = 0; k < n; k++)
@@ -539,7 +538,7 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
             srv_req_resume(r);
         } else {
             if (ev->text_len && !srv_buf_put(&ch->text, ev->text, ev->text_len))
-                inf_log(ERROR, "req=%s out of memory", r->id_str + 5);
+                inf_log(ERROR, "req=%s out of memory", srv_req_short_id(r));
             if (want_lp) {
                 if (ch->n_lp + (uint32_t)ev->n_tokens > ch->cap_lp) {
                     uint32_t cap = ch->cap_lp ? ch->cap_lp : 16;
@@ -577,7 +576,7 @@ void srv_cmpl_event(struct srv_sub *sub, struct eng_event *ev)
         sub->done = true;
         c->n_pending--;
         s->metrics.errors_total++;
-        inf_log(WARN, "req=%s engine error: %s", r->id_str + 5, ev->msg);
+        inf_log(WARN, "req=%s engine error: %s", srv_req_short_id(r), ev->msg);
         if (!c->over) {
             c->over = true;
             if (c->stream) {
@@ -750,7 +749,7 @@ void srv_cmpl_handle(struct srv_req *r)
         return;
     }
     for (uint32_t i = 0; i < c->req.n_ignored; i++)
-        inf_log(DEBUG, "req=%s ignoring unknown key \"%s\"", r->id_str + 5,
+        inf_log(DEBUG, "req=%s ignoring unknown key \"%s\"", srv_req_short_id(r),
                 c->req.ignored[i]);
     const struct api_completion_req *q = &c->req;
     c->stream = q->stream;
@@ -764,7 +763,7 @@ void srv_cmpl_handle(struct srv_req *r)
         srv_req_respond_error(r, 500, INF_E_NOMEM, NULL, NULL, "out of memory");
         return;
     }
-    c->head.id = r->id_str + 5; /* the encoder writes "cmpl-" itself */
+    c->head.id = srv_req_short_id(r); /* the encoder writes "cmpl-" itself */
     c->head.created = (int64_t)time(NULL);
     c->head.model = s->opt.model_name;
 
@@ -828,7 +827,7 @@ void srv_cmpl_handle(struct srv_req *r)
     free(reqs);
     r->in_engine = true;
     s->n_in_engine++;
-    inf_log(DEBUG, "req=%s submitted: %u prompt(s), n=%u, stream=%d", r->id_str + 5,
+    inf_log(DEBUG, "req=%s submitted: %u prompt(s), n=%u, stream=%d", srv_req_short_id(r),
             c->n_subs, q->n, (int)q->stream);
 
     if (!c->stream) {

@@ -211,7 +211,7 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
     if (!resp) {
         /* Nothing to send: a resumed connection without a response is closed
          * by the access handler. */
-        inf_log(ERROR, "req=%s out of memory building a response", r->id_str + 5);
+        inf_log(ERROR, "req=%s out of memory building a response", srv_req_short_id(r));
         srv_req_resume(r);
         return;
     }
@@ -225,7 +225,7 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
     if (r->in_handler) {
         r->responded = true;
         if (MHD_queue_response(r->conn, status, resp) != MHD_YES)
-            inf_log(WARN, "req=%s could not queue the response", r->id_str + 5);
+            inf_log(WARN, "req=%s could not queue the response", srv_req_short_id(r));
         MHD_destroy_response(resp);
         return;
     }
@@ -257,8 +257,8 @@ void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     unsigned status = http_status ? http_status : (unsigned)api_status_http(st);
-    inf_log(INFO, "req=%s %s %s -> %u %s", r->id_str + 5, r->method,
-            r->url ? r->url : "", status, msg);
+    inf_log(INFO, "req=%s %s %s -> %u %s", srv_req_short_id(r), r->method, r->url ? r->url : "",
+            status, msg);
     struct inf_arena a;
     inf_arena_init(&a, 1024);
     char *body = NULL;
@@ -300,7 +300,7 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
     r->srv = s;
     r->conn = conn;
     r->id = ++s->next_id;
-    snprintf(r->id_str, sizeof r->id_str, "cmpl-%s%08llx", s->id_prefix,
+    snprintf(r->id_str, sizeof r->id_str, SRV_REQ_ID_PREFIX "%s%08llx", s->id_prefix,
              (unsigned long long)r->id);
     snprintf(r->method, sizeof r->method, "%s", method);
     r->url = strdup(url);
@@ -358,18 +358,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     bool probe = strncmp(r->url, "/health", 7) == 0 || strcmp(r->url, "/metrics") == 0;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         inf_log(INFO, "req=%s %s %s -> %u, connection ended early (%s) after %.1f ms",
-                r->id_str + 5, r->method, r->url, r->status,
+                srv_req_short_id(r), r->method, r->url, r->status,
                 toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED   ? "timeout"
                 : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? "shutdown"
                 : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? "client closed"
                                                                 : "error",
                 ms);
     else if (r->status < 400 && !probe)
-        inf_log(INFO, "req=%s %s %s -> %u in %.1f ms", r->id_str + 5, r->method,
-                r->url, r->status, ms);
+        inf_log(INFO, "req=%s %s %s -> %u in %.1f ms", srv_req_short_id(r), r->method, r->url,
+                r->status, ms);
     else if (r->status < 400)
-        inf_log(DEBUG, "req=%s %s %s -> %u", r->id_str + 5, r->method, r->url,
-                r->status);
+        inf_log(DEBUG, "req=%s %s %s -> %u", srv_req_short_id(r), r->method, r->url, r->status);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->in_engine)
         srv_cmpl_cancel(r, toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN
                                ? "server stopped"
@@ -449,7 +448,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
          * answer 413 can only be queued once the body has ended). */
         if (r->body_too_big && r->body_seen > 16 * (uint64_t)s->opt.max_body_bytes) {
             inf_log(INFO, "req=%s body over 16x the limit without a Content-Length: closing",
-                    r->id_str + 5);
+                    srv_req_short_id(r));
             return MHD_NO;
         }
         if (!r->body_too_big) {
@@ -472,7 +471,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r->pending = NULL;
         r->responded = true;
         if (MHD_queue_response(conn, r->pending_status, resp) != MHD_YES)
-            inf_log(WARN, "req=%s could not queue the response", r->id_str + 5);
+            inf_log(WARN, "req=%s could not queue the response", srv_req_short_id(r));
         MHD_destroy_response(resp);
     } else if (!r->dispatched) {
         r->dispatched = true;
@@ -487,7 +486,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (!r->responded && !r->suspended) {
         /* No answer could be built (out of memory): close the connection
          * rather than be called again for nothing. */
-        inf_log(ERROR, "req=%s no response to send: closing", r->id_str + 5);
+        inf_log(ERROR, "req=%s no response to send: closing", srv_req_short_id(r));
         return MHD_NO;
     }
     return MHD_YES;

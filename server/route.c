@@ -257,7 +257,7 @@ void srv_route(struct srv_req *r)
             MHD_add_response_header(resp, "Allow",
                                     strcmp(rt->method, "GET") == 0 ? "GET, HEAD" : rt->method);
         }
-        inf_log(INFO, "req=%s %s %s -> 405", r->id_str + 5, r->method, r->url);
+        inf_log(INFO, "req=%s %s %s -> 405", srv_req_short_id(r), r->method, r->url);
         srv_req_respond(r, 405, resp);
         return;
     }

@@ -64,10 +64,13 @@ struct srv_sub {
     struct srv_sub *hnext;
 };
 
+#define SRV_REQ_ID_PREFIX "cmpl-"
+
 struct srv_req {
     uint64_t id;
-    char id_str[48]; /* "cmpl-<prefix><n>": X-Request-Id, the completion id; the
-                        logs write req=<prefix><n> */
+    char id_str[48]; /* SRV_REQ_ID_PREFIX "<prefix><n>": X-Request-Id, the
+                        completion id; the logs write req=<prefix><n>
+                        (srv_req_short_id) */
     struct srv_server *srv;
     struct MHD_Connection *conn; /* NULL once libmicrohttpd is done with it */
     struct srv_req *prev, *next; /* every live request */
@@ -89,6 +92,13 @@ struct srv_req {
     uint64_t arrival_ns;
     struct srv_cmpl *cmpl;
 };
+
+/* The request id without SRV_REQ_ID_PREFIX: what the logs write after req=
+ * and what the completion encoder prefixes itself. */
+static inline const char *srv_req_short_id(const struct srv_req *r)
+{
+    return r->id_str + sizeof SRV_REQ_ID_PREFIX - 1;
+}
 
 /* ---- the server ------------------------------------------------------------------ */
 #define SRV_REG_BUCKETS 1024
