@@ -839,11 +839,16 @@ constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
  * (index 10), on wide weights (n >= 8192 up to M = 8, n >= 16384 up to
  * M = 16), where each block's stripe is long enough for the larger tile;
  * else 128 columns (index 0) — the 32-row tile up to 32, the 64-row tile
- * beyond (two or more m tiles, each dequantizing the weights again). */
+ * beyond (two or more m tiles, each dequantizing the weights again). Deep
+ * weights (k >= 8192: the down projections) take the 256-column tile up to
+ * M = 4 whatever their width: 4-7 % faster there in the swapped-operand
+ * sweep (docs/gemm-notes.md, version 20). */
 constexpr int kWideSmallM = 10;
 int auto_config(int m, const krn_int4_gemm_layout *lay)
 {
     if (m <= 16) {
+        if (m <= 4 && lay->k_pad >= 8192)
+            return kWideSmallM;
         const int wide_from = m <= 8 ? 8192 : 16384;
         return lay->n_pad >= wide_from ? kWideSmallM : 0;
     }
