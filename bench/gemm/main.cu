@@ -3,7 +3,7 @@
  *
  *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
  *              [--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped]
- *              [--resident] [--noswap] [--replays R]
+ *              [--resident] [--noswap] [--between] [--replays R]
  *
  * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
  * the L2 size, so every launch reads its weights from HBM; each measurement
@@ -23,6 +23,10 @@
  * (the "read" sums bound what any one-launch-per-linear kernel can reach).
  * --striped also times our kernel with KRN_INT4_GEMM_GRID_STRIPED.
  * --noswap also times our kernel with KRN_INT4_GEMM_NO_SWAP (M <= 8).
+ * --between also times each GEMM behind a small row kernel that writes its A
+ * (as the model's norms, attention and SiLU·mul do; launched with
+ * programmatic dependent launch like them): a graph of (row kernel, GEMM)
+ * pairs minus a graph of the row kernel alone, against the GEMMs back to back.
  * --resident uses one copy of each weight instead of the rotation, so
  * weights that fit the L2 are read from it (what prefetching a weight into
  * the L2 ahead of its GEMM could give; not the acceptance method).
@@ -126,6 +130,24 @@ static void launch_read(const void *src, size_t bytes, uint32_t *sink, int block
         read_kernel<<<blocks, threads, 0, stream>>>(p, n, sink, 0);
 }
 
+/* The small kernel of --between: one block per row of x [m][k], y = x scaled,
+ * 16 bytes a thread per step; waits for the kernel before it (the GEMM that
+ * read y) and lets the next one start at once, as the model's row kernels do. */
+__global__ void row_kernel(const uint4 *__restrict__ x, uint4 *__restrict__ y, int k8)
+{
+    krncuda::pdl_wait();
+    krncuda::pdl_trigger();
+    const int64_t row = blockIdx.x;
+    for (int i = threadIdx.x; i < k8; i += blockDim.x) {
+        uint4 v = x[row * k8 + i];
+        __half2 *h = reinterpret_cast<__half2 *>(&v);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            h[j] = __hmul2(h[j], __float2half2_rn(1.0f));
+        y[row * k8 + i] = v;
+    }
+}
+
 static uint64_t splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -156,6 +178,7 @@ struct result {
     double read_us, read_pdl_us; /* a launch that only reads the weight's bytes (best grid) */
     double striped_us;           /* ours with KRN_INT4_GEMM_GRID_STRIPED (--striped), or 0 */
     double noswap_us;            /* ours with KRN_INT4_GEMM_NO_SWAP (--noswap, M <= 8), or 0 */
+    double between_us;           /* ours behind a row kernel (--between), or 0 */
 };
 
 static cudaStream_t g_stream;
@@ -176,7 +199,7 @@ int main(int argc, char **argv)
 {
     const char *json_path = NULL;
     bool sym = false, sweep = false, all_shapes = true, striped = false, resident = false;
-    bool noswap = false;
+    bool noswap = false, between = false;
     const char *only_shape = NULL;
     int group = 128, force_config = -1, replays = 9;
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
@@ -192,6 +215,8 @@ int main(int argc, char **argv)
             resident = true;
         else if (!strcmp(argv[i], "--noswap"))
             noswap = true;
+        else if (!strcmp(argv[i], "--between"))
+            between = true;
         else if (!strcmp(argv[i], "--group") && i + 1 < argc)
             group = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--config") && i + 1 < argc)
@@ -216,7 +241,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
                     "[--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped] "
-                    "[--resident] [--noswap] [--replays R]\n",
+                    "[--resident] [--noswap] [--between] [--replays R]\n",
                     argv[0]);
             return 2;
         }
@@ -354,6 +379,12 @@ int main(int argc, char **argv)
         CK(cudaMalloc((void **)&a, sizeof(half) * (size_t)max_m * sh.k));
         CK(cudaMalloc((void **)&c, sizeof(half) * (size_t)max_m * sh.n));
         fill_random_half<<<1024, 256>>>(a, (int64_t)max_m * sh.k, splitmix(&rng), -1, 1);
+        half *x_rows = nullptr; /* --between: the row kernel's input */
+        if (between) {
+            CK(cudaMalloc((void **)&x_rows, sizeof(half) * (size_t)max_m * sh.k));
+            CK(cudaMemcpy(x_rows, a, sizeof(half) * (size_t)max_m * sh.k,
+                          cudaMemcpyDeviceToDevice));
+        }
         size_t ws_bytes = krn_int4_gemm_workspace_size(&lay, max_m);
         void *ws;
         CK(cudaMalloc(&ws, ws_bytes));
@@ -432,7 +463,7 @@ int main(int argc, char **argv)
                                 CUDA_R_16F, sh.k, a, CUDA_R_16F, sh.k, &beta, c, CUDA_R_16F, sh.n,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             });
-            result r;
+            result r = {};
             r.name = sh.name;
             r.k = sh.k;
             r.n = sh.n;
@@ -446,6 +477,38 @@ int main(int argc, char **argv)
             r.read_pdl_us = t_read[1];
             r.striped_us = striped ? ours(best_cfg, KRN_INT4_GEMM_GRID_STRIPED) : 0;
             r.noswap_us = noswap && m <= 8 ? ours(best_cfg, KRN_INT4_GEMM_NO_SWAP) : 0;
+            if (between && sh.k % 8 == 0) {
+                /* x -> a by the row kernel, then the GEMM reads a */
+                const int k8 = sh.k / 8;
+                auto row = [&]() {
+                    CK(krncuda::launch_pdl(row_kernel, dim3((unsigned)m), dim3(256), 0, g_stream,
+                                           (const uint4 *)x_rows, (uint4 *)a, k8));
+                };
+                const double t_pair = time_graph(g_stream, launches, replays, [&](int i) {
+                    row();
+                    struct krn_int4_gemm_args args;
+                    memset(&args, 0, sizeof args);
+                    args.lay = &lay;
+                    args.b = wq[i % nrot];
+                    args.a = (const uint16_t *)a;
+                    args.c = (uint16_t *)c;
+                    args.m = m;
+                    args.workspace = ws;
+                    args.workspace_bytes = ws_bytes;
+                    args.stream = g_stream;
+                    args.config = best_cfg;
+                    struct inf_err e2;
+                    if (krn_int4_gemm(&args, &e2) != INF_OK) {
+                        fprintf(stderr, "krn_int4_gemm: %s\n", e2.msg);
+                        exit(1);
+                    }
+                });
+                const double t_row = time_graph(g_stream, launches, replays, [&](int) { row(); });
+                printf("    between %-10s M=%-4d GEMM behind a row kernel %8.2f us (pair %.2f, row "
+                       "kernel alone %.2f; back to back %.2f)\n",
+                       sh.name, m, t_pair - t_row, t_pair, t_row, t_ours);
+                r.between_us = t_pair - t_row;
+            }
             r.bytes = (double)lay.bytes - (double)(lay.n_pad - lay.n) * lay.k_pad / 2 +
                       2.0 * m * sh.k + 2.0 * m * sh.n;
             r.flops = 2.0 * m * (double)sh.n * sh.k;
@@ -464,6 +527,8 @@ int main(int argc, char **argv)
             CK(cudaFree(p));
         CK(cudaFree(a));
         CK(cudaFree(c));
+        if (x_rows)
+            CK(cudaFree(x_rows));
         CK(cudaFree(ws));
     }
 
@@ -499,6 +564,21 @@ int main(int argc, char **argv)
                 "%5d | %9.2f %9.2f %7.2fx %9.2f | %17.2f | %16.2fx | %8.2f %8.2f | %8.2f %8.2f\n",
                 m, s.ours, s.cb, s.cb / s.ours, s.floor, s.dq + s.cb, s.min_ratio, s.rd, s.rd_pdl,
                 s.striped, s.noswap);
+        }
+    }
+
+    if (between) {
+        printf("\nLlama-2-7B sums, each GEMM behind a row kernel (--between), same run:\n");
+        printf("%5s | %9s %14s\n", "M", "ours_us", "behind_row_us");
+        for (int m : ms) {
+            double o = 0, bt = 0;
+            for (const result &r : results)
+                if (r.llama2 && r.m == m) {
+                    o += r.ours_us;
+                    bt += r.between_us;
+                }
+            if (o > 0)
+                printf("%5d | %9.2f %14.2f\n", m, o, bt);
         }
     }
 
