@@ -419,26 +419,29 @@ int main(int argc, char **argv)
 
         for (int m : ms) {
             const int launches = std::max(nrot, 24);
+            /* launch i of a graph: our GEMM on weight copy i % nrot */
+            auto gemm = [&](int i, int config, uint32_t flags) {
+                struct krn_int4_gemm_args args;
+                memset(&args, 0, sizeof args);
+                args.lay = &lay;
+                args.b = wq[i % nrot];
+                args.a = (const uint16_t *)a;
+                args.c = (uint16_t *)c;
+                args.m = m;
+                args.workspace = ws;
+                args.workspace_bytes = ws_bytes;
+                args.stream = g_stream;
+                args.config = config;
+                args.flags = flags;
+                struct inf_err e2;
+                if (krn_int4_gemm(&args, &e2) != INF_OK) {
+                    fprintf(stderr, "krn_int4_gemm: %s\n", e2.msg);
+                    exit(1);
+                }
+            };
             auto ours = [&](int config, uint32_t flags = 0) {
-                return time_graph(g_stream, launches, replays, [&](int i) {
-                    struct krn_int4_gemm_args args;
-                    memset(&args, 0, sizeof args);
-                    args.lay = &lay;
-                    args.b = wq[i % nrot];
-                    args.a = (const uint16_t *)a;
-                    args.c = (uint16_t *)c;
-                    args.m = m;
-                    args.workspace = ws;
-                    args.workspace_bytes = ws_bytes;
-                    args.stream = g_stream;
-                    args.config = config;
-                    args.flags = flags;
-                    struct inf_err e2;
-                    if (krn_int4_gemm(&args, &e2) != INF_OK) {
-                        fprintf(stderr, "krn_int4_gemm: %s\n", e2.msg);
-                        exit(1);
-                    }
-                });
+                return time_graph(g_stream, launches, replays,
+                                  [&](int i) { gemm(i, config, flags); });
             };
             int best_cfg = force_config;
             if (best_cfg < 0 && !cfg_map.empty())
@@ -486,22 +489,7 @@ int main(int argc, char **argv)
                 };
                 const double t_pair = time_graph(g_stream, launches, replays, [&](int i) {
                     row();
-                    struct krn_int4_gemm_args args;
-                    memset(&args, 0, sizeof args);
-                    args.lay = &lay;
-                    args.b = wq[i % nrot];
-                    args.a = (const uint16_t *)a;
-                    args.c = (uint16_t *)c;
-                    args.m = m;
-                    args.workspace = ws;
-                    args.workspace_bytes = ws_bytes;
-                    args.stream = g_stream;
-                    args.config = best_cfg;
-                    struct inf_err e2;
-                    if (krn_int4_gemm(&args, &e2) != INF_OK) {
-                        fprintf(stderr, "krn_int4_gemm: %s\n", e2.msg);
-                        exit(1);
-                    }
+                    gemm(i, best_cfg, 0);
                 });
                 const double t_row = time_graph(g_stream, launches, replays, [&](int) { row(); });
                 printf("    between %-10s M=%-4d GEMM behind a row kernel %8.2f us (pair %.2f, row "
