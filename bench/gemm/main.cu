@@ -132,7 +132,8 @@ static void launch_read(const void *src, size_t bytes, uint32_t *sink, int block
 
 /* The small kernel of --between: one block per row of x [m][k], y = x scaled,
  * 16 bytes a thread per step; waits for the kernel before it (the GEMM that
- * read y) and lets the next one start at once, as the model's row kernels do. */
+ * read y) and only then lets the next one launch, as the model's row kernels
+ * do. */
 __global__ void row_kernel(const uint4 *__restrict__ x, uint4 *__restrict__ y, int k8)
 {
     krncuda::pdl_wait();
