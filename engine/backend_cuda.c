@@ -1126,7 +1126,8 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         .partials = (float *)c->scratch,
         .group_done = c->d_group_done,
         .decode = decode,
-        .impl = KRN_ATTN_AUTO};
+        .impl = KRN_ATTN_AUTO,
+        .rows = decode ? p->n_seqs : 0 /* a token a sequence */};
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
     written(p->out.buf);
     written(p->k_cache);

@@ -75,6 +75,8 @@ struct krn_cuda_attn_params {
                             zero before the launch, left zero after */
     bool decode;         /* selects the decode-shaped configuration */
     int32_t impl;        /* KRN_ATTN_AUTO, or a forced implementation */
+    int32_t rows;        /* the step's query rows (0: not given), for the decode
+                            kernel's krncuda::pdl_enter(pdl_early(rows)) */
 };
 
 /* Implementations: KRN_ATTN_AUTO picks per shape (decode with head_dim <=

@@ -19,8 +19,7 @@ __global__ void silu_mul_kernel(const __half *gate, int64_t ldg, /* [m][dim] */
                                 __half *out, int64_t ldo,        /* [m][dim] */
                                 int32_t dim, int32_t m)
 {
-    krncuda::pdl_wait();
-    krncuda::pdl_trigger();
+    krncuda::pdl_enter(krncuda::pdl_early(m));
     const int64_t n = (int64_t)m * dim;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {

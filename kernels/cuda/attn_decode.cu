@@ -120,8 +120,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     __shared__ int s_last;
     /* launched with programmatic dependent launch: wait for the kernel before
      * (it writes Q and the KV cache) before any global access */
-    krncuda::pdl_wait();
-    krncuda::pdl_trigger();
+    krncuda::pdl_enter(krncuda::pdl_early(p.rows));
 
     const krn_cuda_attn_item it = p.items[blockIdx.x];
     if (it.nrows <= 0)

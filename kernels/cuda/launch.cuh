@@ -52,6 +52,31 @@ __device__ __forceinline__ void pdl_trigger()
 #endif
 }
 
+/* The row kernels between the INT4 GEMMs (norms, RoPE, attention, SiLU·mul)
+ * begin with pdl_enter(pdl_early(rows)). Early: they let the next kernel
+ * launch before their own wait, so the GEMM after them launches while the
+ * GEMM before them drains and loads its first weight stages there (its own
+ * wait still covers the row kernel, which finishes after the GEMM before
+ * it). Otherwise only after the wait. bench_gemm --between on the H200
+ * (docs/gemm-notes.md, version 25), the four Llama-2 GEMMs each behind a
+ * row kernel: early is faster up to M = 64 (M = 1: 57.7 -> 48.8 us, M = 64:
+ * 92.9 -> 91.7) and slower at M = 128 (132.1 -> 136.8). */
+constexpr int32_t kPdlEarlyRows = 64;
+
+__host__ __device__ __forceinline__ bool pdl_early(int64_t rows)
+{
+    return rows <= kPdlEarlyRows;
+}
+
+__device__ __forceinline__ void pdl_enter(bool early)
+{
+    if (early)
+        pdl_trigger();
+    pdl_wait();
+    if (!early)
+        pdl_trigger();
+}
+
 /* Launch kernel<<<grid, block, smem, stream>>>(args...) with the programmatic
  * stream serialization attribute; the attribute is left out on devices below
  * compute capability 9.0 and when the environment sets INT4SERVE_CUDA_PDL=0

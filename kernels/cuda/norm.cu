@@ -49,8 +49,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                        __half *__restrict__ out, /* [m] rows of stride ldo */
                        int64_t ldo, int32_t dim)
 {
-    krncuda::pdl_wait();
-    krncuda::pdl_trigger();
+    krncuda::pdl_enter(krncuda::pdl_early(gridDim.x)); /* a block a row */
     const int64_t r = blockIdx.x;
     const int32_t nvec = dim / 8;
     uint4 *xr = reinterpret_cast<uint4 *>(x + r * ldx);
@@ -122,8 +121,7 @@ __global__ void __launch_bounds__(kThreads)
                        __half *out,          /* [m] rows of stride ldo */
                        int64_t ldo, int32_t dim)
 {
-    krncuda::pdl_wait();
-    krncuda::pdl_trigger();
+    krncuda::pdl_enter(krncuda::pdl_early(gridDim.x)); /* a block a row */
     const int64_t r = blockIdx.x;
     __half *xr = x + r * ldx;
     float ss = 0.0f;

@@ -41,8 +41,7 @@ __global__ void __launch_bounds__(kThreads)
                 const float *inv_freq)  /* [head_dim / 2] */
 {
     __shared__ float cs[256], sn[256];
-    krncuda::pdl_wait();
-    krncuda::pdl_trigger();
+    krncuda::pdl_enter(krncuda::pdl_early(gridDim.x)); /* a block a row */
     const int64_t r = blockIdx.x;
     const int32_t half = head_dim / 2;
     row_angles((float)pos[r], inv_freq, half, cs, sn);
@@ -83,8 +82,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                     const int32_t *__restrict__ kv_row)
 {
     __shared__ float cs[256], sn[256];
-    krncuda::pdl_wait();
-    krncuda::pdl_trigger();
+    krncuda::pdl_enter(krncuda::pdl_early(gridDim.x)); /* a block a row */
     const int64_t r = blockIdx.x;
     const int32_t half = head_dim / 2, per_head = half / 8;
     const int32_t units = n_heads * per_head;
