@@ -26,7 +26,10 @@
  * --between also times each GEMM behind a small row kernel that writes its A
  * (as the model's norms, attention and SiLU·mul do; launched with
  * programmatic dependent launch like them): a graph of (row kernel, GEMM)
- * pairs minus a graph of the row kernel alone, against the GEMMs back to back.
+ * pairs minus a graph of the row kernel alone, against the GEMMs back to back;
+ * twice: the row kernel letting the GEMM launch after its own wait
+ * ("behind_row") and before it ("row_first", what the model's row kernels do
+ * up to krncuda::kPdlEarlyRows rows).
  * --resident uses one copy of each weight instead of the rotation, so
  * weights that fit the L2 are read from it (what prefetching a weight into
  * the L2 ahead of its GEMM could give; not the acceptance method).
@@ -132,12 +135,12 @@ static void launch_read(const void *src, size_t bytes, uint32_t *sink, int block
 
 /* The small kernel of --between: one block per row of x [m][k], y = x scaled,
  * 16 bytes a thread per step; waits for the kernel before it (the GEMM that
- * read y) and only then lets the next one launch, as the model's row kernels
- * do. */
-__global__ void row_kernel(const uint4 *__restrict__ x, uint4 *__restrict__ y, int k8)
+ * read y); `early` = 0 lets the next one launch only after that wait, 1
+ * before it (krncuda::pdl_enter: the model's row kernels take 1 up to
+ * krncuda::kPdlEarlyRows rows). */
+__global__ void row_kernel(const uint4 *__restrict__ x, uint4 *__restrict__ y, int k8, int early)
 {
-    krncuda::pdl_wait();
-    krncuda::pdl_trigger();
+    krncuda::pdl_enter(early);
     const int64_t row = blockIdx.x;
     for (int i = threadIdx.x; i < k8; i += blockDim.x) {
         uint4 v = x[row * k8 + i];
@@ -180,6 +183,7 @@ struct result {
     double striped_us;           /* ours with KRN_INT4_GEMM_GRID_STRIPED (--striped), or 0 */
     double noswap_us;            /* ours with KRN_INT4_GEMM_NO_SWAP (--noswap, M <= 8), or 0 */
     double between_us;           /* ours behind a row kernel (--between), or 0 */
+    double between_early_us;     /* the same, the row kernel triggering before it waits */
 };
 
 static cudaStream_t g_stream;
@@ -484,19 +488,27 @@ int main(int argc, char **argv)
             if (between && sh.k % 8 == 0) {
                 /* x -> a by the row kernel, then the GEMM reads a */
                 const int k8 = sh.k / 8;
+                int early = 0;
                 auto row = [&]() {
                     CK(krncuda::launch_pdl(row_kernel, dim3((unsigned)m), dim3(256), 0, g_stream,
-                                           (const uint4 *)x_rows, (uint4 *)a, k8));
+                                           (const uint4 *)x_rows, (uint4 *)a, k8, early));
                 };
-                const double t_pair = time_graph(g_stream, launches, replays, [&](int i) {
+                auto pair = [&](int i) {
                     row();
                     gemm(i, best_cfg, 0);
-                });
+                };
+                const double t_pair = time_graph(g_stream, launches, replays, pair);
                 const double t_row = time_graph(g_stream, launches, replays, [&](int) { row(); });
+                early = 1; /* the row kernel lets the GEMM launch before it waits */
+                const double t_pair_e = time_graph(g_stream, launches, replays, pair);
+                const double t_row_e = time_graph(g_stream, launches, replays, [&](int) { row(); });
                 printf("    between %-10s M=%-4d GEMM behind a row kernel %8.2f us (pair %.2f, row "
-                       "kernel alone %.2f; back to back %.2f)\n",
-                       sh.name, m, t_pair - t_row, t_pair, t_row, t_ours);
+                       "kernel alone %.2f; back to back %.2f); row kernel triggering first %8.2f "
+                       "us (pair %.2f, alone %.2f)\n",
+                       sh.name, m, t_pair - t_row, t_pair, t_row, t_ours, t_pair_e - t_row_e,
+                       t_pair_e, t_row_e);
                 r.between_us = t_pair - t_row;
+                r.between_early_us = t_pair_e - t_row_e;
             }
             r.bytes = (double)lay.bytes - (double)(lay.n_pad - lay.n) * lay.k_pad / 2 +
                       2.0 * m * sh.k + 2.0 * m * sh.n;
@@ -558,16 +570,17 @@ int main(int argc, char **argv)
 
     if (between) {
         printf("\nLlama-2-7B sums, each GEMM behind a row kernel (--between), same run:\n");
-        printf("%5s | %9s %14s\n", "M", "ours_us", "behind_row_us");
+        printf("%5s | %9s %14s %14s\n", "M", "ours_us", "behind_row_us", "row_first_us");
         for (int m : ms) {
-            double o = 0, bt = 0;
+            double o = 0, bt = 0, be = 0;
             for (const result &r : results)
                 if (r.llama2 && r.m == m) {
                     o += r.ours_us;
                     bt += r.between_us;
+                    be += r.between_early_us;
                 }
             if (o > 0)
-                printf("%5d | %9.2f %14.2f\n", m, o, bt);
+                printf("%5d | %9.2f %14.2f %14.2f\n", m, o, bt, be);
         }
     }
 
