@@ -3,7 +3,8 @@
 # (int4serve-mkmodel presets) served by int4serve (backend cuda), measured by
 # int4serve-bench-serve over HTTP. For each model of MODELS the fp16
 # checkpoint is written once, then served once per entry of WEIGHTS (int4:
-# quantized on load, group 128; fp16: quantization "none"), and each server
+# quantized on load, group 128, embedding and lm_head fp16; int4-lmhead: the
+# same with the lm_head INT4 too; fp16: quantization "none"), and each server
 # gets three loads, every request ignore_eos, greedy and streamed:
 #   (a) batch 1:         N1 requests one at a time, prompt 128, output 256
 #   (b) concurrency 32:  N requests, prompt 256, output 256
@@ -21,7 +22,7 @@
 #   results.json (one object per load plus the start-up times).
 # Environment:
 #   MODELS    mkmodel presets, in order (default "llama2-7b llama3-8b")
-#   WEIGHTS   "int4 fp16" (default), or either alone
+#   WEIGHTS   "int4 fp16" (default), any of int4, int4-lmhead, fp16
 #   N         requests at C = 32 and at C = 128 (default 512); N32 and N128
 #             override each; N1 requests at batch 1 (default 8)
 #   BUDGET_S  seconds this run may take (default 560): a load that would
@@ -202,9 +203,10 @@ for model in $MODELS; do
     echo "== $model: checkpoint written in $t_write s ($(du -sh "$M" | cut -f1)), tokenizer $tok${tokargs[1]:+ (${tokargs[1]})}"
     for weights in $WEIGHTS; do
         case $weights in
-        int4) quant=int4 ;;
-        fp16 | none) weights=fp16 quant=none ;;
-        *) echo "== unknown weights '$weights' (int4 or fp16)" && continue ;;
+        int4) quant=int4 keep='["embed_tokens", "lm_head"]' ;;
+        int4-lmhead) quant=int4 keep='["embed_tokens"]' ;;
+        fp16 | none) weights=fp16 quant=none keep='["embed_tokens", "lm_head"]' ;;
+        *) echo "== unknown weights '$weights' (int4, int4-lmhead or fp16)" && continue ;;
         esac
         if [ "$(left)" -le 30 ]; then
             echo "== $model $weights: skipped, time budget spent"
@@ -221,6 +223,7 @@ log_level = "info"
 [model]
 model = "$M"
 quantization = "$quant"
+keep_fp16 = $keep
 max_model_len = 2048
 [engine]
 backend = "$BACKEND"
