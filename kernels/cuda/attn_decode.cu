@@ -118,9 +118,14 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     static_assert(R * OS * 4 + 2 * R * 4 <= RING, "a warp's ring holds its final state");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_last;
-    /* launched with programmatic dependent launch: wait for the kernel before
-     * (it writes Q and the KV cache) before any global access */
-    krncuda::pdl_enter(krncuda::pdl_early(p.rows));
+    /* Launched with programmatic dependent launch (krncuda::pdl_enter's
+     * order, with the wait moved below): the kernel before writes Q and the
+     * K/V of this step's positions (>= it.p_first); the work list, the block
+     * table and the K/V of earlier positions were in place before the step,
+     * so they may be read before the wait. */
+    const bool early = krncuda::pdl_early(p.rows);
+    if (early)
+        krncuda::pdl_trigger();
 
     const krn_cuda_attn_item it = p.items[blockIdx.x];
     if (it.nrows <= 0)
@@ -156,9 +161,22 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             cp_async16(dst + TK * HDP * 2, p.v_pool + off, ok ? 16 : 0);
         }
     };
-    /* Start the ring before anything else, so Q's loads overlap it. */
-#pragma unroll
-    for (int s = 0; s < S - 1; s++) {
+    /* Start the ring before anything else, so Q's loads overlap it: the
+     * stages whose keys all precede this step's positions while the kernel
+     * before finishes, the rest after the wait (in order: stage s is
+     * commit group s). */
+    int pre = 0;
+    for (; pre < S - 1; pre++) {
+        if (pre < mine && it.k0 + (warp + pre * NW + 1) * TK > it.p_first)
+            break;
+        if (pre < mine)
+            issue(pre);
+        cp_async_commit();
+    }
+    krncuda::pdl_wait();
+    if (!early)
+        krncuda::pdl_trigger();
+    for (int s = pre; s < S - 1; s++) {
         if (s < mine)
             issue(s);
         cp_async_commit();
