@@ -23,6 +23,11 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxThreads = 1024;
 
+/* The row's cos/sin into shared memory. Both kernels compute them before
+ * their programmatic-dependent-launch wait (krncuda::pdl_enter's order with
+ * the wait moved after this): the positions, the pool rows and inv_freq are
+ * uploaded before the step and no kernel of it writes them, so only the
+ * rows of x (and v) wait for the kernel before. */
 __device__ __forceinline__ void row_angles(float p, const float *inv_freq, int32_t half, float *cs,
                                            float *sn)
 {
@@ -41,10 +46,15 @@ __global__ void __launch_bounds__(kThreads)
                 const float *inv_freq)  /* [head_dim / 2] */
 {
     __shared__ float cs[256], sn[256];
-    krncuda::pdl_enter(krncuda::pdl_early(gridDim.x)); /* a block a row */
+    const bool early = krncuda::pdl_early(gridDim.x); /* a block a row */
+    if (early)
+        krncuda::pdl_trigger();
     const int64_t r = blockIdx.x;
     const int32_t half = head_dim / 2;
-    row_angles((float)pos[r], inv_freq, half, cs, sn);
+    row_angles((float)pos[r], inv_freq, half, cs, sn); /* before the wait (row_angles) */
+    krncuda::pdl_wait();
+    if (!early)
+        krncuda::pdl_trigger();
     __half *xr = x + r * ldx;
     const int32_t n = n_heads * half;
     for (int32_t j = threadIdx.x; j < n; j += kThreads) {
@@ -82,11 +92,19 @@ __global__ void __launch_bounds__(kMaxThreads)
                     const int32_t *__restrict__ kv_row)
 {
     __shared__ float cs[256], sn[256];
-    krncuda::pdl_enter(krncuda::pdl_early(gridDim.x)); /* a block a row */
+    const bool early = krncuda::pdl_early(gridDim.x); /* a block a row */
+    if (early)
+        krncuda::pdl_trigger();
     const int64_t r = blockIdx.x;
     const int32_t half = head_dim / 2, per_head = half / 8;
     const int32_t units = n_heads * per_head;
-    /* issue the row's loads before the angles are ready */
+    int64_t prow = -1;
+    if (KV)
+        prow = kv_row[r];
+    row_angles((float)pos[r], inv_freq, half, cs, sn); /* before the wait (row_angles) */
+    krncuda::pdl_wait();
+    if (!early)
+        krncuda::pdl_trigger();
     const int32_t u0 = threadIdx.x;
     __half *xr = x + r * ldx;
     uint4 a = {}, b = {};
@@ -97,10 +115,6 @@ __global__ void __launch_bounds__(kMaxThreads)
         a = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0);
         b = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0 + half);
     }
-    int64_t prow = -1;
-    if (KV)
-        prow = kv_row[r];
-    row_angles((float)pos[r], inv_freq, half, cs, sn);
     for (int32_t u = u0; u < units; u += blockDim.x) {
         if (u != u0) {
             h = u / per_head;
