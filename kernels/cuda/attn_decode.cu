@@ -118,14 +118,13 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     static_assert(R * OS * 4 + 2 * R * 4 <= RING, "a warp's ring holds its final state");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_last;
-    /* Launched with programmatic dependent launch (krncuda::pdl_enter's
-     * order, with the wait moved below): the kernel before writes Q and the
-     * K/V of this step's positions (>= it.p_first); the work list, the block
-     * table and the K/V of earlier positions were in place before the step,
-     * so they may be read before the wait. */
+    /* Launched with programmatic dependent launch (krncuda::pdl_enter in
+     * its two halves): the kernel before writes Q and the K/V of this step's
+     * positions (>= it.p_first); the work list, the block table and the K/V
+     * of earlier positions were in place before the step, so they may be
+     * read before the wait. */
     const bool early = krncuda::pdl_early(p.rows);
-    if (early)
-        krncuda::pdl_trigger();
+    krncuda::pdl_enter_start(early);
 
     const krn_cuda_attn_item it = p.items[blockIdx.x];
     if (it.nrows <= 0)
@@ -173,9 +172,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             issue(pre);
         cp_async_commit();
     }
-    krncuda::pdl_wait();
-    if (!early)
-        krncuda::pdl_trigger();
+    krncuda::pdl_enter_wait(early);
     for (int s = pre; s < S - 1; s++) {
         if (s < mine)
             issue(s);

@@ -68,13 +68,26 @@ __host__ __device__ __forceinline__ bool pdl_early(int64_t rows)
     return rows <= kPdlEarlyRows;
 }
 
-__device__ __forceinline__ void pdl_enter(bool early)
+/* pdl_enter in two halves, for a kernel that has work needing nothing from
+ * the kernel before (constants, data uploaded before the step) to do between
+ * them. */
+__device__ __forceinline__ void pdl_enter_start(bool early)
 {
     if (early)
         pdl_trigger();
+}
+
+__device__ __forceinline__ void pdl_enter_wait(bool early)
+{
     pdl_wait();
     if (!early)
         pdl_trigger();
+}
+
+__device__ __forceinline__ void pdl_enter(bool early)
+{
+    pdl_enter_start(early);
+    pdl_enter_wait(early);
 }
 
 /* Launch kernel<<<grid, block, smem, stream>>>(args...) with the programmatic

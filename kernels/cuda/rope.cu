@@ -23,11 +23,10 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxThreads = 1024;
 
-/* The row's cos/sin into shared memory. Both kernels compute them before
- * their programmatic-dependent-launch wait (krncuda::pdl_enter's order with
- * the wait moved after this): the positions, the pool rows and inv_freq are
- * uploaded before the step and no kernel of it writes them, so only the
- * rows of x (and v) wait for the kernel before. */
+/* The row's cos/sin into shared memory. Both kernels compute them between
+ * the two halves of krncuda::pdl_enter, before the wait: the positions, the
+ * pool rows and inv_freq are uploaded before the step and no kernel of it
+ * writes them, so only the rows of x (and v) wait for the kernel before. */
 __device__ __forceinline__ void row_angles(float p, const float *inv_freq, int32_t half, float *cs,
                                            float *sn)
 {
@@ -47,14 +46,11 @@ __global__ void __launch_bounds__(kThreads)
 {
     __shared__ float cs[256], sn[256];
     const bool early = krncuda::pdl_early(gridDim.x); /* a block a row */
-    if (early)
-        krncuda::pdl_trigger();
+    krncuda::pdl_enter_start(early);
     const int64_t r = blockIdx.x;
     const int32_t half = head_dim / 2;
     row_angles((float)pos[r], inv_freq, half, cs, sn); /* before the wait (row_angles) */
-    krncuda::pdl_wait();
-    if (!early)
-        krncuda::pdl_trigger();
+    krncuda::pdl_enter_wait(early);
     __half *xr = x + r * ldx;
     const int32_t n = n_heads * half;
     for (int32_t j = threadIdx.x; j < n; j += kThreads) {
@@ -93,8 +89,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 {
     __shared__ float cs[256], sn[256];
     const bool early = krncuda::pdl_early(gridDim.x); /* a block a row */
-    if (early)
-        krncuda::pdl_trigger();
+    krncuda::pdl_enter_start(early);
     const int64_t r = blockIdx.x;
     const int32_t half = head_dim / 2, per_head = half / 8;
     const int32_t units = n_heads * per_head;
@@ -102,9 +97,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (KV)
         prow = kv_row[r];
     row_angles((float)pos[r], inv_freq, half, cs, sn); /* before the wait (row_angles) */
-    krncuda::pdl_wait();
-    if (!early)
-        krncuda::pdl_trigger();
+    krncuda::pdl_enter_wait(early);
     const int32_t u0 = threadIdx.x;
     __half *xr = x + r * ldx;
     uint4 a = {}, b = {};
