@@ -6,7 +6,8 @@
  *          row in registers, and writes the normalized vectors after one
  *          block reduction (a batch-1 row of 4096 is one vector a thread,
  *          512 threads). Other rows: 256 threads striding over the row, two
- *          passes. Launched with programmatic dependent launch (sm_90).
+ *          passes. Launched with programmatic dependent launch (sm_90); the
+ *          vector kernel loads its share of the norm weight before the wait.
  * Numerics fp32 accumulation of the stored fp16 residual values; the CPU
  *          reference accumulates in double, both agree to fp16 output
  *          rounding.
@@ -49,9 +50,25 @@ __global__ void __launch_bounds__(kMaxThreads)
                        __half *__restrict__ out, /* [m] rows of stride ldo */
                        int64_t ldo, int32_t dim)
 {
-    krncuda::pdl_enter(krncuda::pdl_early(gridDim.x)); /* a block a row */
-    const int64_t r = blockIdx.x;
+    /* The norm weight is the model's and no kernel writes it: this thread's
+     * share is loaded before the programmatic-dependent-launch wait, so the
+     * scaling after the row's sum does not wait on an L2 round trip
+     * (between the two halves of krncuda::pdl_enter). */
+    const bool early = krncuda::pdl_early(gridDim.x); /* a block a row */
+    krncuda::pdl_enter_start(early);
     const int32_t nvec = dim / 8;
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    float4 wa[NV], wb[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < nvec) {
+            wa[j] = w4[2 * i];
+            wb[j] = w4[2 * i + 1];
+        }
+    }
+    krncuda::pdl_enter_wait(early);
+    const int64_t r = blockIdx.x;
     uint4 *xr = reinterpret_cast<uint4 *>(x + r * ldx);
     const uint4 *dr = delta ? reinterpret_cast<const uint4 *>(delta + r * ldd) : nullptr;
     uint4 xv[NV], dv[NV];
@@ -90,13 +107,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     const float tot = block_sum(ss);
     const float inv = 1.0f / sqrtf(tot / (float)dim + eps);
     uint4 *orow = reinterpret_cast<uint4 *>(out + r * ldo);
-    const float4 *w4 = reinterpret_cast<const float4 *>(w);
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int32_t i = threadIdx.x + j * blockDim.x;
         if (i < nvec) {
-            const float4 wa = w4[2 * i], wb = w4[2 * i + 1];
-            const float wf[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+            const float wf[8] = {wa[j].x, wa[j].y, wa[j].z, wa[j].w,
+                                 wb[j].x, wb[j].y, wb[j].z, wb[j].w};
             const __half2 *h = reinterpret_cast<const __half2 *>(&xv[j]);
             uint4 o;
             __half2 *oh = reinterpret_cast<__half2 *>(&o);
