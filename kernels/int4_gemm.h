@@ -6,12 +6,12 @@
  * A [m][k] and C [m][n] are fp16, row-major, contiguous; W is a layer in the
  * canonical quantized form (kernels/q4.h), repacked once on the host by
  * krn_int4_gemm_repack() into the kernel's layout and uploaded by the caller.
- * Accumulation is fp32. The sm_90a, sm_75 and dequantize kernels use the
- * weight fp16((code - zero) * scale) exactly as the CPU reference computes
- * it; the sm_80 kernel (used up to M = 16 on Hopper, and for small weights
- * beyond) sums exact products activation * (code - zero) per scale group and
- * applies the scale in fp32, which differs from it by that fp16 rounding
- * (int4_gemm.cu, "Codes").
+ * Accumulation is fp32. The kernels use the weight fp16((code - zero) *
+ * scale) exactly as the CPU reference computes it, except the sm_80
+ * kernel's swapped path (M <= 8, weights of 256 tiles of 128 x 128 or more),
+ * which sums exact products activation * (code - zero) per scale group and
+ * applies the scale in fp32: it differs from the reference by that fp16
+ * rounding (int4_gemm.cu, "Codes").
  *
  * Repacked layout (one host buffer, three 256-byte aligned sections)
  *   q      [n_pad/64][k_pad/16][32 lanes][4 u32]: one 512-byte chunk per

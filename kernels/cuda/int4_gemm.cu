@@ -25,40 +25,39 @@
  * Pipeline STAGES-deep cp.async ring of (W tile, A tile, scales, zeros), all
  *          16-byte cp.async.cg (no L1 allocation); A is staged
  *          in shared memory once per k tile and reused by every warp along N.
- *          The codes of a k step become fp16 with one shift and four LOP3 per
- *          eight codes (below), plain ALU work that the scheduler interleaves
- *          with the tensor-core mma of the step before: the KPW k steps of a
- *          warp are unrolled together.
- * Codes    No fp16 weight is formed. A LOP3 that ORs a nibble into the
- *          mantissa of 1024.0 gives the exact fp16 1024 + q (nibbles at bits
- *          0-3 of a half: the k 2c, 2c+1 pair of a fragment) or 1024 + 16 q
- *          (bits 4-7: the k 2c+8, 2c+9 pair). The activations of the second
- *          pair are multiplied by 1/16 (exact) as they are loaded, so an mma
- *          over a chunk of k steps (inside one scale group) sums
+ *          The dequantization of a k step is plain ALU work that the
+ *          scheduler interleaves with the tensor-core mma of the step
+ *          before: the KPW k steps of a warp are unrolled together.
+ * Small M  a 16-row tile holding at most 8 rows (M <= 8) swaps the mma
+ *          operands: the weights are the A fragment (16 columns) and the
+ *          tokens the n8 B fragment, half the mma (SW below). Not for tiny
+ *          weights (tiny_weight), which keep one arithmetic at every M.
+ * Codes    Usual order: each fp16 pair is (code - zero) * scale exactly as
+ *          the CPU reference rounds it: a LOP3 that ORs two nibbles into the
+ *          mantissa of 1024.0, an exact subtraction (or FMA with 1/16 for the
+ *          nibbles at bits 4-7), a multiply by the scale (dequant_pair: 13
+ *          instructions per eight codes).
+ *          Swapped (M <= 8): no fp16 weight is formed. The LOP3 alone gives
+ *          the exact fp16 1024 + q (nibbles at bits 0-3 of a half: the k 2c,
+ *          2c+1 pair of a fragment) or 1024 + 16 q (bits 4-7: the k 2c+8,
+ *          2c+9 pair), 5 instructions per eight codes; the activations of
+ *          the second pair are multiplied by 1/16 (exact) as they are
+ *          loaded, so an mma over a chunk of k steps (a warp's steps inside
+ *          one scale group) sums
  *              g = sum_k a_k q_k + O,  O = 1024 sum_{k%16<8} a_k
  *                                        + 1024 sum_{k%16>=8} a_k / 16
  *          where a_k is the activation as the mma sees it (times 16 again
  *          for the second pair). One more mma per k step, against constant
- *          fragments (kOffsetRowsA / off_b0, off_b1), gives O and
- *          S = sum_k a_k for every token. At the end of the chunk each
- *          output takes acc += scale * (g - O - zero * S), three fp32
- *          operations, so the result is scale * sum_k a_k (q_k - zero) with
- *          exact products. This replaces the per-pair subtraction of the zero
- *          and multiplication by the scale in fp16 (13 instructions per
- *          eight codes, 5 now). The chunk sums g, O, S are kept per warp
- *          (gacc / gacc_sw, osacc) and start from the first mma's zero
- *          accumulator input (mma_16816_z).
- * Small M  a 16-row tile holding at most 16 rows (M <= 16) swaps the mma
- *          operands: the weights are the A fragment (16 columns) and the
- *          tokens one or two n8 B fragments (SW = 1 up to M = 8, 2 up to 16);
- *          at M <= 8 that is half the mma of the usual order.
- * Numerics fp32 accumulate over exact products; the scale is applied in
- *          fp32 per chunk. Not the fp16 value (code - zero) * scale that the
- *          CPU reference rounds each weight to, so the two differ by that
- *          rounding: relative error ~1e-4 (fp16 output rounding). Every
- *          configuration of this kernel splits a k tile into the same chunks
- *          for the same KPW, so tiles of 16, 32 and 64 rows (KPW 4) give the
- *          same sums for a row whatever M.
+ *          rows (kOffsetRowsA), gives O and S = sum_k a_k for every token.
+ *          At the end of the chunk each output takes
+ *          acc += scale * (g - O - zero * S), three fp32 operations, so the
+ *          result is scale * sum_k a_k (q_k - zero) with exact products. The
+ *          chunk sums start from the first mma's zero accumulator input
+ *          (mma_16816_z).
+ * Numerics fp32 accumulate; relative error ~1e-4 (fp16 output rounding).
+ *          The usual order uses the CPU reference's fp16 weights; the
+ *          swapped path exact products scaled in fp32 per chunk, which
+ *          differ from them by that rounding.
  * Launch   programmatic dependent launch on sm_90: the first weight stages
  *          are issued before griddepcontrol.wait, so in a stream (or graph) of
  *          kernels the weight stream starts while the previous kernel drains.
@@ -434,34 +433,27 @@ __device__ __forceinline__ float scale_chunk(float g, float o, float sum, float 
     return fmaf(s, fmaf(-z, sum, g - o), acc);
 }
 
-/* Swapped operands (SW, M <= 16): the warp's NW = NF / 2 accumulators of
- * W (16 columns) x tokens (8) per token half h: element e of word j holds
- * column 16 j + g + 8 (e >> 1), token 8 h + 2 c + (e & 1) (lane = 4 g + c).
- * Rewritten into the usual layout (fragment f: token g, columns 8 f + 2 c,
- * + 1 in elements 0 and 1; tokens 8-15 in elements 2 and 3, zero when
- * there is one half): the value for (token 8 h + g, column 8 f + 2 c + e)
- * sits in lane 4 (2 c + e) + g / 2, element 2 (f & 1) + (g & 1) of half h.
- * Once per tile. */
-template <int NF, int NT>
-__device__ __forceinline__ void unswap_acc(const float (&sa)[NF / 2][NT][4],
-                                           float (&acc)[1][NF][4])
+/* Swapped operands (SW, M <= 8): the warp's NW = NF / 2 accumulators of
+ * W (16 columns) x tokens (8): element e of word j holds column 16 j + g +
+ * 8 (e >> 1), token 2 c + (e & 1) (lane = 4 g + c). Rewritten into the
+ * usual layout (fragment f: token g, columns 8 f + 2 c, + 1 in elements 0
+ * and 1; tokens 8-15 in elements 2 and 3, which do not exist when M <= 8
+ * and are zero): the value for (token g, column 8 f + 2 c + e) sits in
+ * lane 4 (2 c + e) + g / 2, element 2 (f & 1) + (g & 1). Once per tile. */
+template <int NF>
+__device__ __forceinline__ void unswap_acc(const float (&sa)[NF / 2][4], float (&acc)[1][NF][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int f = 0; f < NF; f++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                if (h >= NT) {
-                    acc[0][f][2 * h + e] = 0.0f;
-                    continue;
-                }
-                const int src = 4 * (2 * c + e) + (g >> 1), hh = h < NT ? h : 0;
-                const float v0 = __shfl_sync(0xffffffffu, sa[f >> 1][hh][2 * (f & 1)], src);
-                const float v1 = __shfl_sync(0xffffffffu, sa[f >> 1][hh][2 * (f & 1) + 1], src);
-                acc[0][f][2 * h + e] = (g & 1) ? v1 : v0;
-            }
+        for (int e = 0; e < 2; e++) {
+            const int src = 4 * (2 * c + e) + (g >> 1);
+            const float v0 = __shfl_sync(0xffffffffu, sa[f >> 1][2 * (f & 1)], src);
+            const float v1 = __shfl_sync(0xffffffffu, sa[f >> 1][2 * (f & 1) + 1], src);
+            acc[0][f][e] = (g & 1) ? v1 : v0;
+            acc[0][f][2 + e] = 0.0f;
+        }
 }
 
 /*
@@ -470,28 +462,26 @@ __device__ __forceinline__ void unswap_acc(const float (&sa)[NF / 2][NT][4],
  *   BPS     blocks per SM the register allocation is capped for
  *   ZP      asymmetric weights (zero points read from the zero section)
  *   AVEC    rows of A are 16-byte aligned: cp.async for A, else element loads
- *   SW      swapped operands, for one 16-row tile (MB == 1): 0 the usual
- *           order, else the number of token halves (1: M <= 8, 2: M <= 16).
- *           The weights are the mma A operand (a lane's word j is the A
- *           fragment of columns 16 j .. 16 j + 15, as in the sm_90a kernel)
- *           and each token half an n8 B operand, so one m16n8k16 covers 16
- *           columns instead of 8: at M <= 8 half the mma of the usual order,
- *           whose 16-row A tile is at most half used there
+ *   SW      swapped operands, for one 16-row tile holding at most 8 rows
+ *           (MB == 1, M <= 8): the weights are the mma A operand (a lane's
+ *           word j is the A fragment of columns 16 j .. 16 j + 15, as in the
+ *           sm_90a kernel) and the tokens the n8 B operand, so one m16n8k16
+ *           covers 16 columns instead of 8: half the mma of the usual order,
+ *           whose 16-row A tile is at most half used there; and the codes
+ *           as magic halves with the scale applied per chunk (see Codes)
  * Each warp owns BM x 8 NF outputs and KPW consecutive k16 steps of every k
  * tile; the KW warps sharing a column range split the k tile and are summed
- * through shared memory when a tile ends. A warp's chunk (see Codes at the
- * top) is its KPW steps of a k tile, cut again at a group boundary inside
- * them (groups of 32 only), so larger KPW amortizes the chunk's scaling and
- * the per-tile bookkeeping over more weights.
+ * through shared memory when a tile ends. The scale-group constants (usual
+ * order) and the chunk scaling (SW) come once per warp per k tile, again at
+ * a group boundary inside the warp's steps (groups of 32 only), so larger
+ * KPW amortizes them and the per-tile bookkeeping over more weights.
  */
-template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, int SW>
+template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW>
 __global__ void __launch_bounds__(kThreads, BPS)
     int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    static_assert(SW == 0 || MB == 1, "swapped operands: one 16-row tile");
-    static_assert(SW >= 0 && SW <= 2, "one or two token halves");
-    constexpr int NT = SW > 0 ? SW : 1; /* token halves (n8 B fragments) */
+    static_assert(!SW || MB == 1, "swapped operands: one 16-row tile");
     using T = Tile<MB, NWN, NF, KPW, STAGES>;
     constexpr int BM = T::BM, KSTEPS = T::KSTEPS, BK = T::BK, NCH = T::NCH;
     constexpr int B_BYTES = T::B_BYTES, A_BYTES = T::A_BYTES, S_BYTES = T::S_BYTES;
@@ -643,31 +633,17 @@ __global__ void __launch_bounds__(kThreads, BPS)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mb][f][e] = 0.0f;
-    float sacc[SW ? NW : 1][NT][4]; /* SW: the swapped accumulators */
+    float sacc[SW ? NW : 1][4]; /* SW: the swapped accumulators */
+    /* SW: the sums of the current chunk (a run of k steps inside one scale
+     * group) before its scale, over the magic codes, and the chunk's offset
+     * sums O and S (see the top) */
+    float gacc[SW ? NW : 1][4], osacc[4];
 #pragma unroll
-    for (int j = 0; j < (SW ? NW : 1); j++)
-#pragma unroll
-        for (int h = 0; h < NT; h++)
-            zero4(sacc[j][h]);
-    /* Sums of the current chunk (a run of k steps inside one scale group),
-     * before its scale: gacc (usual order) or gacc_sw (SW) over the magic
-     * codes, osacc the chunk's offset sums O and S (see the top). */
-    float gacc[SW ? 1 : MB][SW ? 1 : NF][4];
-    float gacc_sw[SW ? NW : 1][NT][4];
-    float osacc[SW ? NT : MB][4];
-#pragma unroll
-    for (int mb = 0; mb < (SW ? 1 : MB); mb++)
-#pragma unroll
-        for (int f = 0; f < (SW ? 1 : NF); f++)
-            zero4(gacc[mb][f]);
-#pragma unroll
-    for (int j = 0; j < (SW ? NW : 1); j++)
-#pragma unroll
-        for (int h = 0; h < NT; h++)
-            zero4(gacc_sw[j][h]);
-#pragma unroll
-    for (int i = 0; i < (SW ? NT : MB); i++)
-        zero4(osacc[i]);
+    for (int j = 0; j < (SW ? NW : 1); j++) {
+        zero4(sacc[j]);
+        zero4(gacc[j]);
+    }
+    zero4(osacc);
 
     /* Zero the A tiles once, so rows past M are finite zeros. */
     for (int s = 0; s < STAGES; s++)
@@ -711,15 +687,9 @@ __global__ void __launch_bounds__(kThreads, BPS)
     const int gmask = (1 << p.gshift) - 1;                 /* k steps per group - 1 */
     const int q_word = (ch * 32 + lane) * 4 + wbase;       /* + ks * NCH * 128 */
     const int s_word = (ch * 8 + (lane >> 2)) * 4 + wbase; /* + group * NCH * 32 */
-    /* usual order: the scale words of lane rows 2c and 2c + 1 */
-    const int s_word_c[2] = {(ch * 8 + 2 * (lane & 3)) * 4 + wbase,
-                             (ch * 8 + 2 * (lane & 3) + 1) * 4 + wbase};
-    /* The offset sums as one more mma per k step: SW, an A operand whose
-     * rows 0-7 are 1024 (O) and rows 8-15 are 1 and 16 (S); usual order, a
-     * B operand whose columns 0-3 are 1024 (O) and columns 4-7 1 and 16 (S). */
+    /* SW: the offset sums as one more mma per k step, against an A operand
+     * whose rows 0-7 are 1024 (O) and rows 8-15 are 1 and 16 (S). */
     const uint32_t kOffsetRowsA[4] = {kMagic1024, kOne, kMagic1024, kSixteen};
-    const uint32_t off_b0 = (lane >> 2) < 4 ? kMagic1024 : kOne;
-    const uint32_t off_b1 = (lane >> 2) < 4 ? kMagic1024 : kSixteen;
 
     for (int i = 0; i < n_units; i++) {
         /* Unit i has landed once at most STAGES - 2 younger groups are pending. */
@@ -744,142 +714,94 @@ __global__ void __launch_bounds__(kThreads, BPS)
             for (int s = 0; s < KPW; s++)
                 lds_words<NW>(sq + (ks0 + s) * NCH * 128 + q_word, qw[s]);
             const half *sa = reinterpret_cast<const half *>(st + B_BYTES);
+            if constexpr (SW) {
 #pragma unroll
-            for (int s = 0; s < KPW; s++) {
-                const int ks = ks0 + s;
-                if constexpr (SW > 0) {
-                    /* tokens 8h .. 8h + 7 as the B fragment of half h: k
-                     * 2c, 2c+1 (tb[2h]) and 2c+8, 2c+9 (tb[2h+1], over 16:
-                     * see the top) of token 8h + g; lanes 8m .. 8m + 7
-                     * address matrix m (token half m / 2, k half m % 2) */
-                    uint32_t tb[4];
-                    const int r = (lane & 7) + ((lane >> 4) << 3);
+                for (int s = 0; s < KPW; s++) {
+                    const int ks = ks0 + s;
+                    /* tokens 0-7 as the B fragment: k 2c, 2c+1 and, over 16
+                     * (see the top), 2c+8, 2c+9 of token g (lanes 0-15
+                     * address the two 8 x 8 matrices) */
+                    uint32_t tb[2];
+                    const int r = lane & 7;
                     const int kc = ks * 2 + ((lane >> 3) & 1);
-                    if constexpr (SW == 2) {
-                        ldsm_x4(tb, sa + r * BK + ((kc ^ (r & 7)) * 8));
-                    } else {
-                        uint32_t t2[2];
-                        ldsm_x2(t2, sa + r * BK + ((kc ^ (r & 7)) * 8));
-                        tb[0] = t2[0];
-                        tb[1] = t2[1];
-                    }
-#pragma unroll
-                    for (int h = 0; h < NT; h++)
-                        tb[2 * h + 1] = sixteenth(tb[2 * h + 1]);
+                    ldsm_x2(tb, sa + r * BK + ((kc ^ (r & 7)) * 8));
+                    tb[1] = sixteenth(tb[1]);
+                    /* a chunk starts at the warp's first step of the k tile
+                     * (the _z mma) and where a group starts inside its steps
+                     * (groups of 32: zeroed when the chunk before ended) */
 #pragma unroll
                     for (int j = 0; j < NW; j++) {
                         uint32_t bf[2][2];
                         magic_pair(qw[s][j], bf);
                         const uint32_t wa[4] = {bf[0][0], bf[1][0], bf[0][1], bf[1][1]};
-#pragma unroll
-                        for (int h = 0; h < NT; h++)
-                            mma_chunk(gacc_sw[j][h], wa, tb[2 * h], tb[2 * h + 1], s == 0);
+                        mma_chunk(gacc[j], wa, tb[0], tb[1], s == 0);
                     }
+                    mma_chunk(osacc, kOffsetRowsA, tb[0], tb[1], s == 0);
+                    /* the chunk ends at the warp's last step and before a
+                     * group starts: scale its sums into sacc. Element e of
+                     * word j: column 16 j + g + 8 (e >> 1), token 2c +
+                     * (e & 1); osacc: O of tokens 2c, 2c + 1 in elements 0,
+                     * 1, S in 2, 3. */
+                    if (s == KPW - 1 || (s % 2 == 1 && ((ks + 1) & gmask) == 0)) {
+                        const int off = (ks >> p.gshift) * NCH * 32 + s_word;
+                        uint32_t sw[NW], zw[NW] = {};
+                        lds_words<NW>(ss + off, sw);
+                        if (ZP)
+                            lds_words<NW>(ss + S_BYTES / 4 + off, zw);
 #pragma unroll
-                    for (int h = 0; h < NT; h++)
-                        mma_chunk(osacc[h], kOffsetRowsA, tb[2 * h], tb[2 * h + 1], s == 0);
-                } else {
+                        for (int j = 0; j < NW; j++) {
+                            float sc[2], zc[2];
+                            word_to_floats<ZP>(sw[j], zw[j], sc, zc);
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                sacc[j][e] = scale_chunk(gacc[j][e], osacc[e & 1],
+                                                         osacc[2 + (e & 1)], zc[e >> 1],
+                                                         sc[e >> 1], sacc[j][e]);
+                        }
+                        if (s < KPW - 1) {
+                            zero4(osacc);
+#pragma unroll
+                            for (int j = 0; j < NW; j++)
+                                zero4(gacc[j]);
+                        }
+                    }
+                }
+            } else {
+                GroupConstsT<NF> g;
+#pragma unroll
+                for (int s = 0; s < KPW; s++) {
+                    const int ks = ks0 + s;
+                    /* group constants at the first step, and again where a
+                     * group starts inside the warp's steps (groups of 32
+                     * with KPW 4) */
+                    if (s == 0 || (s % 2 == 0 && (ks & gmask) == 0)) {
+                        const int gl = ks >> p.gshift;
+                        uint32_t sw[NW], zw[NW];
+                        lds_words<NW>(ss + gl * NCH * 32 + s_word, sw);
+                        if (ZP)
+                            lds_words<NW>(ss + S_BYTES / 4 + gl * NCH * 32 + s_word, zw);
+                        else
+#pragma unroll
+                            for (int j = 0; j < NW; j++)
+                                zw[j] = 0;
+                        group_consts_w<ZP, NW>(sw, zw, g);
+                    }
                     uint32_t af[MB][4];
 #pragma unroll
                     for (int mb = 0; mb < MB; mb++) {
                         const int r = mb * 16 + (lane & 15);
                         const int kc = ks * 2 + (lane >> 4);
                         ldsm_x4(af[mb], sa + r * BK + ((kc ^ (r & 7)) * 8));
-                        af[mb][2] = sixteenth(af[mb][2]);
-                        af[mb][3] = sixteenth(af[mb][3]);
                     }
 #pragma unroll
                     for (int j = 0; j < NW; j++) {
                         uint32_t bf[2][2];
-                        magic_pair(qw[s][j], bf);
+                        dequant_pair<NF>(qw[s][j], g, j, bf);
 #pragma unroll
                         for (int h = 0; h < 2; h++)
 #pragma unroll
                             for (int mb = 0; mb < MB; mb++)
-                                mma_chunk(gacc[mb][2 * j + h], af[mb], bf[h][0], bf[h][1],
-                                          s == 0);
-                    }
-#pragma unroll
-                    for (int mb = 0; mb < MB; mb++)
-                        mma_chunk(osacc[mb], af[mb], off_b0, off_b1, s == 0);
-                }
-                /* the chunk ends at the warp's last step and before a group
-                 * starts: scale its sums into the running accumulators */
-                if (s == KPW - 1 || (s % 2 == 1 && ((ks + 1) & gmask) == 0)) {
-                    /* scales and zeros of the chunk's group: SW needs the
-                     * lane's own words (columns 16 j + g, + 8), the usual
-                     * order the words of lane rows 2c and 2c + 1 (columns
-                     * 8 f + 2c, + 1) */
-                    uint32_t sw[SW ? 1 : 2][NW], zw[SW ? 1 : 2][NW] = {};
-                    const int gl = ks >> p.gshift;
-#pragma unroll
-                    for (int r = 0; r < (SW ? 1 : 2); r++) {
-                        const int off = gl * NCH * 32 + (SW ? s_word : s_word_c[r]);
-                        lds_words<NW>(ss + off, sw[r]);
-                        if (ZP)
-                            lds_words<NW>(ss + S_BYTES / 4 + off, zw[r]);
-                    }
-                    if constexpr (SW > 0) {
-                        /* element e of half h: column 16 j + g + 8 (e >> 1),
-                         * token 8h + 2c + (e & 1); osacc[h]: O of tokens
-                         * 8h + 2c, + 1 in elements 0, 1, S in 2, 3 */
-#pragma unroll
-                        for (int j = 0; j < NW; j++) {
-                            float sc[2], zc[2];
-                            word_to_floats<ZP>(sw[0][j], zw[0][j], sc, zc);
-#pragma unroll
-                            for (int h = 0; h < NT; h++)
-#pragma unroll
-                                for (int e = 0; e < 4; e++)
-                                    sacc[j][h][e] = scale_chunk(
-                                        gacc_sw[j][h][e], osacc[h][e & 1], osacc[h][2 + (e & 1)],
-                                        zc[e >> 1], sc[e >> 1], sacc[j][h][e]);
-                        }
-                        /* the next chunk starts inside this k tile (groups
-                         * of 32): from zero; else its first mma is the _z form */
-                        if (s < KPW - 1) {
-#pragma unroll
-                            for (int h = 0; h < NT; h++) {
-                                zero4(osacc[h]);
-#pragma unroll
-                                for (int j = 0; j < NW; j++)
-                                    zero4(gacc_sw[j][h]);
-                            }
-                        }
-                    } else {
-                        /* element e: token g + 8 (e >> 1), column 8 f + 2c +
-                         * (e & 1); osacc of lanes c < 2 holds O of tokens g
-                         * and g + 8 in elements 0 and 2, of lanes c >= 2 S */
-#pragma unroll
-                        for (int mb = 0; mb < MB; mb++) {
-                            float o[2], sv[2];
-#pragma unroll
-                            for (int h = 0; h < 2; h++) {
-                                const float mine = osacc[mb][2 * h];
-                                const float other = __shfl_xor_sync(0xffffffffu, mine, 2);
-                                o[h] = (lane & 2) ? other : mine;
-                                sv[h] = (lane & 2) ? mine : other;
-                            }
-#pragma unroll
-                            for (int f = 0; f < NF; f++) {
-                                float sc[2], zc[2], t0[2], t1[2];
-                                word_to_floats<ZP>(sw[0][f >> 1], zw[0][f >> 1], t0, t1);
-                                sc[0] = t0[f & 1];
-                                zc[0] = t1[f & 1];
-                                word_to_floats<ZP>(sw[1][f >> 1], zw[1][f >> 1], t0, t1);
-                                sc[1] = t0[f & 1];
-                                zc[1] = t1[f & 1];
-#pragma unroll
-                                for (int e = 0; e < 4; e++)
-                                    acc[mb][f][e] =
-                                        scale_chunk(gacc[mb][f][e], o[e >> 1], sv[e >> 1],
-                                                    zc[e & 1], sc[e & 1], acc[mb][f][e]);
-                                if (s < KPW - 1)
-                                    zero4(gacc[mb][f]);
-                            }
-                            if (s < KPW - 1)
-                                zero4(osacc[mb]);
-                        }
+                                mma_16816(acc[mb][2 * j + h], af[mb], bf[h][0], bf[h][1]);
                     }
                 }
             }
@@ -887,13 +809,11 @@ __global__ void __launch_bounds__(kThreads, BPS)
 
         /* ---- end of this block's part of tile t: reduce and write ---- */
         if (c_kk == p.k_tiles - 1 || i == n_units - 1) {
-            if constexpr (SW > 0) {
-                unswap_acc<NF, NT>(sacc, acc);
+            if constexpr (SW) {
+                unswap_acc<NF>(sacc, acc);
 #pragma unroll
                 for (int j = 0; j < NW; j++)
-#pragma unroll
-                    for (int h = 0; h < NT; h++)
-                        zero4(sacc[j][h]);
+                    zero4(sacc[j]);
             }
             finish_tile<MB, NWN, NF, KPW, STAGES>(p, acc, red, flag, c_m, c_n, b, grid);
         }
@@ -1002,44 +922,37 @@ struct Config {
     int max_blocks_per_sm;  /* resident blocks the grid is sized for (at most) */
     int smem;               /* dynamic shared memory bytes */
     KernelFn kernel[2][2];  /* [asymmetric][A rows 16-byte aligned] */
-    /* the same with swapped operands, [token halves - 1] (M <= 8, M <= 16),
-     * 16-row tiles only; else null */
-    KernelFn swapped[2][2][2];
+    KernelFn swapped[2][2]; /* the same with SW (M <= 8), 16-row tiles only; else null */
 };
 
 /* The SW instantiations exist for 16-row tiles only. */
-template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, int NTH>
+template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC>
 constexpr KernelFn swapped_kernel()
 {
     if constexpr (MB == 1)
-        return int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, NTH>;
+        return int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, true>;
     else
         return nullptr;
 }
 
 #define INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES) Tile<MB, NWN, NF, KPW, STAGES>
-#define INT4GEMM_SWAPPED(MB, NWN, NF, KPW, STAGES, BPS, NTH)                                      \
-    {                                                                                              \
-        {swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false, NTH>(),                       \
-         swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true, NTH>()},                       \
-        {                                                                                          \
-            swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false, NTH>(),                     \
-                swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true, NTH>()                   \
-        }                                                                                          \
-    }
 #define INT4GEMM_CONFIG(NAME, MB, NWN, NF, KPW, STAGES, BPS)                                       \
     {                                                                                              \
         NAME, INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BM,                                         \
             INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BN,                                           \
             INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BK, BPS,                                      \
             INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::SMEM,                                         \
-            {{int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false, 0>,                    \
-              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true, 0>},                    \
-             {int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false, 0>,                     \
-              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true, 0>}},                    \
+            {{int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false, false>,                \
+              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true, false>},                \
+             {int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false, false>,                 \
+              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true, false>}},                \
         {                                                                                          \
-            INT4GEMM_SWAPPED(MB, NWN, NF, KPW, STAGES, BPS, 1),                                    \
-                INT4GEMM_SWAPPED(MB, NWN, NF, KPW, STAGES, BPS, 2)                                 \
+            {swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false>(),                        \
+             swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true>()},                        \
+            {                                                                                      \
+                swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false>(),                      \
+                    swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true>()                    \
+            }                                                                                      \
         }                                                                                          \
     }
 
@@ -1064,26 +977,38 @@ constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
 
 /* Automatic choice by M and weight width, from the H200 sweeps
- * (docs/gemm-notes.md, versions 7, 12, 20 and 26): the 16-row tile up to
- * M = 16 — 256 columns with all eight warps along N, each taking the whole
- * k tile (index 10), on wide weights (n >= 8192), where each block's stripe
- * is long enough for the larger tile and a warp's chunk is a whole group of
- * 128; else 128 columns (index 0) — the 32-row tile up to 32, the 64-row
- * tile beyond (two or more m tiles, each dequantizing the weights again). */
+ * (docs/gemm-notes.md, versions 7, 12 and 26): the 16-row tile up to M = 16
+ * — 256 columns with all eight warps along N, each taking the whole k tile
+ * (index 10), on wide weights (n >= 8192 up to M = 8, n >= 16384 up to
+ * M = 16), where each block's stripe is long enough for the larger tile
+ * (and up to M = 8 a warp's chunk is a whole group of 128); else 128
+ * columns (index 0) — the 32-row tile up to 32, the 64-row tile beyond (two
+ * or more m tiles, each dequantizing the weights again). */
 constexpr int kWideSmallM = 10;
 int auto_config(int m, const krn_int4_gemm_layout *lay)
 {
-    if (m <= 16)
-        return lay->n_pad >= 8192 ? kWideSmallM : 0;
+    if (m <= 16) {
+        const int wide_from = m <= 8 ? 8192 : 16384;
+        return lay->n_pad >= wide_from ? kWideSmallM : 0;
+    }
     if (m <= 32)
         return 1;
     return 2;
 }
 
+/* Weights of fewer than 256 tiles of 128 x 128 (the tiny and small presets'):
+ * a few microseconds either way, so they take one arithmetic at every M
+ * (the usual operand order, fp16 weights), and a row's result does not
+ * depend on the batch it runs in (docs/gemm-notes.md, versions 13 and 26). */
+bool tiny_weight(const krn_int4_gemm_layout *lay)
+{
+    return (long long)(lay->n_pad / 128) * (lay->k_pad / 128) < 256;
+}
+
 /* Per device and kernel: resident blocks per SM once the shared-memory limit
  * was raised (0: not yet known). Racing writers store the same value. */
 constexpr int kMaxDevices = 16;
-int g_occupancy[kMaxDevices][kNumConfigs][2][2][3];
+int g_occupancy[kMaxDevices][kNumConfigs][2][2][2];
 
 /* Resident blocks per SM of fn, kConfigs[ci]'s [zp][av] kernel, swapped
  * (sw) or not, once its shared-memory limit is raised. */
@@ -1246,7 +1171,7 @@ static int sm90_auto_choice(int m, const krn_int4_gemm_layout *lay)
 {
 #ifdef INT4SERVE_GEMM_SM90
     const long long tiles = (long long)(lay->n_pad / 128) * (lay->k_pad / 128);
-    if (m <= 16 || tiles < 256 || (lay->groups > 1 && lay->group_steps < 4))
+    if (m <= 16 || tiny_weight(lay) || (lay->groups > 1 && lay->group_steps < 4))
         return -1;
     const bool small = tiles < 1536;
     int tn;
@@ -1415,10 +1340,11 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     const int zp = lay->symmetric ? 0 : 1;
     /* a 16-row tile: swapped operands, one token half up to M = 8 (half the
      * mma), two up to 16 (see the top) */
-    const int sw = p.m <= 16 && c.swapped[0][zp][av] && !(args->flags & KRN_INT4_GEMM_NO_SWAP)
-                       ? (p.m <= 8 ? 1 : 2)
+    const int sw = p.m <= 8 && c.swapped[zp][av] && !tiny_weight(lay) &&
+                           !(args->flags & KRN_INT4_GEMM_NO_SWAP)
+                       ? 1
                        : 0;
-    const KernelFn fn = sw ? c.swapped[sw - 1][zp][av] : c.kernel[zp][av];
+    const KernelFn fn = sw ? c.swapped[zp][av] : c.kernel[zp][av];
     int occ = 0;
     e = occupancy(dev, ci, zp, av, sw, fn, &occ);
     if (e != cudaSuccess)

@@ -343,6 +343,65 @@ static void check_case(struct dev_weight *dw, struct bufs *b, int m, int config,
     }
 }
 
+/* ---- batch invariance ------------------------------------------------------ */
+
+/* Weights of fewer than 256 tiles of 128 x 128 take one arithmetic at every M
+ * (int4_gemm.cu, tiny_weight), so the rows a batch shares with a larger one
+ * come out with the same bits: the engine's batch tests on the small presets
+ * rely on it. One random A of max_m rows; every M of ms runs on its first
+ * rows and is compared bit for bit with the max_m launch. */
+static void check_batch_invariance(struct dev_weight *dw, struct bufs *b, const int *ms, int n_ms,
+                                   uint64_t *rng)
+{
+    const int n = dw->lay.n, k = dw->lay.k;
+    int max_m = 0;
+    for (int i = 0; i < n_ms; i++)
+        max_m = ms[i] > max_m ? ms[i] : max_m;
+    fill_random_half<<<256, 256>>>(b->a, (int64_t)max_m * k, splitmix(rng), -1.0f, 1.0f);
+    CK(cudaGetLastError());
+    const size_t bytes = sizeof(half) * (size_t)max_m * n;
+    unsigned char *want = (unsigned char *)malloc(bytes), *got = (unsigned char *)malloc(bytes);
+    if (!want || !got) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    struct krn_int4_gemm_args args;
+    memset(&args, 0, sizeof args);
+    args.lay = &dw->lay;
+    args.b = dw->packed;
+    args.a = (const uint16_t *)b->a;
+    args.workspace = dw->ws;
+    args.workspace_bytes = dw->ws_bytes;
+    args.config = -1;
+    struct inf_err err;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n_ms; i++) {
+            const int m = pass == 0 ? max_m : ms[i];
+            CK(cudaMemset(b->c, 0xff, bytes));
+            args.c = (uint16_t *)b->c;
+            args.m = m;
+            g_checks++;
+            if (krn_int4_gemm(&args, &err) != INF_OK) {
+                printf("FAIL batch invariance m=%d: %s\n", m, err.msg);
+                g_failures++;
+                continue;
+            }
+            CK(cudaDeviceSynchronize());
+            const size_t rows = sizeof(half) * (size_t)m * n;
+            CK(cudaMemcpy(pass == 0 ? want : got, b->c, rows, cudaMemcpyDeviceToHost));
+            if (pass == 0)
+                break;
+            if (memcmp(want, got, rows) != 0) {
+                printf("FAIL batch invariance n=%d k=%d: the first %d rows differ from the "
+                       "same rows at m=%d\n",
+                       n, k, m, max_m);
+                g_failures++;
+            }
+        }
+    free(want);
+    free(got);
+}
+
 /* ---- argument checks ----------------------------------------------------- */
 
 static void expect_status(inf_status_t got, inf_status_t want, const char *what)
@@ -428,6 +487,9 @@ static const int M_SOME[] = {1, 3, 16, 33, 129};
 static const int M_BIG[] = {1, 8, 17, 64, 128, 256, 1000};
 static const int M_QUICK[] = {1, 17, 64, 129};
 static const int M_DEEP[] = {1, 17};
+/* batch invariance of tiny weights: every configuration M picks, up to 129
+ * rows, where each block still holds at most one unit */
+static const int M_INV[] = {1, 3, 8, 16, 17, 33, 64, 129};
 #define LEN(x) ((int)(sizeof(x) / sizeof((x)[0])))
 
 int main(void)
@@ -467,6 +529,9 @@ int main(void)
         {512, 300, 32, true, M_QUICK, LEN(M_QUICK), true},
         {100, 520, 32, false, M_QUICK, LEN(M_QUICK), false},
         {1024, 11, 0, false, M_QUICK, LEN(M_QUICK), false},
+        /* the swapped operands' chunk scaling with a group boundary inside
+         * a warp's k steps (groups of 32; 256 tiles, not tiny) */
+        {4096, 1024, 32, false, M_QUICK, LEN(M_QUICK), true},
         /* blocks with more units than pipeline stages, so the in-loop
          * prefetch and the split-K reduction run too */
         {16384, 1024, 128, false, M_DEEP, LEN(M_DEEP), false},
@@ -515,6 +580,8 @@ int main(void)
         }
         if (ci == 0)
             check_arguments(&dw, &b);
+        if ((int64_t)(dw.lay.n_pad / 128) * (dw.lay.k_pad / 128) < 256 && max_m >= 129)
+            check_batch_invariance(&dw, &b, M_INV, LEN(M_INV), &rng);
         printf("%s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL", wc->k,
                wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
         fflush(stdout);
