@@ -487,9 +487,12 @@ static const int M_SOME[] = {1, 3, 16, 33, 129};
 static const int M_BIG[] = {1, 8, 17, 64, 128, 256, 1000};
 static const int M_QUICK[] = {1, 17, 64, 129};
 static const int M_DEEP[] = {1, 17};
-/* batch invariance of tiny weights: every configuration M picks, up to 129
- * rows, where each block still holds at most one unit */
-static const int M_INV[] = {1, 3, 8, 16, 17, 33, 64, 129};
+/* batch invariance of tiny weights: every configuration M picks (16-, 32-
+ * and 64-row tiles), up to 64 rows, where each block of these weights still
+ * holds at most one unit (at 129 rows the 64-row tile's 132 blocks do not
+ * cover 4096 x 11's 192 units, and a block summing two k tiles in its
+ * registers changes the order of the additions) */
+static const int M_INV[] = {1, 3, 8, 16, 17, 33, 64};
 #define LEN(x) ((int)(sizeof(x) / sizeof((x)[0])))
 
 int main(void)
@@ -580,7 +583,7 @@ int main(void)
         }
         if (ci == 0)
             check_arguments(&dw, &b);
-        if ((int64_t)(dw.lay.n_pad / 128) * (dw.lay.k_pad / 128) < 256 && max_m >= 129)
+        if ((int64_t)(dw.lay.n_pad / 128) * (dw.lay.k_pad / 128) < 256 && max_m >= 64)
             check_batch_invariance(&dw, &b, M_INV, LEN(M_INV), &rng);
         printf("%s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL", wc->k,
                wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
