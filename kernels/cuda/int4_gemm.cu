@@ -396,18 +396,6 @@ __device__ __forceinline__ uint32_t sixteenth(uint32_t x)
     return as_u32(__hmul2(as_h2(x), __float2half2_rn(0.0625f)));
 }
 
-/* One code word as the magic fp16 pairs of two fragments (the layout of
- * dequant_pair): b[i][0] = 1024 + code (k 2c, 2c+1), b[i][1] = 1024 + 16 code
- * (k 2c+8, 2c+9). One shift and four LOP3 for eight codes. */
-__device__ __forceinline__ void magic_pair(uint32_t w, uint32_t (&b)[2][2])
-{
-    const uint32_t w8 = w >> 8;
-    b[0][0] = lop3_mask_or_magic<0x000f000fu>(w);
-    b[0][1] = lop3_mask_or_magic<0x00f000f0u>(w);
-    b[1][0] = lop3_mask_or_magic<0x000f000fu>(w8);
-    b[1][1] = lop3_mask_or_magic<0x00f000f0u>(w8);
-}
-
 /* The two scales (and zeros: 8 when symmetric) of a word as fp32. */
 template <bool ZP>
 __device__ __forceinline__ void word_to_floats(uint32_t sw, uint32_t zw, float (&s)[2],

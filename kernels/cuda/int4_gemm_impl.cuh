@@ -92,6 +92,18 @@ __device__ __forceinline__ void group_consts(const uint4 &sv, const uint4 &zv, G
     group_consts_w<ZP, 4>(sw, zw, g);
 }
 
+/* One code word as the magic fp16 pairs of two fragments: b[i][0] =
+ * 1024 + code (k 2c, 2c+1), b[i][1] = 1024 + 16 code (k 2c+8, 2c+9) of
+ * fragment i. One shift and four LOP3 for eight codes. */
+__device__ __forceinline__ void magic_pair(uint32_t w, uint32_t (&b)[2][2])
+{
+    const uint32_t w8 = w >> 8;
+    b[0][0] = lop3_mask_or_magic<0x000f000fu>(w);
+    b[0][1] = lop3_mask_or_magic<0x00f000f0u>(w);
+    b[1][0] = lop3_mask_or_magic<0x000f000fu>(w8);
+    b[1][1] = lop3_mask_or_magic<0x00f000f0u>(w8);
+}
+
 /* Dequantize word j of one lane's W piece: the B fragments of the n8 tiles
  * f0 = 2j and f1 = 2j + 1 (fragment indexes into g); b[i][0] holds k = 2c,
  * 2c+1 and b[i][1] k = 2c+8, 2c+9 (c = lane % 4). Each fp16 pair costs one
@@ -103,16 +115,13 @@ __device__ __forceinline__ void dequant_pair(uint32_t w, const GroupConstsT<NF> 
                                              uint32_t (&b)[2][2])
 {
     const half2 sixteenth = __float2half2_rn(0.0625f);
-    const uint32_t w8 = w >> 8;
-    const half2 lo0 = as_h2(lop3_mask_or_magic<0x000f000fu>(w));
-    const half2 hi0 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w));
-    const half2 lo1 = as_h2(lop3_mask_or_magic<0x000f000fu>(w8));
-    const half2 hi1 = as_h2(lop3_mask_or_magic<0x00f000f0u>(w8));
+    uint32_t m[2][2];
+    magic_pair(w, m);
     const int f0 = 2 * j, f1 = 2 * j + 1;
-    b[0][0] = as_u32(__hmul2(__hsub2(lo0, g.zlo[f0]), g.s[f0]));
-    b[0][1] = as_u32(__hmul2(__hfma2(hi0, sixteenth, g.zhin[f0]), g.s[f0]));
-    b[1][0] = as_u32(__hmul2(__hsub2(lo1, g.zlo[f1]), g.s[f1]));
-    b[1][1] = as_u32(__hmul2(__hfma2(hi1, sixteenth, g.zhin[f1]), g.s[f1]));
+    b[0][0] = as_u32(__hmul2(__hsub2(as_h2(m[0][0]), g.zlo[f0]), g.s[f0]));
+    b[0][1] = as_u32(__hmul2(__hfma2(as_h2(m[0][1]), sixteenth, g.zhin[f0]), g.s[f0]));
+    b[1][0] = as_u32(__hmul2(__hsub2(as_h2(m[1][0]), g.zlo[f1]), g.s[f1]));
+    b[1][1] = as_u32(__hmul2(__hfma2(as_h2(m[1][1]), sixteenth, g.zhin[f1]), g.s[f1]));
 }
 
 /* All four words: the B fragments of the eight n8 tiles. */
