@@ -101,15 +101,39 @@ inf_status_t eng_buf_from_host(struct eng_backend *be, const void *src, size_t b
     return st;
 }
 
-inf_status_t eng_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
-                                  struct eng_q4w **out, struct inf_err *err)
+static inf_status_t q4_check(const struct krn_q4_weight *w, struct inf_err *err)
 {
-    *out = NULL;
     if (w->n <= 0 || w->k <= 0 || w->kp < w->k || w->group <= 0 || w->kp % w->group || !w->q ||
         !w->scale || !w->zero)
         return inf_err_set(err, INF_E_INVALID, "bad INT4 weight n=%d k=%d kp=%d group=%d", w->n,
                            w->k, w->kp, w->group);
-    return be->iface->weight_q4_create(be, w, out, err);
+    return INF_OK;
+}
+
+inf_status_t eng_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
+                                  struct eng_q4w **out, struct inf_err *err)
+{
+    *out = NULL;
+    inf_status_t st = q4_check(w, err);
+    return st != INF_OK ? st : be->iface->weight_q4_create(be, w, out, err);
+}
+
+bool eng_backend_has_glu(const struct eng_backend *be)
+{
+    return be->iface->weight_q4_create_glu && be->iface->linear_q4_glu;
+}
+
+inf_status_t eng_weight_q4_create_glu(struct eng_backend *be, const struct krn_q4_weight *w,
+                                      struct eng_q4w **out, struct inf_err *err)
+{
+    *out = NULL;
+    if (!eng_backend_has_glu(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no GLU linear",
+                           be->iface->name);
+    inf_status_t st = q4_check(w, err);
+    if (st == INF_OK && w->n % 16 != 0)
+        st = inf_err_set(err, INF_E_INVALID, "GLU weight: n=%d not a multiple of 16", w->n);
+    return st != INF_OK ? st : be->iface->weight_q4_create_glu(be, w, out, err);
 }
 
 void eng_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
@@ -132,6 +156,21 @@ inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
     if (bias && !buf_holds(bias, w->n, 4))
         return inf_err_set(err, INF_E_INVALID, "linear_q4: bias shorter than n=%d", w->n);
     return be->iface->linear_q4(be, w, bias, x, y, m, err);
+}
+
+inf_status_t eng_op_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *w,
+                                  struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
+                                  int32_t m, struct inf_err *err)
+{
+    size_t es = eng_act_size(be->act_dtype);
+    if (m < 0 || !w || !eng_backend_has_glu(be))
+        return inf_err_set(err, INF_E_INVALID, "linear_q4_glu: bad arguments (m=%d)", m);
+    if (m == 0)
+        return INF_OK;
+    CHECK_MAT(x, m, w->k, es, "linear_q4_glu x");
+    CHECK_MAT(tmp, m, w->n, es, "linear_q4_glu tmp");
+    CHECK_MAT(out, m, w->n / 2, es, "linear_q4_glu out");
+    return be->iface->linear_q4_glu(be, w, x, tmp, out, m, err);
 }
 
 inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,

@@ -179,6 +179,17 @@ struct eng_backend_iface {
     inf_status_t (*linear_q4)(struct eng_backend *be, const struct eng_q4w *w,
                               const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
                               int32_t m, struct inf_err *err);
+    /* Optional (both or none): a gated MLP's gate and up projections as one
+     * weight and one op. weight_q4_create_glu takes w = [gate; up] (n = 2 dim
+     * rows, n a multiple of 16); its weight serves linear_q4_glu only, which
+     * gives out[m][dim] = silu(x . gate^T) * (x . up^T) with each product
+     * rounded to act_dtype first: bit for bit linear_q4 on [gate; up]
+     * followed by silu_mul. tmp [m][n] is scratch the op may use. */
+    inf_status_t (*weight_q4_create_glu)(struct eng_backend *be, const struct krn_q4_weight *w,
+                                         struct eng_q4w **out, struct inf_err *err);
+    inf_status_t (*linear_q4_glu)(struct eng_backend *be, const struct eng_q4w *w,
+                                  struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
+                                  int32_t m, struct inf_err *err);
     /* y[m][n] = x[m][k] . W^T (+ bias) with W [n][k] of wdt; y_f32 selects an
      * fp32 output (logits) instead of act_dtype. */
     inf_status_t (*linear_fp)(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
@@ -286,6 +297,14 @@ void eng_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w); /* NULL: 
 inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                               const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
                               int32_t m, struct inf_err *err);
+/* The GLU pair (iface weight_q4_create_glu / linear_q4_glu); has_glu: the
+ * backend offers them. */
+bool eng_backend_has_glu(const struct eng_backend *be);
+inf_status_t eng_weight_q4_create_glu(struct eng_backend *be, const struct krn_q4_weight *w,
+                                      struct eng_q4w **out, struct inf_err *err);
+inf_status_t eng_op_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *w,
+                                  struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
+                                  int32_t m, struct inf_err *err);
 inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
                               int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
                               struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err);

@@ -83,6 +83,7 @@ struct cu_q4 {
     struct eng_q4w pub;
     struct krn_int4_gemm_layout lay;
     void *dev; /* repacked weight */
+    bool glu;  /* [gate; up] in the GLU column order (cu_weight_q4_create_glu) */
 };
 
 /* One cached attention work list: the bytes last uploaded to its region. */
@@ -567,6 +568,29 @@ fail:
     return st;
 }
 
+/* A gated MLP's [gate; up] for cu_linear_q4_glu: its rows interleaved in
+ * runs of eight (krn_q4_glu_interleave), then as any INT4 weight.
+ * INT4SERVE_CUDA_GLU=0 declines (INF_E_UNSUPPORTED), so the engine keeps
+ * the GEMM and the SiLU·mul apart. */
+static inf_status_t cu_weight_q4_create_glu(struct eng_backend *be, const struct krn_q4_weight *w,
+                                            struct eng_q4w **out, struct inf_err *err)
+{
+    const char *off = getenv("INT4SERVE_CUDA_GLU"); /* "0": the engine's unfused path */
+    if (off && !strcmp(off, "0"))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "GLU linear off (INT4SERVE_CUDA_GLU=0)");
+    struct krn_q4_weight t;
+    inf_status_t st = eng_q4_alloc(w->n, w->k, w->kp, w->group, w->symmetric, &t, err);
+    if (st != INF_OK)
+        return st;
+    st = krn_q4_glu_interleave(w, &t, err);
+    if (st == INF_OK)
+        st = cu_weight_q4_create(be, &t, out, err);
+    eng_q4_free(&t);
+    if (st == INF_OK)
+        ((struct cu_q4 *)(*out)->impl)->glu = true;
+    return st;
+}
+
 static void cu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
 {
     struct cu_ctx *c = ctx_of(be);
@@ -578,16 +602,33 @@ static void cu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
 
 static int ld_int(int64_t ld, int32_t cols);
 
-static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
-                                 const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                                 int32_t m, struct inf_err *err)
+/* y = x W^T (+ bias) for INT4 weight w. With tmp (w in the GLU column
+ * order, cu_weight_q4_create_glu), y [m][n / 2] gets SiLU(gate) * up
+ * instead: from the GEMM's GLU output, or through tmp [m][n] where that
+ * cannot be used (large M, cuBLAS on the dequantized weight; A rows not
+ * 16-byte aligned) and krn_cuda_silu_mul_glu — the same bits either way. */
+static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
+                              const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                              const struct eng_mat *tmp, int32_t m, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
     const struct cu_q4 *q = w->impl;
-    const int32_t n = w->n, k = w->k;
-    if (c->deq_min_m > 0 && m >= c->deq_min_m && c->deq &&
-        (size_t)n * (size_t)k * 2 <= c->deq_bytes) {
+    const int32_t n = w->n, k = w->k, ny = tmp ? n / 2 : n;
+    const bool large = c->deq_min_m > 0 && m >= c->deq_min_m && c->deq &&
+                       (size_t)n * (size_t)k * 2 <= c->deq_bytes;
+    if (tmp && (large || k % 8 != 0 ||
+                ((m == 1 || x.ld == k) && (uintptr_t)dptr(x, 2) % 16 != 0))) {
+        inf_status_t s = q4_linear(be, w, bias, x, *tmp, NULL, m, err);
+        if (s != INF_OK)
+            return s;
+        if (tmp->ld > INT_MAX || y.ld > INT_MAX)
+            return inf_err_set(err, INF_E_UNSUPPORTED, "linear: row stride too large");
+        KRN(c, krn_cuda_silu_mul_glu(dptr(*tmp, 2), tmp->ld, dptr(y, 2), y.ld, ny, m, c->stream,
+                                     lep_));
+        written(y.buf);
+        return INF_OK;
+    }
+    if (large) {
         /* Large M: dequantize once, then one fp16 tensor-core GEMM (as
          * cu_linear_fp: row-major y = x W^T is column-major Y = W^T X). */
         if (x.ld > INT_MAX || y.ld > INT_MAX)
@@ -615,8 +656,8 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
         KRN(c, krn_cuda_f32_to_f16(bias->ptr, n, NULL, b16, n, n, 1, c->stream, lep_));
     }
     /* The GEMM takes contiguous rows; strided views go through scratch. */
-    const bool x_direct = m == 1 || x.ld == k, y_direct = m == 1 || y.ld == n;
-    size_t per_row = (x_direct ? 0 : (size_t)k * 2) + (y_direct ? 0 : (size_t)n * 2);
+    const bool x_direct = m == 1 || x.ld == k, y_direct = m == 1 || y.ld == ny;
+    size_t per_row = (x_direct ? 0 : (size_t)k * 2) + (y_direct ? 0 : (size_t)ny * 2);
     int32_t chunk = GEMM_MAX_M;
     if (per_row) {
         size_t fit = (sc.cap - sc.used - 512) / per_row;
@@ -626,7 +667,7 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
             chunk = (int32_t)fit;
     }
     uint16_t *xs = x_direct ? NULL : bump_take(&sc, (size_t)chunk * k * 2);
-    uint16_t *ys = y_direct ? NULL : bump_take(&sc, (size_t)chunk * n * 2);
+    uint16_t *ys = y_direct ? NULL : bump_take(&sc, (size_t)chunk * ny * 2);
     if ((!x_direct && !xs) || (!y_direct && !ys))
         return inf_err_set(err, INF_E_NOMEM, "workspace too small for a %dx%d linear", n, k);
     for (int32_t r0 = 0; r0 < m; r0 += chunk) {
@@ -649,18 +690,38 @@ static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w
                                         .workspace = c->gemm_ws,
                                         .workspace_bytes = c->gemm_ws_bytes,
                                         .stream = c->stream,
-                                        .flags = 0,
+                                        .flags = tmp ? KRN_INT4_GEMM_GLU : 0,
                                         .config = -1};
         KRN(c, krn_int4_gemm(&ga, lep_));
         weight_seen(bias);
         if (!y_direct)
             CU(c,
-               cudaMemcpy2DAsync(cout, (size_t)y.ld * 2, ys, (size_t)n * 2, (size_t)n * 2,
+               cudaMemcpy2DAsync(cout, (size_t)y.ld * 2, ys, (size_t)ny * 2, (size_t)ny * 2,
                                  (size_t)rows, cudaMemcpyDeviceToDevice, c->stream),
                "copy");
     }
     written(y.buf);
     return INF_OK;
+}
+
+static inf_status_t cu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
+                                 const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                                 int32_t m, struct inf_err *err)
+{
+    ENTER(ctx_of(be));
+    if (((const struct cu_q4 *)w->impl)->glu)
+        return inf_err_set(err, INF_E_INVALID, "linear_q4: a GLU weight (use linear_q4_glu)");
+    return q4_linear(be, w, bias, x, y, NULL, m, err);
+}
+
+static inf_status_t cu_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *w,
+                                     struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
+                                     int32_t m, struct inf_err *err)
+{
+    ENTER(ctx_of(be));
+    if (!((const struct cu_q4 *)w->impl)->glu)
+        return inf_err_set(err, INF_E_INVALID, "linear_q4_glu: not a GLU weight");
+    return q4_linear(be, w, NULL, x, out, &tmp, m, err);
 }
 
 static int ld_int(int64_t ld, int32_t cols)
@@ -1427,6 +1488,8 @@ static const struct eng_backend_iface cuda_iface = {
     .weight_q4_create = cu_weight_q4_create,
     .weight_q4_destroy = cu_weight_q4_destroy,
     .linear_q4 = cu_linear_q4,
+    .weight_q4_create_glu = cu_weight_q4_create_glu,
+    .linear_q4_glu = cu_linear_q4_glu,
     .linear_fp = cu_linear_fp,
     .embedding = cu_embedding,
     .rmsnorm_add = cu_rmsnorm_add,

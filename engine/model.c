@@ -36,6 +36,7 @@ struct lin {
     enum eng_wdtype wdt;
     bool w_borrowed;      /* tied lm_head: w is the embedding table */
     struct eng_buf *bias; /* fp32 [n] or NULL */
+    bool glu;             /* q4 is a gate/up pair for eng_op_linear_q4_glu */
 };
 
 struct layer {
@@ -300,7 +301,17 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
         s = rows_convert(m, &j, n, err);
         m->t_quantize += secs_since(t0);
         t0 = inf_now_ns();
-        if (s == INF_OK)
+        /* a gate/up pair the backend can fuse with its SiLU·mul; where it
+         * declines (INF_E_UNSUPPORTED), a plain weight */
+        if (s == INF_OK && l->glu && !bias && n % 16 == 0 && eng_backend_has_glu(m->be)) {
+            s = eng_weight_q4_create_glu(m->be, &q, &l->q4, err);
+            if (s == INF_E_UNSUPPORTED) {
+                inf_err_clear(err);
+                s = INF_OK;
+            }
+        }
+        l->glu = l->q4 != NULL;
+        if (s == INF_OK && !l->q4)
             s = eng_weight_q4_create(m->be, &q, &l->q4, err);
         m->t_q4_backend += secs_since(t0);
         inf->quantized = true;
@@ -310,6 +321,7 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
         if (s != INF_OK)
             return s;
     } else {
+        l->glu = false;
         l->wdt = fp_wdt(m);
         inf->fp_dtype = l->wdt;
         inf->kp = k;
@@ -322,10 +334,12 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
 }
 
 /* Load the parts (suffixes like "q_proj") of module prefix, each [n_i][k],
- * as one fused linear (fused) or one linear each into l[0..np). */
+ * as one fused linear (fused) or one linear each into l[0..np). glu: the
+ * parts are a gated MLP's gate and up, which a fused INT4 linear may serve
+ * as one GLU op (struct lin, glu). */
 static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
                                const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
-                               bool with_bias, const char *fused_name, struct lin *l,
+                               bool with_bias, const char *fused_name, bool glu, struct lin *l,
                                struct inf_err *err)
 {
     int64_t total = 0;
@@ -363,6 +377,7 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         snprintf(fname, sizeof fname, "%s.%s.weight", prefix, fn);
         snprintf(lname, sizeof lname, "%s.%s", prefix, fn);
         name_ptrs[np] = fname;
+        l[0].glu = glu;
         s = make_linear(m, lname, &all, (int32_t)total, b, keep_fp(m, name_ptrs, np + 1), &l[0],
                         err);
     } else {
@@ -393,7 +408,7 @@ static inf_status_t load_single(struct eng_model *m, const eng_st_t *st, const c
     parts[0] = last;
     bool fused = m->fused;
     m->fused = false;
-    inf_status_t s = load_group(m, st, base, parts, &n, 1, k, false, NULL, l, err);
+    inf_status_t s = load_group(m, st, base, parts, &n, 1, k, false, NULL, false, l, err);
     m->fused = fused;
     return s;
 }
@@ -676,15 +691,15 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         if ((s = load_norm(m, st, nm, &L->mlp_norm, err)))
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
-        if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", L->qkv,
-                            err)))
+        if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", false,
+                            L->qkv, err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.o_proj", pre);
         if ((s = load_single(m, st, nm, H, qd, &L->o, err)))
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
-        if ((s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", L->gu,
-                            err)))
+        if ((s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true,
+                            L->gu, err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.down_proj", pre);
         if ((s = load_single(m, st, nm, H, I, &L->down, err)))
@@ -915,16 +930,19 @@ static inf_status_t body(eng_model_t *m, struct eng_attn_params *ap, int32_t T, 
             (s = eng_op_rmsnorm_add(be, x, &d, L->mlp_norm, c->rms_eps, xn, H, T, err)))
             return s;
         struct eng_mat g = mat(m->gu, 0, 2 * I), u = mat(m->gu, I, 2 * I);
-        if (m->fused) {
-            s = linear(m, &L->gu[0], xn, g, false, T, err);
-        } else if (!(s = linear(m, &L->gu[0], xn, g, false, T, err))) {
-            s = linear(m, &L->gu[1], xn, u, false, T, err);
-        }
-        if (s)
-            return s;
         struct eng_mat hm = mat(m->h, 0, I);
-        if ((s = eng_op_silu_mul(be, g, u, hm, I, T, err)) ||
-            (s = linear(m, &L->down, hm, d, false, T, err)))
+        if (L->gu[0].glu) {
+            s = eng_op_linear_q4_glu(be, L->gu[0].q4, xn, g, hm, T, err);
+        } else {
+            if (m->fused) {
+                s = linear(m, &L->gu[0], xn, g, false, T, err);
+            } else if (!(s = linear(m, &L->gu[0], xn, g, false, T, err))) {
+                s = linear(m, &L->gu[1], xn, u, false, T, err);
+            }
+            if (!s)
+                s = eng_op_silu_mul(be, g, u, hm, I, T, err);
+        }
+        if (s || (s = linear(m, &L->down, hm, d, false, T, err)))
             return s;
     }
     return eng_op_rmsnorm_add(be, x, &d, m->final_norm, c->rms_eps, xn, H, T, err);

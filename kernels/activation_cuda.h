@@ -20,6 +20,14 @@ inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t
                                uint16_t *out, int64_t ldo, int32_t dim, int32_t m, void *stream,
                                struct inf_err *err);
 
+/* The same with gate and up in one matrix in the GLU column order of the
+ * INT4 GEMM (kernels/int4_gemm.h, KRN_INT4_GEMM_GLU): in [m][2 dim] (row
+ * stride ldi), gate j at column 16 (j / 8) + j % 8, up j eight columns on;
+ * out [m][dim]. dim a multiple of 8. The large-M path of a GLU linear
+ * (dequantized weight, cuBLAS), bit for bit the GEMM's GLU output. */
+inf_status_t krn_cuda_silu_mul_glu(const uint16_t *in, int64_t ldi, uint16_t *out, int64_t ldo,
+                                   int32_t dim, int32_t m, void *stream, struct inf_err *err);
+
 /* Strided fp16 -> fp32: dst[r][c] = src[r][c], r < rows, c < cols. */
 inf_status_t krn_cuda_f16_to_f32(const uint16_t *src, int64_t lds, float *dst, int64_t ldd,
                                  int32_t cols, int32_t rows, void *stream, struct inf_err *err);

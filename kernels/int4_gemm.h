@@ -70,6 +70,15 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
                                   const struct krn_int4_gemm_layout *lay, void *dst,
                                   size_t dst_bytes, struct inf_err *err);
 
+/* Rows of src [gate; up] (n = 2 dim, dim a multiple of 8) into dst in the
+ * order KRN_INT4_GEMM_GLU reads: for each run of eight outputs j, gate rows
+ * j..j+7 then up rows j..j+7 (codes, scales and zeros move with their row).
+ * dst must have src's shape (n, k, kp, group, symmetric) and its own
+ * buffers. Errors: INF_E_INVALID (NULL, shapes differ, n not a multiple of
+ * 16). Thread: any. */
+inf_status_t krn_q4_glu_interleave(const struct krn_q4_weight *src, struct krn_q4_weight *dst,
+                                   struct inf_err *err);
+
 /* The bytes krn_int4_gemm_repack writes for the 64-column tiles [t0, t1)
  * only (0 <= t0 <= t1 <= lay->n_pad / 64): their codes, scales and zeros,
  * plus, in the call whose t1 is the last tile, the zero bytes between and
@@ -99,6 +108,16 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * otherwise swaps the operands there, see int4_gemm.cu); for the
  * benchmark's comparison and the tests. */
 #define KRN_INT4_GEMM_NO_SWAP 0x4u
+
+/* GLU output (the gate and up projections of a gated MLP as one weight):
+ * the weight's columns come in runs of 16, eight gate columns then the
+ * eight up columns of the same outputs (krn_q4_glu_interleave makes that
+ * order from [gate; up]), n a multiple of 16; C is [m][n / 2] with
+ * C[r][j] = SiLU(g) * u, g and u the fp16-rounded sums (+ bias, in the
+ * weight's column order) of gate and up column j: bit for bit the plain
+ * GEMM on [gate; up] followed by krn_cuda_silu_mul. C must be 4-byte
+ * aligned. */
+#define KRN_INT4_GEMM_GLU 0x20u
 
 /* One GEMM. All pointers but lay are device pointers. */
 struct krn_int4_gemm_args {

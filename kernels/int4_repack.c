@@ -226,3 +226,27 @@ inf_status_t krn_int4_gemm_repack(const struct krn_q4_weight *w,
         return inf_err_set(err, INF_E_INVALID, "int4 gemm repack: NULL argument");
     return krn_int4_gemm_repack_tiles(w, lay, dst, dst_bytes, 0, lay->n_pad / 64, err);
 }
+
+inf_status_t krn_q4_glu_interleave(const struct krn_q4_weight *src, struct krn_q4_weight *dst,
+                                   struct inf_err *err)
+{
+    if (!src || !dst || !src->q || !dst->q || !src->scale || !dst->scale)
+        return inf_err_set(err, INF_E_INVALID, "glu interleave: NULL argument");
+    if (src->n != dst->n || src->k != dst->k || src->kp != dst->kp || src->group != dst->group ||
+        src->symmetric != dst->symmetric || (!src->zero) != (!dst->zero))
+        return inf_err_set(err, INF_E_INVALID, "glu interleave: shapes differ");
+    if (src->n % 16 != 0 || src->group < 1 || src->kp % src->group != 0)
+        return inf_err_set(err, INF_E_INVALID, "glu interleave: n=%d not a multiple of 16",
+                           (int)src->n);
+    const int32_t dim = src->n / 2, groups = src->kp / src->group;
+    const size_t qrow = (size_t)src->kp / 2, srow = (size_t)groups * sizeof(uint16_t);
+    for (int32_t r = 0; r < src->n; r++) {
+        /* destination row r: run r / 16, gate (r % 16 < 8) or up */
+        const int32_t j = (r / 16) * 8 + r % 8, from = (r % 16 < 8) ? j : dim + j;
+        memcpy(dst->q + (size_t)r * qrow, src->q + (size_t)from * qrow, qrow);
+        memcpy(dst->scale + (size_t)r * groups, src->scale + (size_t)from * groups, srow);
+        if (src->zero)
+            memcpy(dst->zero + (size_t)r * groups, src->zero + (size_t)from * groups, srow);
+    }
+    return INF_OK;
+}

@@ -248,7 +248,7 @@ template <int NW> __device__ __forceinline__ void lds_words(const uint32_t *p, u
  * (the block did the whole k range) or publish an fp32 partial and, if last
  * to arrive, reduce every contributor's partial in block order into C. Leaves
  * acc zeroed. Called by all threads of the block. */
-template <int MB, int NWN, int NF, int KPW, int STAGES>
+template <int MB, int NWN, int NF, int KPW, int STAGES, bool GLU>
 __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF][4], float4 *red,
                                             volatile int *flag, int m_tile, int n_tile, int b,
                                             int grid)
@@ -291,7 +291,16 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
     const int col0 = nw * NF * 8 + c2;
     if (cf == cl) {
         /* The whole k range was ours: straight to C. */
-        if (kw == 0) {
+        if (kw == 0 && GLU) {
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = mb * 16 + g8 + 8 * h;
+                    if (r < rows)
+                        store_frags_glu<NF>(p, m_tile * BM + r, n_tile * BN + col0, acc[mb], h);
+                }
+        } else if (kw == 0) {
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -346,7 +355,7 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
             const float4 *base_next =
                 reinterpret_cast<const float4 *>(p.partials + 2 * (int64_t)(cf + 1) * tile_elems);
             const int quads = rows * BN / 4;
-            for (int q = tid; q < quads; q += kThreads) {
+            auto sum_quad = [&](int q) {
                 float4 sum = __ldcg(base_cf + q);
                 const int more = cl - cf;
                 for (int bb = 0; bb < more; bb += 8) {
@@ -364,10 +373,24 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
                         sum.w += v[u].w;
                     }
                 }
+                return sum;
+            };
+            for (int q = tid; q < quads; q += kThreads) {
                 const int r = q * 4 / BN, col = q * 4 % BN;
                 const int grow = m_tile * BM + r, gcol = n_tile * BN + col;
-                store_pair(p, grow, gcol, sum.x, sum.y);
-                store_pair(p, grow, gcol + 2, sum.z, sum.w);
+                if constexpr (GLU) {
+                    /* a gate quad (col % 16 < 8) takes its up quad, two
+                     * quads on; the up quads are done with it */
+                    if (q & 2)
+                        continue;
+                    const float4 g = sum_quad(q), u = sum_quad(q + 2);
+                    store_glu(p, grow, gcol, g.x, g.y, u.x, u.y);
+                    store_glu(p, grow, gcol + 2, g.z, g.w, u.z, u.w);
+                } else {
+                    const float4 sum = sum_quad(q);
+                    store_pair(p, grow, gcol, sum.x, sum.y);
+                    store_pair(p, grow, gcol + 2, sum.z, sum.w);
+                }
             }
         }
     }
@@ -464,7 +487,8 @@ __device__ __forceinline__ void unswap_acc(const float (&sa)[NF / 2][4], float (
  * a group boundary inside the warp's steps (groups of 32 only), so larger
  * KPW amortizes them and the per-tile bookkeeping over more weights.
  */
-template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW>
+template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW,
+          bool GLU>
 __global__ void __launch_bounds__(kThreads, BPS)
     int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
 {
@@ -803,7 +827,7 @@ __global__ void __launch_bounds__(kThreads, BPS)
                 for (int j = 0; j < NW; j++)
                     zero4(sacc[j]);
             }
-            finish_tile<MB, NWN, NF, KPW, STAGES>(p, acc, red, flag, c_m, c_n, b, grid);
+            finish_tile<MB, NWN, NF, KPW, STAGES, GLU>(p, acc, red, flag, c_m, c_n, b, grid);
         }
         if (++c_kk == p.k_tiles) {
             c_kk = 0;
@@ -911,55 +935,65 @@ struct Config {
     int smem;               /* dynamic shared memory bytes */
     KernelFn kernel[2][2];  /* [asymmetric][A rows 16-byte aligned] */
     KernelFn swapped[2][2]; /* the same with SW (M <= 8), 16-row tiles only; else null */
+    KernelFn glu[2][2];     /* [asymmetric][SW]: GLU output, A rows aligned; the
+                               configurations of the automatic choice only */
 };
 
-/* The SW instantiations exist for 16-row tiles only. */
-template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC>
-constexpr KernelFn swapped_kernel()
+/* The kernel of a variant where ON, else null: SW exists for 16-row tiles
+ * only. */
+template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW,
+          bool GLU, bool ON>
+constexpr KernelFn variant()
 {
-    if constexpr (MB == 1)
-        return int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, true>;
+    if constexpr (ON && (MB == 1 || !SW))
+        return int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, SW, GLU>;
     else
         return nullptr;
 }
 
-#define INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES) Tile<MB, NWN, NF, KPW, STAGES>
-#define INT4GEMM_CONFIG(NAME, MB, NWN, NF, KPW, STAGES, BPS)                                       \
-    {                                                                                              \
-        NAME, INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BM,                                         \
-            INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BN,                                           \
-            INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::BK, BPS,                                      \
-            INT4GEMM_TILE(MB, NWN, NF, KPW, STAGES)::SMEM,                                         \
-            {{int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false, false>,                \
-              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true, false>},                \
-             {int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false, false>,                 \
-              int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true, false>}},                \
-        {                                                                                          \
-            {swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, false>(),                        \
-             swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, false, true>()},                        \
-            {                                                                                      \
-                swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, false>(),                      \
-                    swapped_kernel<MB, NWN, NF, KPW, STAGES, BPS, true, true>()                    \
-            }                                                                                      \
-        }                                                                                          \
-    }
+#define INT4GEMM_V(ZP, AVEC, SW, GLU, ON)                                                          \
+    variant<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, SW, GLU, ON>()
+#define INT4GEMM_CONFIG(NAME, MB_, NWN_, NF_, KPW_, STAGES_, BPS_, WITH_GLU)                       \
+    []() {                                                                                         \
+        constexpr int MB = MB_, NWN = NWN_, NF = NF_, KPW = KPW_, STAGES = STAGES_, BPS = BPS_;    \
+        using T = Tile<MB, NWN, NF, KPW, STAGES>;                                                  \
+        return Config{NAME,                                                                        \
+                      T::BM,                                                                       \
+                      T::BN,                                                                       \
+                      T::BK,                                                                       \
+                      BPS,                                                                         \
+                      T::SMEM,                                                                     \
+                      {{INT4GEMM_V(false, false, false, false, true),                              \
+                        INT4GEMM_V(false, true, false, false, true)},                              \
+                       {INT4GEMM_V(true, false, false, false, true),                               \
+                        INT4GEMM_V(true, true, false, false, true)}},                              \
+                      {{INT4GEMM_V(false, false, true, false, true),                               \
+                        INT4GEMM_V(false, true, true, false, true)},                               \
+                       {INT4GEMM_V(true, false, true, false, true),                                \
+                        INT4GEMM_V(true, true, true, false, true)}},                               \
+                      {{INT4GEMM_V(false, true, false, true, WITH_GLU),                            \
+                        INT4GEMM_V(false, true, true, true, WITH_GLU)},                            \
+                       {INT4GEMM_V(true, true, false, true, WITH_GLU),                             \
+                        INT4GEMM_V(true, true, true, true, WITH_GLU)}}};                           \
+    }()
 
 /* Indexes 0-2 and 10 are what the automatic choice uses (auto_config); the
  * rest are alternatives kept compiled for benchmarking (args->config).
- * Names: rows, columns, k per tile, k steps per warp (w), stages. */
+ * Names: rows, columns, k per tile, k steps per warp (w), stages. The last
+ * argument: GLU variants compiled (the automatic choice's only). */
 const Config kConfigs[] = {
-    INT4GEMM_CONFIG("sm80 m16 n128 k128 w4 s4", 1, 4, 4, 4, 4, 2),
-    INT4GEMM_CONFIG("sm80 m32 n128 k128 w4 s4", 2, 4, 4, 4, 4, 2),
-    INT4GEMM_CONFIG("sm80 m64 n128 k128 w4 s4", 4, 4, 4, 4, 4, 1),
-    INT4GEMM_CONFIG("sm80 m64 n256 k128 w8 s3", 4, 8, 4, 8, 3, 1),
-    INT4GEMM_CONFIG("sm80 m16 n256 k128 w4 s4", 1, 4, 8, 4, 4, 2),
-    INT4GEMM_CONFIG("sm80 m32 n256 k128 w4 s4", 2, 4, 8, 4, 4, 1),
-    INT4GEMM_CONFIG("sm80 m16 n128 k128 w2 s4", 1, 2, 8, 2, 4, 2),
-    INT4GEMM_CONFIG("sm80 m64 n128 k128 w8 s4", 4, 8, 2, 8, 4, 2),
-    INT4GEMM_CONFIG("sm80 m128 n128 k128 w8 s3", 8, 8, 2, 8, 3, 1),
-    INT4GEMM_CONFIG("sm80 m32 n256 k128 w8 s4", 2, 8, 4, 8, 4, 2),
-    INT4GEMM_CONFIG("sm80 m16 n256 k128 w8 s4", 1, 8, 4, 8, 4, 2),
-    INT4GEMM_CONFIG("sm80 m16 n128 k128 w8 s4", 1, 8, 2, 8, 4, 2),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 w4 s4", 1, 4, 4, 4, 4, 2, true),
+    INT4GEMM_CONFIG("sm80 m32 n128 k128 w4 s4", 2, 4, 4, 4, 4, 2, true),
+    INT4GEMM_CONFIG("sm80 m64 n128 k128 w4 s4", 4, 4, 4, 4, 4, 1, true),
+    INT4GEMM_CONFIG("sm80 m64 n256 k128 w8 s3", 4, 8, 4, 8, 3, 1, false),
+    INT4GEMM_CONFIG("sm80 m16 n256 k128 w4 s4", 1, 4, 8, 4, 4, 2, false),
+    INT4GEMM_CONFIG("sm80 m32 n256 k128 w4 s4", 2, 4, 8, 4, 4, 1, false),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 w2 s4", 1, 2, 8, 2, 4, 2, false),
+    INT4GEMM_CONFIG("sm80 m64 n128 k128 w8 s4", 4, 8, 2, 8, 4, 2, false),
+    INT4GEMM_CONFIG("sm80 m128 n128 k128 w8 s3", 8, 8, 2, 8, 3, 1, false),
+    INT4GEMM_CONFIG("sm80 m32 n256 k128 w8 s4", 2, 8, 4, 8, 4, 2, false),
+    INT4GEMM_CONFIG("sm80 m16 n256 k128 w8 s4", 1, 8, 4, 8, 4, 2, true),
+    INT4GEMM_CONFIG("sm80 m16 n128 k128 w8 s4", 1, 8, 2, 8, 4, 2, false),
 };
 constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof kConfigs[0]);
 constexpr int kSm75Config = kNumConfigs; /* the fallback's index */
@@ -996,14 +1030,15 @@ bool tiny_weight(const krn_int4_gemm_layout *lay)
 /* Per device and kernel: resident blocks per SM once the shared-memory limit
  * was raised (0: not yet known). Racing writers store the same value. */
 constexpr int kMaxDevices = 16;
-int g_occupancy[kMaxDevices][kNumConfigs][2][2][2];
+int g_occupancy[kMaxDevices][kNumConfigs][2][2][2][2];
 
 /* Resident blocks per SM of fn, kConfigs[ci]'s [zp][av] kernel, swapped
- * (sw) or not, once its shared-memory limit is raised. */
-cudaError_t occupancy(int dev, int ci, int zp, int av, int sw, KernelFn fn, int *out)
+ * (sw) or not, with GLU output (glu) or not, once its shared-memory limit is
+ * raised. */
+cudaError_t occupancy(int dev, int ci, int zp, int av, int sw, int glu, KernelFn fn, int *out)
 {
-    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp][av][sw] > 0) {
-        *out = g_occupancy[dev][ci][zp][av][sw];
+    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp][av][sw][glu] > 0) {
+        *out = g_occupancy[dev][ci][zp][av][sw][glu];
         return cudaSuccess;
     }
     const Config &c = kConfigs[ci];
@@ -1018,7 +1053,7 @@ cudaError_t occupancy(int dev, int ci, int zp, int av, int sw, KernelFn fn, int 
     if (n < 1)
         return cudaErrorInvalidConfiguration;
     if (dev >= 0 && dev < kMaxDevices)
-        g_occupancy[dev][ci][zp][av][sw] = n;
+        g_occupancy[dev][ci][zp][av][sw][glu] = n;
     *out = n;
     return cudaSuccess;
 }
@@ -1263,6 +1298,11 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
 
+    if ((args->flags & KRN_INT4_GEMM_GLU) && (lay->n % 16 || (uintptr_t)args->c % 4))
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "int4 gemm: GLU output needs n %% 16 == 0 (n=%d) and C 4-byte aligned",
+                           (int)lay->n);
+    const bool glu = (args->flags & KRN_INT4_GEMM_GLU) != 0;
     Params p = params_of(lay, args->b);
     p.a = reinterpret_cast<const half *>(args->a);
     p.bias = reinterpret_cast<const half *>(args->bias);
@@ -1283,7 +1323,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         if (p.m_tiles > 65535)
             return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm (sm75): m=%d too large",
                                (int)p.m);
-        e = launch_sm75(p, stream);
+        e = launch_sm75(p, glu, stream);
         if (e == cudaSuccess)
             e = cudaGetLastError();
         if (e != cudaSuccess)
@@ -1298,7 +1338,10 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
      * automatic sm_80 choice below. */
     const int auto90 = args->config == -1 ? sm90_auto_choice(p.m, lay) : -1;
     const bool want90 = auto90 >= 0 || args->config >= kSm90First;
-    if (major == 9 && want90 && sm90_supported(p)) {
+    if (major == 9 && want90 && sm90_supported(p) &&
+        (!glu || sm90_glu_available(args->config >= kSm90First ? args->config - kSm90First
+                                                                : auto90,
+                                    p))) {
         const int c9 = args->config >= kSm90First ? args->config - kSm90First : auto90;
         sm90_tiling(p, c9);
         const long long units9 = (long long)p.m_tiles * p.n_tiles * p.k_tiles;
@@ -1314,7 +1357,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
             bind_workspace(p, args, kCounterBytes + sm90_workspace(c9, grid9), err);
         if (st != INF_OK)
             return st;
-        e = launch_sm90(p, c9, grid9, stream);
+        e = launch_sm90(p, c9, grid9, glu, stream);
         if (e == cudaSuccess)
             e = cudaGetLastError();
         if (e != cudaSuccess)
@@ -1332,9 +1375,14 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
                            !(args->flags & KRN_INT4_GEMM_NO_SWAP)
                        ? 1
                        : 0;
-    const KernelFn fn = sw ? c.swapped[zp][av] : c.kernel[zp][av];
+    const KernelFn fn = glu ? (av ? c.glu[zp][sw] : nullptr) : sw ? c.swapped[zp][av] : c.kernel[zp][av];
+    if (!fn)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "int4 gemm: no GLU variant of %s%s (the automatic choice's "
+                           "configurations, A rows 16-byte aligned)",
+                           c.name, av ? "" : " for these A rows");
     int occ = 0;
-    e = occupancy(dev, ci, zp, av, sw, fn, &occ);
+    e = occupancy(dev, ci, zp, av, sw, glu ? 1 : 0, fn, &occ);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
     const int bk = c.bk;

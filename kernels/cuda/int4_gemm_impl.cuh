@@ -1,6 +1,7 @@
 #pragma once
 /* int4_gemm_impl.cuh — pieces shared by the INT4 GEMM kernels (sm_80 path in
  * int4_gemm.cu, sm_75 fallback in int4_gemm_sm75.cu). Private to kernels/cuda. */
+#include "kernels/cuda/launch.cuh"
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -160,8 +161,63 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
     }
 }
 
+/* KRN_INT4_GEMM_GLU: the weight's columns come in runs of 8 gate columns
+ * then their 8 up columns, so gate column j of the output is column
+ * 16 (j / 8) + j % 8 and its up partner 8 further. Output j gets
+ * SiLU(g) * u of the two sums rounded to fp16 first, in fp32 with one
+ * rounding at the end: bit for bit what C followed by krn_cuda_silu_mul
+ * gives. */
+__device__ __forceinline__ float glu_one(float g, float u)
+{
+    const float gh = __half2float(__float2half_rn(g)), uh = __half2float(__float2half_rn(u));
+    return krncuda::silu_mul(gh, uh);
+}
+
+/* Output element of (row, col), col a gate column (col % 16 < 8), sums g and
+ * u (the up sum of column col + 8). n is a multiple of 16. */
+__device__ __forceinline__ void store_glu1(const Params &p, int row, int col, float g, float u)
+{
+    if (col >= p.n)
+        return;
+    if (p.bias) {
+        g += __half2float(p.bias[col]);
+        u += __half2float(p.bias[col + 8]);
+    }
+    p.c[(int64_t)row * (p.n / 2) + (col >> 4) * 8 + (col & 7)] = __float2half_rn(glu_one(g, u));
+}
+
+/* The same for gate columns col, col + 1 (col even): one 4-byte store (the
+ * launcher requires C 4-byte aligned with GLU). */
+__device__ __forceinline__ void store_glu(const Params &p, int row, int col, float g0, float g1,
+                                          float u0, float u1)
+{
+    if (col >= p.n)
+        return;
+    if (p.bias) {
+        g0 += __half2float(p.bias[col]);
+        g1 += __half2float(p.bias[col + 1]);
+        u0 += __half2float(p.bias[col + 8]);
+        u1 += __half2float(p.bias[col + 9]);
+    }
+    *reinterpret_cast<half2 *>(p.c + (int64_t)row * (p.n / 2) + (col >> 4) * 8 + (col & 7)) =
+        __floats2half2_rn(glu_one(g0, u0), glu_one(g1, u1));
+}
+
+/* With GLU, row `row`'s values of one thread's NF n8 fragments (accumulator
+ * elements 2h, 2h + 1 of each: columns col + 8 f, col + 8 f + 1; col % 16 <
+ * 8): each even fragment's gate pair with the odd one's up pair. */
+template <int NF>
+__device__ __forceinline__ void store_frags_glu(const Params &p, int row, int col,
+                                                const float (&acc)[NF][4], int h)
+{
+#pragma unroll
+    for (int f = 0; f < NF; f += 2)
+        store_glu(p, row, col + f * 8, acc[f][2 * h], acc[f][2 * h + 1], acc[f + 1][2 * h],
+                  acc[f + 1][2 * h + 1]);
+}
+
 /* The sm_75 fallback launcher (int4_gemm_sm75.cu). */
-cudaError_t launch_sm75(const Params &p, cudaStream_t stream);
+cudaError_t launch_sm75(const Params &p, bool glu, cudaStream_t stream);
 
 /* The sm_90a path (sm90/int4_gemm_sm90.cu; compiled when the build targets
  * sm_90, INT4SERVE_GEMM_SM90). Configurations are token tiles of 8..128. */
@@ -178,6 +234,8 @@ long long sm90_grid(int dev, int sms, int ci, const Params &p, cudaError_t *err)
  * region comes first, as for the sm_80 kernel). */
 size_t sm90_workspace(int ci, long long grid);
 /* Launch with programmatic dependent launch allowed. */
-cudaError_t launch_sm90(Params p, int ci, long long grid, cudaStream_t stream);
+cudaError_t launch_sm90(Params p, int ci, long long grid, bool glu, cudaStream_t stream);
+/* Whether configuration ci has a GLU variant for p's scale groups. */
+bool sm90_glu_available(int ci, const Params &p);
 
 } // namespace int4gemm

@@ -43,7 +43,7 @@ __device__ __forceinline__ uint32_t load_a2(const Params &p, int row, int k)
     return as_u32(__halves2half2(lo, hi));
 }
 
-template <bool ZP>
+template <bool ZP, bool GLU>
 __global__ void __launch_bounds__(kWarps * 32)
     int4_gemm_sm75_kernel(const Params p) /* by value: sizes, pointers */
 {
@@ -102,14 +102,24 @@ __global__ void __launch_bounds__(kWarps * 32)
                 acc[f][2] += v.z;
                 acc[f][3] += v.w;
             }
-#pragma unroll
-        for (int f = 0; f < 8; f++)
+        if constexpr (GLU) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int row = row0 + g8 + 8 * h;
                 if (row < p.m)
-                    store_pair(p, row, n64 * 64 + f * 8 + c2, acc[f][2 * h], acc[f][2 * h + 1]);
+                    store_frags_glu<8>(p, row, n64 * 64 + c2, acc, h);
             }
+        } else {
+#pragma unroll
+            for (int f = 0; f < 8; f++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = row0 + g8 + 8 * h;
+                    if (row < p.m)
+                        store_pair(p, row, n64 * 64 + f * 8 + c2, acc[f][2 * h],
+                                   acc[f][2 * h + 1]);
+                }
+        }
     }
 #else
     __trap();
@@ -118,13 +128,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 } // namespace
 
-cudaError_t launch_sm75(const Params &p, cudaStream_t stream)
+cudaError_t launch_sm75(const Params &p, bool glu, cudaStream_t stream)
 {
     const dim3 grid((unsigned)p.n_tiles, (unsigned)p.m_tiles);
-    if (p.zeros)
-        int4_gemm_sm75_kernel<true><<<grid, kWarps * 32, 0, stream>>>(p);
-    else
-        int4_gemm_sm75_kernel<false><<<grid, kWarps * 32, 0, stream>>>(p);
+    void (*const k[2][2])(const Params) = {
+        {int4_gemm_sm75_kernel<false, false>, int4_gemm_sm75_kernel<false, true>},
+        {int4_gemm_sm75_kernel<true, false>, int4_gemm_sm75_kernel<true, true>}};
+    k[p.zeros ? 1 : 0][glu ? 1 : 0]<<<grid, kWarps * 32, 0, stream>>>(p);
     return cudaGetLastError();
 }
 

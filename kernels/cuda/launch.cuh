@@ -140,6 +140,13 @@ __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b
 #endif
 }
 
+/* SiLU(g) * u in fp32 with the precise expf, the arithmetic of every
+ * SiLU·mul (krn_cuda_silu_mul, the INT4 GEMM's GLU output). */
+__device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
+
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
 {
     __half2 h = __floats2half2_rn(lo, hi);

@@ -378,6 +378,87 @@ static void test_linear_q4(int32_t m, int32_t n, int32_t k, int32_t group, bool 
     free(bv);
 }
 
+/* A gated MLP's gate/up as one GLU weight (linear_q4_glu): against the CPU's
+ * linear_q4 + silu_mul, and bit for bit against the GPU's own linear_q4 on
+ * [gate; up] followed by silu_mul. x_pad / o_pad pad the row strides of x
+ * and out (strided views). */
+static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group, bool sym,
+                               int32_t x_pad, int32_t o_pad)
+{
+    struct inf_err err = {0};
+    const int32_t n = 2 * dim;
+    float *wv = frand((int64_t)n * k, -1, 1);
+    struct krn_q4_weight q;
+    DIE_IF(eng_q4_quantize(wv, n, k, group, sym, &q, &err), "quantize");
+    struct eng_q4w *wc, *wg, *wglu;
+    DIE_IF(eng_weight_q4_create(g_cpu, &q, &wc, &err), "cpu q4");
+    DIE_IF(eng_weight_q4_create(g_gpu, &q, &wg, &err), "gpu q4");
+    DIE_IF(eng_weight_q4_create_glu(g_gpu, &q, &wglu, &err), "gpu q4 glu");
+    struct eng_q4w *none = NULL;
+    expect_status("create_glu: the CPU backend has none",
+                  eng_weight_q4_create_glu(g_cpu, &q, &none, &err), INF_E_UNSUPPORTED, &err);
+    eng_q4_free(&q);
+    const int64_t ldx = k + x_pad, ldo = dim + o_pad;
+    float *xv = frand((int64_t)m * ldx, -1, 1);
+    struct pair x = pair_make(xv, (int64_t)m * ldx), gu = pair_make(NULL, (int64_t)m * n),
+                out = pair_make(NULL, (int64_t)m * ldo), ref = pair_make(NULL, (int64_t)m * ldo);
+    /* CPU and the GPU's unfused path */
+    DIE_IF(eng_op_linear_q4(g_cpu, wc, NULL, (struct eng_mat){x.c, 0, ldx},
+                            (struct eng_mat){gu.c, 0, n}, m, &err),
+           "cpu linear_q4");
+    DIE_IF(eng_op_silu_mul(g_cpu, (struct eng_mat){gu.c, 0, n}, (struct eng_mat){gu.c, dim, n},
+                           (struct eng_mat){out.c, 0, ldo}, dim, m, &err),
+           "cpu silu");
+    DIE_IF(eng_op_linear_q4(g_gpu, wg, NULL, (struct eng_mat){x.g, 0, ldx},
+                            (struct eng_mat){gu.g, 0, n}, m, &err),
+           "gpu linear_q4");
+    DIE_IF(eng_op_silu_mul(g_gpu, (struct eng_mat){gu.g, 0, n}, (struct eng_mat){gu.g, dim, n},
+                           (struct eng_mat){ref.g, 0, ldo}, dim, m, &err),
+           "gpu silu");
+    /* the GLU op, its scratch poisoned */
+    uint16_t *poison = malloc((size_t)m * n * 2);
+    memset(poison, 0xff, (size_t)m * n * 2);
+    DIE_IF(eng_buf_upload(g_gpu, gu.g, 0, poison, (size_t)m * n * 2, &err), "poison");
+    DIE_IF(eng_op_linear_q4_glu(g_gpu, wglu, (struct eng_mat){x.g, 0, ldx},
+                                (struct eng_mat){gu.g, 0, n}, (struct eng_mat){out.g, 0, ldo}, m,
+                                &err),
+           "gpu linear_q4_glu");
+    char what[128];
+    snprintf(what, sizeof what, "linear_q4_glu m %d dim %d k %d g %d %s%s", m, dim, k, group,
+             sym ? "sym" : "asym", x_pad || o_pad ? " strided" : "");
+    compare_view(what, &out, 0, ldo, m, dim, 3e-3);
+    /* bit for bit the unfused GPU path (the padding columns are never written) */
+    uint16_t *h1 = malloc((size_t)m * ldo * 2), *h2 = malloc((size_t)m * ldo * 2);
+    DIE_IF(eng_buf_download(g_gpu, out.g, 0, h1, (size_t)m * ldo * 2, &err), "download");
+    DIE_IF(eng_buf_download(g_gpu, ref.g, 0, h2, (size_t)m * ldo * 2, &err), "download");
+    int64_t diff = 0;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t c = 0; c < dim; c++)
+            diff += h1[r * ldo + c] != h2[r * ldo + c];
+    g_checks++;
+    if (diff) {
+        g_fail++;
+        printf("FAIL %s: %lld values differ from linear_q4 + silu_mul\n", what, (long long)diff);
+    }
+    /* a GLU weight is for linear_q4_glu only */
+    expect_status("linear_q4 on a GLU weight refused",
+                  eng_op_linear_q4(g_gpu, wglu, NULL, (struct eng_mat){x.g, 0, ldx},
+                                   (struct eng_mat){gu.g, 0, n}, m, &err),
+                  INF_E_INVALID, &err);
+    free(h1);
+    free(h2);
+    free(poison);
+    pair_free(&x);
+    pair_free(&gu);
+    pair_free(&out);
+    pair_free(&ref);
+    eng_weight_q4_destroy(g_cpu, wc);
+    eng_weight_q4_destroy(g_gpu, wg);
+    eng_weight_q4_destroy(g_gpu, wglu);
+    free(wv);
+    free(xv);
+}
+
 static void test_linear_fp(int32_t m, int32_t n, int32_t k, bool w16, bool y32, bool bias)
 {
     struct inf_err err = {0};
@@ -828,6 +909,15 @@ int main(void)
     test_linear_q4(1290, 300, 100, 32, false, true, 0, 0);
     test_linear_q4(1300, 1024, 4096, 128, false, true, 0, 0);
     test_linear_q4(5000, 256, 256, 0, false, true, 0, 0); /* per-channel; two GEMM chunks */
+    /* the GLU op: the GEMM's GLU output (M = 1-64, 17+ on the wgmma kernel),
+     * strided views, A rows not 16-byte aligned (k % 8 != 0: the unfused
+     * path inside), and M >= 896 (cuBLAS, then the GLU SiLU·mul) */
+    test_linear_q4_glu(1, 2752, 4096, 128, false, 0, 0);
+    test_linear_q4_glu(5, 1024, 4096, 128, true, 0, 0);
+    test_linear_q4_glu(33, 2752, 4096, 64, false, 0, 0);
+    test_linear_q4_glu(64, 512, 288, 32, true, 8, 24);
+    test_linear_q4_glu(7, 256, 100, 32, false, 0, 0);
+    test_linear_q4_glu(1000, 1024, 512, 128, false, 0, 8);
     test_linear_fp(1, 1024, 288, true, true, false);
     test_linear_fp(32, 2048, 512, true, true, false);
     test_linear_fp(7, 768, 288, true, false, true);

@@ -8,6 +8,7 @@
  * replays one). INT4SERVE_GEMM_TEST_QUICK=1 runs a reduced list (for
  * compute-sanitizer). Prints "SKIPPED: no GPU" where there is none. */
 #include "common/inf.h"
+#include "kernels/activation_cuda.h"
 #include "kernels/int4_gemm.h"
 
 #include <cuda_fp16.h>
@@ -102,8 +103,11 @@ struct dev_weight {
     size_t ws_bytes;
 };
 
+/* glu: the weight is made as [gate; up] and its rows put in the GLU column
+ * order (krn_q4_glu_interleave) before everything else, so dq, bias and the
+ * plain GEMM's output are in that order too. */
 static void weight_make(struct dev_weight *dw, int32_t n, int32_t k, int32_t group, bool sym,
-                        int32_t max_m, uint64_t *rng)
+                        int32_t max_m, uint64_t *rng, bool glu = false)
 {
     struct krn_q4_weight w;
     memset(&w, 0, sizeof w);
@@ -139,6 +143,20 @@ static void weight_make(struct dev_weight *dw, int32_t n, int32_t k, int32_t gro
         }
     }
     struct inf_err err;
+    if (glu) {
+        struct krn_q4_weight t = w;
+        t.q = (uint8_t *)malloc((size_t)n * (size_t)(w.kp / 2));
+        t.scale = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n * ng);
+        t.zero = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n * ng);
+        if (!t.q || !t.scale || !t.zero || krn_q4_glu_interleave(&w, &t, &err) != INF_OK) {
+            fprintf(stderr, "glu interleave failed\n");
+            exit(2);
+        }
+        free(w.q);
+        free(w.scale);
+        free(w.zero);
+        w = t;
+    }
     if (krn_int4_gemm_plan(&w, &dw->lay, &err) != INF_OK) {
         fprintf(stderr, "plan: %s\n", err.msg);
         exit(2);
@@ -343,6 +361,83 @@ static void check_case(struct dev_weight *dw, struct bufs *b, int m, int config,
     }
 }
 
+/* ---- GLU output --------------------------------------------------------------- */
+
+/* The reference GLU output from the plain GEMM's C [m][n] in the GLU column
+ * order: out[r][j] = fp16(SiLU(g) * u), g and u the fp16 values of gate
+ * column 16 (j / 8) + j % 8 and its up column eight on, in fp32 with expf. */
+__global__ void glu_reference(const half *c, int n, int m, half *out)
+{
+    const int dim = n / 2;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)m * dim;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / dim;
+        const int j = (int)(i % dim), col = (j / 8) * 16 + j % 8;
+        const float g = __half2float(c[r * n + col]), u = __half2float(c[r * n + col + 8]);
+        out[i] = __float2half_rn(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+static bool same_halves(const half *x, const half *y, size_t count)
+{
+    const size_t bytes = count * sizeof(half);
+    unsigned char *h1 = (unsigned char *)malloc(bytes), *h2 = (unsigned char *)malloc(bytes);
+    CK(cudaMemcpy(h1, x, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h2, y, bytes, cudaMemcpyDeviceToHost));
+    const bool same = memcmp(h1, h2, bytes) == 0;
+    free(h1);
+    free(h2);
+    return same;
+}
+
+/* A weight made with glu: the plain launch (checked against the CPU
+ * reference as every case), the reference GLU of its output, then the
+ * launch with KRN_INT4_GEMM_GLU and krn_cuda_silu_mul_glu on the plain
+ * output, both into poisoned buffers and both bit for bit the reference. */
+static void check_glu(struct dev_weight *dw, struct bufs *b, int m, int config, uint32_t flags,
+                      bool use_bias, uint64_t *rng, const char *label)
+{
+    const int n = dw->lay.n, k = dw->lay.k;
+    check_case(dw, b, m, config, flags, use_bias, 0, rng, label); /* plain C in b->c */
+    half *ref = reinterpret_cast<half *>(b->ref);
+    glu_reference<<<256, 256>>>(b->c, n, m, ref);
+    CK(cudaGetLastError());
+    CK(cudaMemset(b->c2, 0xff, sizeof(half) * (size_t)m * n / 2));
+    struct krn_int4_gemm_args args;
+    memset(&args, 0, sizeof args);
+    args.lay = &dw->lay;
+    args.b = dw->packed;
+    args.a = (const uint16_t *)b->a;
+    args.bias = use_bias ? (const uint16_t *)dw->bias : NULL;
+    args.c = (uint16_t *)b->c2;
+    args.m = m;
+    args.workspace = dw->ws;
+    args.workspace_bytes = dw->ws_bytes;
+    args.flags = flags | KRN_INT4_GEMM_GLU;
+    args.config = config;
+    struct inf_err err;
+    inf_err_clear(&err);
+    g_checks++;
+    inf_status_t st = krn_int4_gemm(&args, &err);
+    CK(cudaDeviceSynchronize());
+    bool ok = st == INF_OK && same_halves(b->c2, ref, (size_t)m * n / 2);
+    if (!ok) {
+        printf("FAIL glu %s m=%d n=%d k=%d cfg=%d flags=%u bias=%d: %s\n", label, m, n, k, config,
+               flags, use_bias, st == INF_OK ? "differs from the reference" : err.msg);
+        g_failures++;
+    }
+    g_checks++;
+    CK(cudaMemset(b->c2, 0xff, sizeof(half) * (size_t)m * n / 2));
+    st = krn_cuda_silu_mul_glu((const uint16_t *)b->c, n, (uint16_t *)b->c2, n / 2, n / 2, m, NULL,
+                               &err);
+    CK(cudaDeviceSynchronize());
+    if (st != INF_OK || !same_halves(b->c2, ref, (size_t)m * n / 2)) {
+        printf("FAIL silu_mul_glu m=%d n=%d: %s\n", m, n,
+               st == INF_OK ? "differs from the reference" : err.msg);
+        g_failures++;
+    }
+}
+
 /* ---- batch invariance ------------------------------------------------------ */
 
 /* Weights of fewer than 256 tiles of 128 x 128 take one arithmetic at every M
@@ -431,6 +526,10 @@ static void check_arguments(struct dev_weight *dw, struct bufs *b)
     x.m = -1;
     expect_status(krn_int4_gemm(&x, NULL), INF_E_INVALID, "m = -1");
     x = args;
+    x.flags = KRN_INT4_GEMM_GLU;
+    x.c = (uint16_t *)b->c + 1;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_UNSUPPORTED, "GLU output not 4-byte aligned");
+    x = args;
     x.c = NULL;
     expect_status(krn_int4_gemm(&x, NULL), INF_E_INVALID, "c = NULL");
     x = args;
@@ -493,6 +592,7 @@ static const int M_DEEP[] = {1, 17};
  * cover 4096 x 11's 192 units, and a block summing two k tiles in its
  * registers changes the order of the additions) */
 static const int M_INV[] = {1, 3, 8, 16, 17, 33, 64};
+static const int M_GLU[] = {1, 3, 8, 16, 17, 33, 64, 129};
 #define LEN(x) ((int)(sizeof(x) / sizeof((x)[0])))
 
 int main(void)
@@ -591,6 +691,47 @@ int main(void)
         bufs_free(&b);
         weight_free(&dw);
     }
+    /* GLU output: weights made as [gate; up] in the GLU column order */
+    static const struct wcase glu_full[] = {
+        {4096, 22016, 128, false, M_GLU, LEN(M_GLU), false},
+        {4096, 4096, 128, true, M_GLU, LEN(M_GLU), false},
+        {4096, 2048, 32, false, M_GLU, LEN(M_GLU), false},
+        {11008, 4096, 64, true, M_GLU, LEN(M_GLU), false},
+        {288, 512, 256, true, M_GLU, LEN(M_GLU), false},
+    };
+    static const struct wcase glu_small[] = {
+        {4096, 2048, 128, false, M_QUICK, LEN(M_QUICK), false},
+        {288, 512, 32, true, M_QUICK, LEN(M_QUICK), false},
+    };
+    const struct wcase *gcases = quick ? glu_small : glu_full;
+    const int n_gcases = quick ? LEN(glu_small) : LEN(glu_full);
+    for (int ci = 0; ci < n_gcases; ci++) {
+        const struct wcase *wc = &gcases[ci];
+        int max_m = 0;
+        for (int i = 0; i < wc->n_ms; i++)
+            max_m = wc->ms[i] > max_m ? wc->ms[i] : max_m;
+        struct dev_weight dw;
+        weight_make(&dw, wc->n, wc->k, wc->group, wc->sym, max_m, &rng, true);
+        struct bufs b;
+        bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
+        int f0 = g_failures;
+        for (int i = 0; i < wc->n_ms; i++) {
+            const int m = wc->ms[i];
+            check_glu(&dw, &b, m, -1, 0, i % 2 == 1, &rng, "auto");
+            if (i % 3 == 0)
+                check_glu(&dw, &b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, &rng, "sm75");
+            if (i % 3 == 1)
+                check_glu(&dw, &b, m, -1, KRN_INT4_GEMM_GRID_STRIPED, false, &rng, "striped");
+            if (m <= 8 && i % 2 == 0)
+                check_glu(&dw, &b, m, -1, KRN_INT4_GEMM_NO_SWAP, false, &rng, "no swap");
+        }
+        printf("%s glu k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
+               wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
+        fflush(stdout);
+        bufs_free(&b);
+        weight_free(&dw);
+    }
+
     printf("%s: %d checks, %d failures (seed %llu)\n", g_failures ? "FAILED" : "PASSED", g_checks,
            g_failures, (unsigned long long)g_seed);
     return g_failures ? 1 : 0;

@@ -361,6 +361,42 @@ START_TEST(errors)
 }
 END_TEST
 
+/* krn_q4_glu_interleave: row r of the result is gate row 8 (r / 16) + r % 8
+ * for r % 16 < 8, else up row (n / 2) + 8 (r / 16) + r % 8, codes, scales and
+ * zeros alike (checked element by element through krn_q4_code, not by the
+ * function's own row copies); and its refusals. */
+START_TEST(glu_interleave)
+{
+    struct canon a, b;
+    struct inf_err err;
+    const int32_t n = 96, k = 200, dim = n / 2;
+    canon_make(&a, n, k, 64, false, false);
+    canon_make(&b, n, k, 64, false, false); /* same shape, other contents */
+    ck_assert_int_eq(krn_q4_glu_interleave(&a.w, &b.w, &err), INF_OK);
+    const int32_t ng = a.w.kp / a.w.group;
+    for (int32_t r = 0; r < n; r++) {
+        const int32_t j = 8 * (r / 16) + r % 8, from = r % 16 < 8 ? j : dim + j;
+        for (int32_t c = 0; c < a.w.kp; c++)
+            ck_assert_int_eq(krn_q4_code(&b.w, r, c), krn_q4_code(&a.w, from, c));
+        for (int32_t g = 0; g < ng; g++) {
+            ck_assert_uint_eq(b.w.scale[r * ng + g], a.w.scale[from * ng + g]);
+            ck_assert_uint_eq(b.w.zero[r * ng + g], a.w.zero[from * ng + g]);
+        }
+    }
+    struct krn_q4_weight bad = b.w;
+    bad.n = 80; /* a multiple of 16, but not a's shape */
+    ck_assert_int_eq(krn_q4_glu_interleave(&a.w, &bad, &err), INF_E_INVALID);
+    ck_assert_int_eq(krn_q4_glu_interleave(&a.w, NULL, &err), INF_E_INVALID);
+    canon_free(&a);
+    canon_free(&b);
+    canon_make(&a, 40, 64, 32, false, true); /* n % 16 != 0 */
+    canon_make(&b, 40, 64, 32, false, true);
+    ck_assert_int_eq(krn_q4_glu_interleave(&a.w, &b.w, &err), INF_E_INVALID);
+    canon_free(&a);
+    canon_free(&b);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("int4_repack");
@@ -376,6 +412,7 @@ static Suite *suite(void)
     TCase *tl = tcase_create("layout");
     tcase_add_test(tl, plan_sizes);
     tcase_add_test(tl, errors);
+    tcase_add_test(tl, glu_interleave);
     suite_add_tcase(s, tl);
     return s;
 }

@@ -304,6 +304,24 @@ __device__ __forceinline__ void store_c(const Params &p, int row, int col, float
     }
 }
 
+/* A thread's NV values of tile (mt, nt) to C. With GLU (int4_gemm_impl.cuh,
+ * store_glu1) value e of a gate column (pos: column cl + 8 for e with bit 1
+ * set, the same token) pairs with value e + 2, its up partner. */
+template <int NV, int BN, bool GLU, class Pos>
+__device__ __forceinline__ void store_values(const Params &p, const float (&v)[NV], Pos pos,
+                                             int tn, int mt, int nt)
+{
+#pragma unroll
+    for (int e = 0; e < NV; e++) {
+        int r, cl;
+        pos(e, r, cl);
+        if constexpr (!GLU)
+            store_c(p, mt * tn + r, nt * BN + cl, v[e]);
+        else if (!(e & 2) && mt * tn + r < p.m)
+            store_glu1(p, mt * tn + r, nt * BN + cl, v[e], v[e + 2 < NV ? e + 2 : e]);
+    }
+}
+
 /* The end of block b's part of tile (mt, nt), tn tokens x BN columns. When
  * the block computed the whole tile it writes C (+ bias) directly; otherwise
  * it stores its fp32 partial in its slot, and the last of the tile's
@@ -316,7 +334,7 @@ __device__ __forceinline__ void store_c(const Params &p, int row, int col, float
  * every contributor), so each store and load of a warp is 512 contiguous
  * bytes. A last arriver that is also the tile's first contributor starts
  * the sum from its own registers. */
-template <int NV, int BN, int NT, class Pos>
+template <int NV, int BN, int NT, bool GLU, class Pos>
 __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out)[NV], bool has,
                                               Pos pos, int tn, int mt, int nt, int b, int grid,
                                               int tid, int *s_last)
@@ -325,14 +343,8 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
     const int b_first = block_of_unit(t * p.k_tiles, p.units, grid);
     const int b_last = block_of_unit(t * p.k_tiles + p.k_tiles - 1, p.units, grid);
     if (b_first == b_last) {
-        if (has) {
-#pragma unroll
-            for (int e = 0; e < NV; e++) {
-                int r, cl;
-                pos(e, r, cl);
-                store_c(p, mt * tn + r, nt * BN + cl, out[e]);
-            }
-        }
+        if (has)
+            store_values<NV, BN, GLU>(p, out, pos, tn, mt, nt);
         consumer_sync<NT>(); /* the caller's shared scratch is free again */
         return;
     }
@@ -382,12 +394,7 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
                 v[4 * j + 3] += w[j].w;
             }
         }
-#pragma unroll
-        for (int e = 0; e < NV; e++) {
-            int r, cl;
-            pos(e, r, cl);
-            store_c(p, mt * tn + r, nt * BN + cl, v[e]);
-        }
+        store_values<NV, BN, GLU>(p, v, pos, tn, mt, nt);
     }
     if (*s_last && tid == 0)
         p.counters[b_first] = 0; /* ready for the next launch */
@@ -397,7 +404,7 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
 
 /* GS: k16 steps per scale group inside one stage (2, 4 or 8; 8 also stands
  * for groups longer than a stage and for per-channel scales). */
-template <int TN, int WG, int GS>
+template <int TN, int WG, int GS, bool GLU>
 __global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
     int4_gemm_sm90(const Params p, const __grid_constant__ CUtensorMap a_map)
 {
@@ -598,7 +605,7 @@ __global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
 
         /* ---- this block's part of tile (mt, nt) is done ---- */
         const int colw = wg * 64 + wl * 16 + g; /* column inside the 128-wide tile */
-        tile_epilogue<TN / 2, kBN, kWG * 128>(
+        tile_epilogue<TN / 2, kBN, kWG * 128, GLU>(
             p, out, true,
             [&](int e, int &r, int &cl) {
                 r = 2 * c4 + 8 * (e >> 2) + (e & 1);
@@ -625,14 +632,28 @@ struct Config90 {
     const char *name;
     int tn, bn, threads, bps, smem;
     Kernel90 kernel[3]; /* GS = 2, 4, 8 */
+    Kernel90 glu[3];    /* the same with GLU output; null where not compiled */
 };
+
+/* GLU variants for the configurations and groups the automatic choice takes
+ * (sm90_auto_choice in int4_gemm.cu: 32 tokens and more, groups of 64 k and
+ * longer) */
+template <int TN, int WG, int GS> constexpr Kernel90 glu90()
+{
+    if constexpr (TN >= 32 && GS >= 4)
+        return int4_gemm_sm90<TN, WG, GS, true>;
+    else
+        return nullptr;
+}
 
 #define I4G_SM90_CONFIG(NAME, TN, WG)                                                             \
     {                                                                                              \
         NAME, TN, Cfg90<TN, WG>::BN, Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS,                   \
             Cfg90<TN, WG>::SMEM,                                                                   \
+            {int4_gemm_sm90<TN, WG, 2, false>, int4_gemm_sm90<TN, WG, 4, false>,                   \
+             int4_gemm_sm90<TN, WG, 8, false>},                                                    \
         {                                                                                          \
-            int4_gemm_sm90<TN, WG, 2>, int4_gemm_sm90<TN, WG, 4>, int4_gemm_sm90<TN, WG, 8>        \
+            glu90<TN, WG, 2>(), glu90<TN, WG, 4>(), glu90<TN, WG, 8>()                             \
         }                                                                                          \
     }
 /* Two consumer warpgroups (128 columns) throughout: four warpgroups (256
@@ -694,6 +715,9 @@ long long sm90_grid(int dev, int sms, int ci, const Params &p, cudaError_t *err)
     if (occ <= 0) {
         cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[gi]),
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
+        if (e == cudaSuccess && c.glu[gi]) /* the same resources */
+            e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.glu[gi]),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
         if (e == cudaSuccess)
             e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kernel[gi], c.threads,
                                                               c.smem);
@@ -744,15 +768,23 @@ cudaError_t a_tensor_map(CUtensorMap *map, const Params &p, int tn)
 
 /* p: everything but the tiling, which is set here. grid from sm90_grid(),
  * capped by the caller (units, counter region). */
-cudaError_t launch_sm90(Params p, int ci, long long grid, cudaStream_t stream)
+bool sm90_glu_available(int ci, const Params &p)
+{
+    return ci >= 0 && ci < kNumConfigs90 && kConfigs90[ci].glu[gs_index(p)] != nullptr;
+}
+
+cudaError_t launch_sm90(Params p, int ci, long long grid, bool glu, cudaStream_t stream)
 {
     const Config90 &c = kConfigs90[ci];
+    const Kernel90 fn = glu ? c.glu[gs_index(p)] : c.kernel[gs_index(p)];
+    if (!fn)
+        return cudaErrorNotSupported;
     CUtensorMap map;
     cudaError_t e = a_tensor_map(&map, p, c.tn);
     if (e != cudaSuccess)
         return e;
-    return krncuda::launch_pdl(c.kernel[gs_index(p)], dim3((unsigned)grid), dim3(c.threads),
-                               (size_t)c.smem, stream, p, map);
+    return krncuda::launch_pdl(fn, dim3((unsigned)grid), dim3(c.threads), (size_t)c.smem, stream,
+                               p, map);
 }
 
 void sm90_tiling(Params &p, int ci)
