@@ -54,6 +54,12 @@
  *          result is scale * sum_k a_k (q_k - zero) with exact products. The
  *          chunk sums start from the first mma's zero accumulator input
  *          (mma_16816_z).
+ * GLU      KRN_INT4_GEMM_GLU (kernel template GLU, the automatic
+ *          configurations only): a thread's n8 fragments 2j and 2j + 1 are a
+ *          gate and an up column of the same output (the weight's rows come
+ *          in runs of 8 + 8), so the stores write SiLU(g) * u of the pair
+ *          (store_frags_glu; the split-K sum takes a gate quad with the up
+ *          quad two on). Every other kernel is compiled exactly as without.
  * Numerics fp32 accumulate; relative error ~1e-4 (fp16 output rounding).
  *          The usual order uses the CPU reference's fp16 weights; the
  *          swapped path exact products scaled in fp32 per chunk, which
