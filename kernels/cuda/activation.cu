@@ -14,6 +14,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
+/* GLU: gate and up in one matrix in the GLU column order of the INT4 GEMM
+ * (kernels/int4_gemm.h, KRN_INT4_GEMM_GLU): gate j at column
+ * 16 (j / 8) + j % 8 of gate's rows, up j at the same column of up's (the
+ * caller passes up = gate + 8). */
+template <bool GLU>
 __global__ void silu_mul_kernel(const __half *gate, int64_t ldg, /* [m][dim] */
                                 const __half *up, int64_t ldu,   /* [m][dim] */
                                 __half *out, int64_t ldo,        /* [m][dim] */
@@ -23,26 +28,8 @@ __global__ void silu_mul_kernel(const __half *gate, int64_t ldg, /* [m][dim] */
     const int64_t n = (int64_t)m * dim;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / dim, c = i % dim;
-        float g = __half2float(gate[r * ldg + c]), u = __half2float(up[r * ldu + c]);
-        out[r * ldo + c] = __float2half_rn(krncuda::silu_mul(g, u));
-    }
-}
-
-/* The same over the GLU column order of the INT4 GEMM (kernels/int4_gemm.h,
- * KRN_INT4_GEMM_GLU): gate j at column 16 (j / 8) + j % 8 of in, up j eight
- * columns on. */
-__global__ void silu_mul_glu_kernel(const __half *in, int64_t ldi, /* [m][2 dim] */
-                                    __half *out, int64_t ldo,      /* [m][dim] */
-                                    int32_t dim, int32_t m)
-{
-    krncuda::pdl_enter(krncuda::pdl_early(m));
-    const int64_t n = (int64_t)m * dim;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / dim, c = i % dim;
-        const __half *gp = in + r * ldi + (c / 8) * 16 + c % 8;
-        float g = __half2float(gp[0]), u = __half2float(gp[8]);
+        int64_t r = i / dim, c = i % dim, cin = GLU ? (c / 8) * 16 + c % 8 : c;
+        float g = __half2float(gate[r * ldg + cin]), u = __half2float(up[r * ldu + cin]);
         out[r * ldo + c] = __float2half_rn(krncuda::silu_mul(g, u));
     }
 }
@@ -96,18 +83,26 @@ __global__ void bias_add_kernel(T *y, int64_t ldy, const float *bias, int32_t co
             return INF_OK;                                                                       \
     } while (0)
 
+template <bool GLU>
+static inf_status_t silu_mul_launch(const uint16_t *gate, int64_t ldg, const uint16_t *up,
+                                    int64_t ldu, uint16_t *out, int64_t ldo, int32_t dim,
+                                    int32_t m, void *stream, struct inf_err *err)
+{
+    cudaError_t e = krncuda::launch_pdl(
+        silu_mul_kernel<GLU>, dim3(krncuda::grid_for((int64_t)m * dim, kThreads)), dim3(kThreads),
+        0, static_cast<cudaStream_t>(stream), reinterpret_cast<const __half *>(gate), ldg,
+        reinterpret_cast<const __half *>(up), ldu, reinterpret_cast<__half *>(out), ldo, dim, m);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "silu_mul: %s", cudaGetErrorString(e));
+    return krncuda::launched("silu_mul", err);
+}
+
 extern "C" inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t *up,
                                           int64_t ldu, uint16_t *out, int64_t ldo, int32_t dim,
                                           int32_t m, void *stream, struct inf_err *err)
 {
     KRN_CHECK_2D("silu_mul", dim, m);
-    cudaError_t e = krncuda::launch_pdl(
-        silu_mul_kernel, dim3(krncuda::grid_for((int64_t)m * dim, kThreads)), dim3(kThreads), 0,
-        static_cast<cudaStream_t>(stream), reinterpret_cast<const __half *>(gate), ldg,
-        reinterpret_cast<const __half *>(up), ldu, reinterpret_cast<__half *>(out), ldo, dim, m);
-    if (e != cudaSuccess)
-        return inf_err_set(err, INF_E_DEVICE, "silu_mul: %s", cudaGetErrorString(e));
-    return krncuda::launched("silu_mul", err);
+    return silu_mul_launch<false>(gate, ldg, up, ldu, out, ldo, dim, m, stream, err);
 }
 
 extern "C" inf_status_t krn_cuda_silu_mul_glu(const uint16_t *in, int64_t ldi, uint16_t *out,
@@ -117,13 +112,7 @@ extern "C" inf_status_t krn_cuda_silu_mul_glu(const uint16_t *in, int64_t ldi, u
     KRN_CHECK_2D("silu_mul_glu", dim, m);
     if (dim % 8)
         return inf_err_set(err, INF_E_INVALID, "silu_mul_glu: dim %d not a multiple of 8", dim);
-    cudaError_t e = krncuda::launch_pdl(
-        silu_mul_glu_kernel, dim3(krncuda::grid_for((int64_t)m * dim, kThreads)), dim3(kThreads),
-        0, static_cast<cudaStream_t>(stream), reinterpret_cast<const __half *>(in), ldi,
-        reinterpret_cast<__half *>(out), ldo, dim, m);
-    if (e != cudaSuccess)
-        return inf_err_set(err, INF_E_DEVICE, "silu_mul_glu: %s", cudaGetErrorString(e));
-    return krncuda::launched("silu_mul_glu", err);
+    return silu_mul_launch<true>(in, ldi, in + 8, ldi, out, ldo, dim, m, stream, err);
 }
 
 extern "C" inf_status_t krn_cuda_f16_to_f32(const uint16_t *src, int64_t lds, float *dst,
