@@ -174,6 +174,9 @@ static void *engine_main(void *arg)
             inf_log(ERROR, "engine step failed (%s): %s; failing every request",
                     inf_status_name(st), err.msg);
             eng->failed = true;
+            /* published before the requests hear of it: a client that gets
+             * its error and then asks /health must find the failure */
+            publish_stats(eng);
             eng_sched_fail_all(eng->sched, INF_E_DEVICE, "the engine failed");
         }
         account_dequeued(eng);
