@@ -663,13 +663,6 @@ __global__ void __launch_bounds__(kThreads, BPS)
     }
     zero4(osacc);
 
-    /* Zero the A tiles once, so rows past M are finite zeros. */
-    for (int s = 0; s < STAGES; s++)
-        for (int idx = tid; idx < A_BYTES / 16; idx += kThreads)
-            reinterpret_cast<uint4 *>(smem + s * STAGE_BYTES + B_BYTES)[idx] =
-                make_uint4(0, 0, 0, 0);
-    __syncthreads();
-
     /* Prologue: STAGES - 1 units in flight before the first mma. The weights
      * do not depend on the kernel before this one in the stream, so with
      * programmatic dependent launch their copies are issued first, while
@@ -687,6 +680,15 @@ __global__ void __launch_bounds__(kThreads, BPS)
         l_n = c_n0;
         cursor_pointers();
     }
+
+    /* Zero the A tiles once, so rows past M are finite zeros: after the
+     * weight copies are on their way (a different part of each stage), and
+     * before any A copy or element store (the barrier). */
+    for (int s = 0; s < STAGES; s++)
+        for (int idx = tid; idx < A_BYTES / 16; idx += kThreads)
+            reinterpret_cast<uint4 *>(smem + s * STAGE_BYTES + B_BYTES)[idx] =
+                make_uint4(0, 0, 0, 0);
+    __syncthreads();
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
