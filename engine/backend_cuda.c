@@ -59,6 +59,7 @@
 #define STAGING_BYTES ((size_t)16 << 20)
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
+#define ACC_MAX_M 16                  /* rows of a deferred linear (fixed-point sums) */
 #define DEQUANT_MIN_M 896             /* rows from which INT4 linears use fp16 cuBLAS */
 #define SMALL_BYTES 4096              /* error flag, RoPE frequencies */
 #define ATTN_COUNTERS 4096            /* arrival counters of split decode groups */
@@ -138,6 +139,21 @@ struct cu_ctx {
      * largest INT4 layer. */
     uint16_t *deq;
     size_t deq_bytes;
+    /* [ACC_MAX_M][largest n] int64, zero between uses: the fixed-point sums
+     * of an INT4 linear of at most ACC_MAX_M rows left for the RMSNorm after
+     * it (the o and down projections; KRN_INT4_GEMM_ACC64). acc_held: such sums
+     * wait for their reader; any other op first writes them to held_c
+     * (acc_flush). INT4SERVE_CUDA_ACC64=0 turns it off. */
+    void *acc64;
+    size_t acc64_bytes;
+    bool defer_acc, acc_held;
+    uint16_t *held_c;
+    int64_t held_ldc;
+    int32_t held_m, held_n;
+    /* the last RMSNorm's width and output: a linear of that width whose
+     * input is not that output is an o or down projection */
+    int32_t norm_dim;
+    const struct eng_buf *norm_out;
     int32_t deq_min_m;
     /* pinned staging */
     uint8_t *staging;
@@ -258,11 +274,23 @@ static inf_status_t rope_flush(struct cu_ctx *c, struct inf_err *err)
     return INF_OK;
 }
 
+/* Write held fixed-point sums to their C (and zero them). */
+static inf_status_t acc_flush(struct cu_ctx *c, struct inf_err *err)
+{
+    if (!c->acc_held)
+        return INF_OK;
+    c->acc_held = false;
+    KRN(c, krn_int4_gemm_acc_reduce(c->acc64, c->held_c, c->held_ldc, c->held_m, c->held_n,
+                                    c->stream, lep_));
+    return INF_OK;
+}
+
 /* Start of every op: refuse after a failure, make the backend's device
  * current on this thread (the engine thread may differ from the creator),
- * and launch a held RoPE call unless keep_rope (the decode attention, which
- * may fuse it). */
-static inf_status_t enter(struct cu_ctx *c, bool keep_rope, struct inf_err *err)
+ * launch a held RoPE call unless keep_rope (the decode attention, which may
+ * fuse it) and write held GEMM sums unless keep_acc (the RMSNorm, which may
+ * read them). */
+static inf_status_t enter2(struct cu_ctx *c, bool keep_rope, bool keep_acc, struct inf_err *err)
 {
     if (c->failed)
         return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
@@ -270,7 +298,15 @@ static inf_status_t enter(struct cu_ctx *c, bool keep_rope, struct inf_err *err)
     CU(c, cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != c->device)
         CU(c, cudaSetDevice(c->device), "cudaSetDevice");
-    return keep_rope ? INF_OK : rope_flush(c, err);
+    inf_status_t st = keep_acc ? INF_OK : acc_flush(c, err);
+    if (st == INF_OK && !keep_rope)
+        st = rope_flush(c, err);
+    return st;
+}
+
+static inf_status_t enter(struct cu_ctx *c, bool keep_rope, struct inf_err *err)
+{
+    return enter2(c, keep_rope, false, err);
 }
 
 #define ENTER(c)                                                                                   \
@@ -343,6 +379,12 @@ static void cu_buf_free(struct eng_backend *be, struct eng_buf *buf)
 {
     struct cu_ctx *c = ctx_of(be);
     struct cu_buf *b = cbuf(buf);
+    if (c->acc_held && (uint8_t *)c->held_c >= (uint8_t *)buf->ptr &&
+        (uint8_t *)c->held_c < (uint8_t *)buf->ptr + buf->size) {
+        c->acc_held = false; /* nobody can read that C now; zero the sums */
+        if (cudaSetDevice(c->device) == cudaSuccess)
+            (void)cudaMemsetAsync(c->acc64, 0, c->acc64_bytes, c->stream);
+    }
     if (cudaSetDevice(c->device) == cudaSuccess)
         (void)cudaFree(buf->ptr); /* implicitly waits for work that uses it */
     free(b->shadow);
@@ -456,6 +498,34 @@ static struct bump scratch_of(struct cu_ctx *c)
 }
 
 /* ---- INT4 weights and linear layers --------------------------------------- */
+/* Grow the device buffer *p to at least need bytes (load time only: waits
+ * for the stream), zero-filled when zero. */
+static inf_status_t grow_device(struct cu_ctx *c, void **p, size_t *bytes, size_t need, bool zero,
+                                const char *what, struct inf_err *err)
+{
+    if (need <= *bytes)
+        return INF_OK;
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess) {
+        (void)cudaFree(*p);
+        *p = NULL;
+        *bytes = 0;
+        e = cudaMalloc(p, need);
+        if (e == cudaSuccess && zero)
+            e = cudaMemsetAsync(*p, 0, need, c->stream);
+        if (e == cudaSuccess)
+            *bytes = need;
+    }
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return inf_err_set(err, INF_E_NOMEM, "out of GPU memory for %s (%zu bytes)", what, need);
+    }
+    if (e != cudaSuccess)
+        return cu_fail(c, what, cudaGetErrorString(e), err);
+    return INF_OK;
+}
+
 static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
                                         struct eng_q4w **out, struct inf_err *err)
 {
@@ -507,55 +577,23 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
         st = cu_fail(c, "INT4 GEMM workspace size", "query failed", err);
         goto fail;
     }
-    if (need > c->gemm_ws_bytes) {
-        cudaError_t e = cudaStreamSynchronize(c->stream);
-        if (e == cudaSuccess) {
-            (void)cudaFree(c->gemm_ws);
-            c->gemm_ws = NULL;
-            c->gemm_ws_bytes = 0;
-            e = cudaMalloc(&c->gemm_ws, need);
-            if (e == cudaSuccess)
-                e = cudaMemsetAsync(c->gemm_ws, 0, need, c->stream);
-            if (e == cudaSuccess)
-                c->gemm_ws_bytes = need;
-        }
-        if (e == cudaErrorMemoryAllocation) {
-            (void)cudaGetLastError();
-            c->gemm_ws = NULL;
-            st = inf_err_set(err, INF_E_NOMEM, "out of GPU memory for the GEMM workspace");
-            goto fail;
-        }
-        if (e != cudaSuccess) {
-            st = cu_fail(c, "GEMM workspace", cudaGetErrorString(e), err);
-            goto fail;
-        }
-    }
+    st = grow_device(c, &c->gemm_ws, &c->gemm_ws_bytes, need, true, "the GEMM workspace", err);
+    /* So do the fixed-point sums of a decode step's deferred linears. */
+    if (st == INF_OK)
+        st = grow_device(c, &c->acc64, &c->acc64_bytes,
+                         (size_t)ACC_MAX_M * (size_t)w->n * sizeof(int64_t), true,
+                         "the GEMM sums", err);
     /* The fp16 copy for large M grows to the largest INT4 layer. */
-    if (c->deq_min_m > 0 && (size_t)w->n * (size_t)w->k * 2 > c->deq_bytes) {
-        const size_t deq_need = (size_t)w->n * (size_t)w->k * 2;
-        cudaError_t e = cudaStreamSynchronize(c->stream);
-        if (e == cudaSuccess) {
-            (void)cudaFree(c->deq);
-            c->deq = NULL;
-            c->deq_bytes = 0;
-            e = cudaMalloc((void **)&c->deq, deq_need);
-            if (e == cudaSuccess)
-                c->deq_bytes = deq_need;
-        }
-        if (e == cudaErrorMemoryAllocation) {
-            (void)cudaGetLastError();
-            c->deq = NULL;
-            st = inf_err_set(err, INF_E_NOMEM,
-                             "out of GPU memory for the fp16 copy of a %dx%d weight (large-M "
-                             "linears; INT4SERVE_CUDA_DEQUANT_MIN_M=0 turns them off)",
-                             w->n, w->k);
-            goto fail;
-        }
-        if (e != cudaSuccess) {
-            st = cu_fail(c, "dequant buffer", cudaGetErrorString(e), err);
-            goto fail;
-        }
+    if (st == INF_OK && c->deq_min_m > 0) {
+        void *dq = c->deq;
+        st = grow_device(c, &dq, &c->deq_bytes, (size_t)w->n * (size_t)w->k * 2, false,
+                         "the fp16 copy of a weight (large-M linears; "
+                         "INT4SERVE_CUDA_DEQUANT_MIN_M=0 turns them off)",
+                         err);
+        c->deq = dq;
     }
+    if (st != INF_OK)
+        goto fail;
     q->pub.n = w->n;
     q->pub.k = w->k;
     q->pub.impl = q;
@@ -681,6 +719,13 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
                "copy");
             a = xs;
         }
+        /* An o or down projection (at most ACC_MAX_M rows): its sums may
+         * stay as fixed point for the RMSNorm that adds it to the residual. */
+        const bool defer = c->defer_acc && !tmp && !b16 && y_direct &&
+                           rows == m && m <= ACC_MAX_M && n == c->norm_dim &&
+                           x.buf != c->norm_out &&
+                           (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes;
+        int32_t taken = 0;
         struct krn_int4_gemm_args ga = {.lay = &q->lay,
                                         .b = q->dev,
                                         .a = a,
@@ -690,9 +735,20 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
                                         .workspace = c->gemm_ws,
                                         .workspace_bytes = c->gemm_ws_bytes,
                                         .stream = c->stream,
-                                        .flags = tmp ? KRN_INT4_GEMM_GLU : 0,
-                                        .config = -1};
+                                        .flags = tmp      ? KRN_INT4_GEMM_GLU
+                                                 : defer ? KRN_INT4_GEMM_ACC64
+                                                         : 0,
+                                        .config = -1,
+                                        .acc = defer ? c->acc64 : NULL,
+                                        .acc_taken = &taken};
         KRN(c, krn_int4_gemm(&ga, lep_));
+        if (taken) {
+            c->acc_held = true;
+            c->held_c = cout;
+            c->held_ldc = y.ld < n ? n : y.ld;
+            c->held_m = m;
+            c->held_n = n;
+        }
         weight_seen(bias);
         if (!y_direct)
             CU(c,
@@ -821,10 +877,32 @@ static inf_status_t cu_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
                                    struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
-    KRN(c, krn_cuda_rmsnorm_add(dptr(x, 2), x.ld, delta ? dptr(*delta, 2) : NULL,
-                                delta ? delta->ld : 0, w->ptr, eps, dptr(out, 2), out.ld, dim, m,
-                                c->stream, lep_));
+    /* delta is the C of held GEMM sums: read them instead */
+    const bool from_acc = c->acc_held && delta && dptr(*delta, 2) == (void *)c->held_c &&
+                          m == c->held_m && dim == c->held_n;
+    inf_status_t en = enter2(c, false, from_acc, err);
+    if (en != INF_OK)
+        return en;
+    c->norm_dim = dim;
+    c->norm_out = out.buf;
+    struct inf_err le = {0};
+    inf_status_t st = INF_E_UNSUPPORTED;
+    if (from_acc) {
+        st = krn_cuda_rmsnorm_add_acc(dptr(x, 2), x.ld, c->acc64, w->ptr, eps, dptr(out, 2),
+                                      out.ld, dim, m, c->stream, &le);
+        if (st == INF_OK)
+            c->acc_held = false;
+        else if (st != INF_E_UNSUPPORTED)
+            return kst(c, st, &le, err);
+    }
+    if (st != INF_OK) { /* the usual form (held sums written first) */
+        en = acc_flush(c, err);
+        if (en != INF_OK)
+            return en;
+        KRN(c, krn_cuda_rmsnorm_add(dptr(x, 2), x.ld, delta ? dptr(*delta, 2) : NULL,
+                                    delta ? delta->ld : 0, w->ptr, eps, dptr(out, 2), out.ld, dim,
+                                    m, c->stream, lep_));
+    }
     written(x.buf);
     written(out.buf);
     weight_seen(w);
@@ -1420,6 +1498,10 @@ static inf_status_t cu_graph_record(struct eng_backend *be, int32_t bucket, bool
 static void cu_graph_finish(struct eng_backend *be)
 {
     struct cu_ctx *c = ctx_of(be);
+    if (c->acc_held) { /* sums no RMSNorm read: written to their C now */
+        struct inf_err e = {0};
+        (void)acc_flush(c, &e);
+    }
     if (c->rope_held) { /* a RoPE no attention followed: launched as it is */
         struct inf_err e = {0};
         (void)rope_flush(c, &e);
@@ -1456,6 +1538,7 @@ static void ctx_free(struct cu_ctx *c)
         (void)cudaFree(c->small);
         (void)cudaFree(c->gemm_ws);
         (void)cudaFree(c->deq);
+        (void)cudaFree(c->acc64);
         (void)cudaFree(c->sample_ws);
         for (int i = 0; i < c->n_graphs; i++)
             (void)cudaGraphExecDestroy(c->graph_exec[i]);
@@ -1599,6 +1682,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
        "pinned staging");
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
+    const char *fa = getenv("INT4SERVE_CUDA_ACC64");
+    c->defer_acc = !(fa && strcmp(fa, "0") == 0);
     /* Rows from which an INT4 linear dequantizes its weight once and uses
      * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so
      * their cost grows with M). From bench_gemm on the H200 (the four

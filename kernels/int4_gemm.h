@@ -119,6 +119,23 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * aligned. */
 #define KRN_INT4_GEMM_GLU 0x20u
 
+/* Fixed-point sums for the reader of C to finish (no bias, no GLU, A rows
+ * 16-byte aligned): where the launch runs the sm_80 kernel's 16-row tile (M
+ * <= 16 on Hopper) on a weight of at least 256 tiles of 128 x 128 (smaller
+ * ones give a row the same bits at every M) with at most 64 blocks sharing
+ * an output, every block
+ * adds its fp32 partial of each output into args->acc (int64 [m][n], row
+ * stride n, all zero on entry) with an integer atomic, so the sums are
+ * exact in any order, and the kernel ends there: no arrival, no last
+ * arriver summing the others' partials (about 2 us a launch,
+ * docs/gemm-notes.md version 27). C is then not written and
+ * *args->acc_taken is 1; krn_int4_gemm_acc_reduce, or a consumer reading
+ * the words itself (krn_cuda_rmsnorm_add_acc), gives C and zeroes acc.
+ * Elsewhere C is written as usual and *acc_taken is 0. The value is C's up
+ * to the fixed point's 2^-30 steps (kernels/cuda/acc64.cuh), not bit for bit
+ * the plain launch's order of fp32 additions. */
+#define KRN_INT4_GEMM_ACC64 0x40u
+
 /* One GEMM. All pointers but lay are device pointers. */
 struct krn_int4_gemm_args {
     const struct krn_int4_gemm_layout *lay; /* host memory: the weight's layout */
@@ -134,6 +151,8 @@ struct krn_int4_gemm_args {
     uint32_t flags; /* KRN_INT4_GEMM_* */
     int32_t config; /* -1: automatic; else an index into the compiled
                        configurations (krn_int4_gemm_config_name) */
+    int64_t *acc;       /* KRN_INT4_GEMM_ACC64: [m][n] device words, zero, 8-byte aligned */
+    int32_t *acc_taken; /* host memory or NULL: 1 when acc took the sums instead of C */
 };
 
 /* Bytes of workspace a launch with m <= max_m rows needs for layout lay on the
@@ -150,6 +169,13 @@ size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout *lay, int3
  * config index out of range, m too large), INF_E_DEVICE (a CUDA error,
  * including one left sticky by earlier work). */
 inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, struct inf_err *err);
+
+/* C [m][n] (row stride ldc, 2-byte aligned) from the fixed-point sums of a
+ * KRN_INT4_GEMM_ACC64 launch that took them (acc [m][n]), which are zeroed
+ * for the next one. Enqueued on stream; safe to capture. Errors:
+ * INF_E_INVALID (NULL, m or n < 1, ldc < n), INF_E_DEVICE. */
+inf_status_t krn_int4_gemm_acc_reduce(int64_t *acc, uint16_t *c, int64_t ldc, int32_t m,
+                                      int32_t n, void *stream, struct inf_err *err);
 
 /* Write the weight of lay (repacked buffer b on the device) dequantized to
  * fp16 into w [n][ldw] on the device (row n, column k: fp16((code - zero) *

@@ -72,6 +72,7 @@
  *          the Hopper wgmma kernel, which krn_int4_gemm() picks by shape
  *          (sm90_auto_choice) where it is faster.
  */
+#include "kernels/cuda/acc64.cuh"
 #include "kernels/cuda/int4_gemm_impl.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/int4_gemm.h"
@@ -252,9 +253,10 @@ template <int NW> __device__ __forceinline__ void lds_words(const uint32_t *p, u
 /* End of a block's part of output tile (m_tile, n_tile): sum the KW warps
  * sharing each column slice (shared memory, warp order), then either write C
  * (the block did the whole k range) or publish an fp32 partial and, if last
- * to arrive, reduce every contributor's partial in block order into C. Leaves
- * acc zeroed. Called by all threads of the block. */
-template <int MB, int NWN, int NF, int KPW, int STAGES, bool GLU>
+ * to arrive, reduce every contributor's partial in block order into C; with
+ * ACC (KRN_INT4_GEMM_ACC64) add the block's sums into p.acc instead, with no
+ * arrival. Leaves acc zeroed. Called by all threads of the block. */
+template <int MB, int NWN, int NF, int KPW, int STAGES, bool GLU, bool ACC>
 __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF][4], float4 *red,
                                             volatile int *flag, int m_tile, int n_tile, int b,
                                             int grid)
@@ -295,7 +297,26 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
     const int cl = unit_block((t + 1) * p.k_tiles - 1, p.units, grid);
     const int g8 = lane >> 2, c2 = (lane & 3) * 2;
     const int col0 = nw * NF * 8 + c2;
-    if (cf == cl) {
+    if constexpr (ACC) {
+        /* Fixed-point sums: every contributor adds its part, in any order,
+         * and the reader of C converts them (no arrival, no last arriver). */
+        if (kw == 0) {
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                for (int f = 0; f < NF; f++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = mb * 16 + g8 + 8 * h;
+                        const int col = n_tile * BN + col0 + f * 8;
+                        long long *dst = p.acc + (int64_t)(m_tile * BM + r) * p.n + col;
+                        if (r < rows && col < p.n)
+                            krncuda::acc64_add(dst, acc[mb][f][2 * h]);
+                        if (r < rows && col + 1 < p.n)
+                            krncuda::acc64_add(dst + 1, acc[mb][f][2 * h + 1]);
+                    }
+        }
+    } else if (cf == cl) {
         /* The whole k range was ours: straight to C. */
         if (kw == 0 && GLU) {
 #pragma unroll
@@ -494,7 +515,7 @@ __device__ __forceinline__ void unswap_acc(const float (&sa)[NF / 2][4], float (
  * KPW amortizes them and the per-tile bookkeeping over more weights.
  */
 template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW,
-          bool GLU>
+          bool GLU, bool ACC>
 __global__ void __launch_bounds__(kThreads, BPS)
     int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
 {
@@ -835,7 +856,7 @@ __global__ void __launch_bounds__(kThreads, BPS)
                 for (int j = 0; j < NW; j++)
                     zero4(sacc[j]);
             }
-            finish_tile<MB, NWN, NF, KPW, STAGES, GLU>(p, acc, red, flag, c_m, c_n, b, grid);
+            finish_tile<MB, NWN, NF, KPW, STAGES, GLU, ACC>(p, acc, red, flag, c_m, c_n, b, grid);
         }
         if (++c_kk == p.k_tiles) {
             c_kk = 0;
@@ -945,25 +966,28 @@ struct Config {
     KernelFn swapped[2][2]; /* the same with SW (M <= 8), 16-row tiles only; else null */
     KernelFn glu[2][2];     /* [asymmetric][SW]: GLU output, A rows aligned; the
                                configurations of the automatic choice only */
+    KernelFn acc[2][2];     /* [asymmetric][SW]: fixed-point sums (ACC64), A rows
+                               aligned; the automatic 16-row configurations only */
 };
 
 /* The kernel of a variant where ON, else null: SW exists for 16-row tiles
  * only. */
 template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW,
-          bool GLU, bool ON>
+          bool GLU, bool ACC, bool ON>
 constexpr KernelFn variant()
 {
     if constexpr (ON && (MB == 1 || !SW))
-        return int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, SW, GLU>;
+        return int4_gemm_kernel<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, SW, GLU, ACC>;
     else
         return nullptr;
 }
 
-#define INT4GEMM_V(ZP, AVEC, SW, GLU, ON)                                                          \
-    variant<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, SW, GLU, ON>()
+#define INT4GEMM_V(ZP, AVEC, SW, GLU, ACC, ON)                                                     \
+    variant<MB, NWN, NF, KPW, STAGES, BPS, ZP, AVEC, SW, GLU, ACC, ON>()
 #define INT4GEMM_CONFIG(NAME, MB_, NWN_, NF_, KPW_, STAGES_, BPS_, WITH_GLU)                       \
     []() {                                                                                         \
         constexpr int MB = MB_, NWN = NWN_, NF = NF_, KPW = KPW_, STAGES = STAGES_, BPS = BPS_;    \
+        constexpr bool WITH_ACC = WITH_GLU && MB == 1;                                             \
         using T = Tile<MB, NWN, NF, KPW, STAGES>;                                                  \
         return Config{NAME,                                                                        \
                       T::BM,                                                                       \
@@ -971,24 +995,29 @@ constexpr KernelFn variant()
                       T::BK,                                                                       \
                       BPS,                                                                         \
                       T::SMEM,                                                                     \
-                      {{INT4GEMM_V(false, false, false, false, true),                              \
-                        INT4GEMM_V(false, true, false, false, true)},                              \
-                       {INT4GEMM_V(true, false, false, false, true),                               \
-                        INT4GEMM_V(true, true, false, false, true)}},                              \
-                      {{INT4GEMM_V(false, false, true, false, true),                               \
-                        INT4GEMM_V(false, true, true, false, true)},                               \
-                       {INT4GEMM_V(true, false, true, false, true),                                \
-                        INT4GEMM_V(true, true, true, false, true)}},                               \
-                      {{INT4GEMM_V(false, true, false, true, WITH_GLU),                            \
-                        INT4GEMM_V(false, true, true, true, WITH_GLU)},                            \
-                       {INT4GEMM_V(true, true, false, true, WITH_GLU),                             \
-                        INT4GEMM_V(true, true, true, true, WITH_GLU)}}};                           \
+                      {{INT4GEMM_V(false, false, false, false, false, true),                       \
+                        INT4GEMM_V(false, true, false, false, false, true)},                       \
+                       {INT4GEMM_V(true, false, false, false, false, true),                        \
+                        INT4GEMM_V(true, true, false, false, false, true)}},                       \
+                      {{INT4GEMM_V(false, false, true, false, false, true),                        \
+                        INT4GEMM_V(false, true, true, false, false, true)},                        \
+                       {INT4GEMM_V(true, false, true, false, false, true),                         \
+                        INT4GEMM_V(true, true, true, false, false, true)}},                        \
+                      {{INT4GEMM_V(false, true, false, true, false, WITH_GLU),                     \
+                        INT4GEMM_V(false, true, true, true, false, WITH_GLU)},                     \
+                       {INT4GEMM_V(true, true, false, true, false, WITH_GLU),                      \
+                        INT4GEMM_V(true, true, true, true, false, WITH_GLU)}},                     \
+                      {{INT4GEMM_V(false, true, false, false, true, WITH_ACC),                     \
+                        INT4GEMM_V(false, true, true, false, true, WITH_ACC)},                     \
+                       {INT4GEMM_V(true, true, false, false, true, WITH_ACC),                      \
+                        INT4GEMM_V(true, true, true, false, true, WITH_ACC)}}};                    \
     }()
 
 /* Indexes 0-2 and 10 are what the automatic choice uses (auto_config); the
  * rest are alternatives kept compiled for benchmarking (args->config).
  * Names: rows, columns, k per tile, k steps per warp (w), stages. The last
- * argument: GLU variants compiled (the automatic choice's only). */
+ * argument: GLU variants compiled (the automatic choice's only), and with it
+ * the ACC64 variants of the 16-row ones. */
 const Config kConfigs[] = {
     INT4GEMM_CONFIG("sm80 m16 n128 k128 w4 s4", 1, 4, 4, 4, 4, 2, true),
     INT4GEMM_CONFIG("sm80 m32 n128 k128 w4 s4", 2, 4, 4, 4, 4, 2, true),
@@ -1038,15 +1067,15 @@ bool tiny_weight(const krn_int4_gemm_layout *lay)
 /* Per device and kernel: resident blocks per SM once the shared-memory limit
  * was raised (0: not yet known). Racing writers store the same value. */
 constexpr int kMaxDevices = 16;
-int g_occupancy[kMaxDevices][kNumConfigs][2][2][2][2];
+int g_occupancy[kMaxDevices][kNumConfigs][2][2][2][3];
 
 /* Resident blocks per SM of fn, kConfigs[ci]'s [zp][av] kernel, swapped
- * (sw) or not, with GLU output (glu) or not, once its shared-memory limit is
- * raised. */
-cudaError_t occupancy(int dev, int ci, int zp, int av, int sw, int glu, KernelFn fn, int *out)
+ * (sw) or not, with plain (out 0), GLU (1) or fixed-point (2) output, once
+ * its shared-memory limit is raised. */
+cudaError_t occupancy(int dev, int ci, int zp, int av, int sw, int out_mode, KernelFn fn, int *out)
 {
-    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp][av][sw][glu] > 0) {
-        *out = g_occupancy[dev][ci][zp][av][sw][glu];
+    if (dev >= 0 && dev < kMaxDevices && g_occupancy[dev][ci][zp][av][sw][out_mode] > 0) {
+        *out = g_occupancy[dev][ci][zp][av][sw][out_mode];
         return cudaSuccess;
     }
     const Config &c = kConfigs[ci];
@@ -1061,7 +1090,7 @@ cudaError_t occupancy(int dev, int ci, int zp, int av, int sw, int glu, KernelFn
     if (n < 1)
         return cudaErrorInvalidConfiguration;
     if (dev >= 0 && dev < kMaxDevices)
-        g_occupancy[dev][ci][zp][av][sw][glu] = n;
+        g_occupancy[dev][ci][zp][av][sw][out_mode] = n;
     *out = n;
     return cudaSuccess;
 }
@@ -1275,6 +1304,11 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     const krn_int4_gemm_layout *lay = args->lay;
     if (args->m < 0)
         return inf_err_set(err, INF_E_INVALID, "int4 gemm: m=%d", (int)args->m);
+    if (args->acc_taken)
+        *args->acc_taken = 0; /* C written, unless the sm_80 launch below takes acc */
+    if ((args->flags & KRN_INT4_GEMM_ACC64) && (!args->acc || (uintptr_t)args->acc % 8))
+        return inf_err_set(err, INF_E_INVALID,
+                           "int4 gemm: KRN_INT4_GEMM_ACC64 needs an 8-byte aligned acc");
     if (args->m == 0)
         return INF_OK;
     if (!args->a || !args->b || !args->c || !args->workspace)
@@ -1383,16 +1417,12 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
                            !(args->flags & KRN_INT4_GEMM_NO_SWAP)
                        ? 1
                        : 0;
-    const KernelFn fn = glu ? (av ? c.glu[zp][sw] : nullptr) : sw ? c.swapped[zp][av] : c.kernel[zp][av];
-    if (!fn)
+    const KernelFn plain = glu ? (av ? c.glu[zp][sw] : nullptr) : sw ? c.swapped[zp][av] : c.kernel[zp][av];
+    if (!plain)
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "int4 gemm: no GLU variant of %s%s (the automatic choice's "
                            "configurations, A rows 16-byte aligned)",
                            c.name, av ? "" : " for these A rows");
-    int occ = 0;
-    e = occupancy(dev, ci, zp, av, sw, glu ? 1 : 0, fn, &occ);
-    if (e != cudaSuccess)
-        return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
     const int bk = c.bk;
     p.m_tiles = ceil_div(p.m, c.bm);
     p.n_tiles = p.n_pad / c.bn;
@@ -1403,8 +1433,39 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
                            (int)p.n, (int)p.k);
     p.units = (int)units;
     p.slot_rows = p.m < c.bm ? p.m : c.bm;
-    const long long grid = launch_grid(
-        (long long)sms * (occ < c.max_blocks_per_sm ? occ : c.max_blocks_per_sm), p, args->flags);
+    /* The grid of kernel fn (output mode out_mode) at its occupancy. */
+    auto grid_of = [&](KernelFn fn, int out_mode, long long *g) {
+        int occ = 0;
+        const cudaError_t oe = occupancy(dev, ci, zp, av, sw, out_mode, fn, &occ);
+        if (oe == cudaSuccess)
+            *g = launch_grid((long long)sms * (occ < c.max_blocks_per_sm ? occ : c.max_blocks_per_sm),
+                             p, args->flags);
+        return oe;
+    };
+    /* Fixed-point sums where asked and compiled, not on tiny weights (whose
+     * rows keep the same bits at every M), and while no output word takes
+     * more than kAcc64MaxParts contributions (blocks hold units / grid or one
+     * more, in stripes). */
+    KernelFn fn = plain;
+    long long grid = 0;
+    bool use_acc = (args->flags & KRN_INT4_GEMM_ACC64) && !glu && !p.bias && av && c.acc[zp][sw] &&
+                   !tiny_weight(lay);
+    if (use_acc) {
+        e = grid_of(c.acc[zp][sw], 2, &grid);
+        if (e != cudaSuccess)
+            return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+        const long long per_block = p.units / grid;
+        use_acc = (p.k_tiles + per_block - 1) / per_block + 1 <= krncuda::kAcc64MaxParts;
+        if (use_acc) {
+            fn = c.acc[zp][sw];
+            p.acc = reinterpret_cast<long long *>(args->acc);
+        }
+    }
+    if (!use_acc) {
+        e = grid_of(plain, glu ? 1 : 0, &grid);
+        if (e != cudaSuccess)
+            return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+    }
     const inf_status_t st = bind_workspace(p, args, workspace_need(lay, ci, p.m, grid), err);
     if (st != INF_OK)
         return st;
@@ -1417,7 +1478,38 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         e = cudaGetLastError();
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm: %s", cudaGetErrorString(e));
+    if (args->acc_taken)
+        *args->acc_taken = use_acc;
     return INF_OK;
+}
+
+/* C from the fixed-point sums of an ACC64 launch, which are zeroed. One
+ * thread per output. */
+__global__ void acc_reduce_kernel(long long *acc, half *c, int64_t ldc, int m, int n)
+{
+    krncuda::pdl_enter(false);
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)m * n)
+        return;
+    const int64_t r = i / n, col = i % n;
+    c[r * ldc + col] = __float2half_rn(krncuda::acc64_value(__ldcg(acc + i)));
+    acc[i] = 0;
+}
+
+extern "C" inf_status_t krn_int4_gemm_acc_reduce(int64_t *acc, uint16_t *c, int64_t ldc,
+                                                 int32_t m, int32_t n, void *stream,
+                                                 struct inf_err *err)
+{
+    if (!acc || !c || m < 1 || n < 1 || ldc < n)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm acc reduce: arguments");
+    const int64_t total = (int64_t)m * n;
+    const cudaError_t e = krncuda::launch_pdl(
+        acc_reduce_kernel, dim3((unsigned)((total + 255) / 256)), dim3(256), 0,
+        static_cast<cudaStream_t>(stream), reinterpret_cast<long long *>(acc),
+        reinterpret_cast<half *>(c), ldc, (int)m, (int)n);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 gemm acc reduce: %s", cudaGetErrorString(e));
+    return krncuda::launched("int4 gemm acc reduce", err);
 }
 
 extern "C" inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *lay, const void *b,

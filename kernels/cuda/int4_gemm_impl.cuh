@@ -28,6 +28,7 @@ struct Params {
     int m_tiles, n_tiles, k_tiles;
     int units;     /* m_tiles * n_tiles * k_tiles (<= 2^30) */
     int slot_rows; /* rows stored per partial tile: min(BM, m) */
+    long long *acc; /* KRN_INT4_GEMM_ACC64: [m][n] fixed-point sums (acc64.cuh) */
 };
 
 /* (a & b) | c in one LOP3: mask out two nibbles and OR in the exponent of

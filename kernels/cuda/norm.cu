@@ -13,6 +13,7 @@
  *          rounding.
  * Arch     any.
  */
+#include "kernels/cuda/acc64.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/norm_cuda.h"
 
@@ -39,7 +40,29 @@ __device__ __forceinline__ float block_sum(float v)
     return tot;
 }
 
-template <int NV>
+/* Eight fixed-point sums (kernels/cuda/acc64.cuh) as eight fp16, the words
+ * zeroed behind. */
+__device__ __forceinline__ uint4 acc64_take8(long long *a)
+{
+    longlong2 *a2 = reinterpret_cast<longlong2 *>(a);
+    longlong2 q[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        q[u] = __ldcg(a2 + u);
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        __stcg(a2 + u, make_longlong2(0, 0));
+    uint4 o;
+    __half2 *h = reinterpret_cast<__half2 *>(&o);
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        h[u] = __floats2half2_rn(krncuda::acc64_value(q[u].x), krncuda::acc64_value(q[u].y));
+    return o;
+}
+
+/* ACC: delta is a KRN_INT4_GEMM_ACC64 launch's sums (acc, row stride dim),
+ * a separate instantiation so that the usual kernel's code is untouched. */
+template <int NV, bool ACC>
 __global__ void __launch_bounds__(kMaxThreads)
     rmsnorm_vec_kernel(__half *__restrict__ x, /* [m] rows of stride ldx, updated in place */
                        int64_t ldx,
@@ -48,7 +71,8 @@ __global__ void __launch_bounds__(kMaxThreads)
                        const float *__restrict__ w, /* [dim] norm weight */
                        float eps,
                        __half *__restrict__ out, /* [m] rows of stride ldo */
-                       int64_t ldo, int32_t dim)
+                       int64_t ldo, int32_t dim,
+                       long long *__restrict__ acc) /* ACC: [m][dim] sums, zeroed here */
 {
     /* The norm weight is the model's and no kernel writes it: this thread's
      * share is loaded before the programmatic-dependent-launch wait, so the
@@ -77,7 +101,9 @@ __global__ void __launch_bounds__(kMaxThreads)
         const int32_t i = threadIdx.x + j * blockDim.x;
         if (i < nvec) {
             xv[j] = xr[i];
-            if (dr)
+            if (ACC)
+                dv[j] = acc64_take8(acc + r * dim + 8 * i);
+            else if (dr)
                 dv[j] = dr[i];
         }
     }
@@ -87,7 +113,7 @@ __global__ void __launch_bounds__(kMaxThreads)
         const int32_t i = threadIdx.x + j * blockDim.x;
         if (i < nvec) {
             __half2 *h = reinterpret_cast<__half2 *>(&xv[j]);
-            if (dr) {
+            if (ACC || dr) {
                 const __half2 *d = reinterpret_cast<const __half2 *>(&dv[j]);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
@@ -159,10 +185,12 @@ __global__ void __launch_bounds__(kThreads)
 
 } // namespace
 
-extern "C" inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uint16_t *delta,
-                                             int64_t ldd, const float *w, float eps,
-                                             uint16_t *out, int64_t ldo, int32_t dim, int32_t m,
-                                             void *stream, struct inf_err *err)
+/* The launch of both forms: delta fp16 rows, or (acc) the fixed-point sums
+ * of an ACC64 GEMM, which need the vector kernel. */
+static inf_status_t rmsnorm_launch(uint16_t *x, int64_t ldx, const uint16_t *delta, int64_t ldd,
+                                   int64_t *acc, const float *w, float eps, uint16_t *out,
+                                   int64_t ldo, int32_t dim, int32_t m, void *stream,
+                                   struct inf_err *err)
 {
     if (m < 0 || dim <= 0)
         return inf_err_set(err, INF_E_INVALID, "rmsnorm: m=%d dim=%d", m, dim);
@@ -173,24 +201,33 @@ extern "C" inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uin
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     __half *xh = reinterpret_cast<__half *>(x), *oh = reinterpret_cast<__half *>(out);
     const __half *dh = reinterpret_cast<const __half *>(delta);
+    long long *ah = reinterpret_cast<long long *>(acc);
     const bool vec = dim % 8 == 0 && dim <= 8 * 4 * kMaxThreads && ldx % 8 == 0 &&
                      (!delta || ldd % 8 == 0) && ldo % 8 == 0 &&
-                     ((uintptr_t)x | (uintptr_t)delta | (uintptr_t)out | (uintptr_t)w) % 16 == 0;
+                     ((uintptr_t)x | (uintptr_t)delta | (uintptr_t)out | (uintptr_t)w |
+                      (uintptr_t)acc) % 16 == 0;
+    if (acc && !vec)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "rmsnorm: GEMM sums need dim %% 8 == 0 and 16-byte aligned rows");
     cudaError_t e;
     if (vec) {
         const int32_t nvec = dim / 8;
         const int nv = nvec <= kMaxThreads ? 1 : nvec <= 2 * kMaxThreads ? 2 : 4;
         int threads = (nvec + nv - 1) / nv;
         threads = (threads + 31) / 32 * 32;
+        const bool a = acc != nullptr;
         if (nv == 1)
-            e = krncuda::launch_pdl(rmsnorm_vec_kernel<1>, dim3((unsigned)m), dim3(threads), 0, s,
-                                    xh, ldx, dh, ldd, w, eps, oh, ldo, dim);
+            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<1, true> : rmsnorm_vec_kernel<1, false>,
+                                    dim3((unsigned)m), dim3(threads), 0, s, xh, ldx, dh, ldd, w,
+                                    eps, oh, ldo, dim, ah);
         else if (nv == 2)
-            e = krncuda::launch_pdl(rmsnorm_vec_kernel<2>, dim3((unsigned)m), dim3(threads), 0, s,
-                                    xh, ldx, dh, ldd, w, eps, oh, ldo, dim);
+            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<2, true> : rmsnorm_vec_kernel<2, false>,
+                                    dim3((unsigned)m), dim3(threads), 0, s, xh, ldx, dh, ldd, w,
+                                    eps, oh, ldo, dim, ah);
         else
-            e = krncuda::launch_pdl(rmsnorm_vec_kernel<4>, dim3((unsigned)m), dim3(threads), 0, s,
-                                    xh, ldx, dh, ldd, w, eps, oh, ldo, dim);
+            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<4, true> : rmsnorm_vec_kernel<4, false>,
+                                    dim3((unsigned)m), dim3(threads), 0, s, xh, ldx, dh, ldd, w,
+                                    eps, oh, ldo, dim, ah);
     } else {
         e = krncuda::launch_pdl(rmsnorm_add_kernel, dim3((unsigned)m), dim3(kThreads), 0, s, xh,
                                 ldx, dh, ldd, w, eps, oh, ldo, dim);
@@ -198,4 +235,22 @@ extern "C" inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uin
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "rmsnorm: %s", cudaGetErrorString(e));
     return krncuda::launched("rmsnorm", err);
+}
+
+extern "C" inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uint16_t *delta,
+                                             int64_t ldd, const float *w, float eps,
+                                             uint16_t *out, int64_t ldo, int32_t dim, int32_t m,
+                                             void *stream, struct inf_err *err)
+{
+    return rmsnorm_launch(x, ldx, delta, ldd, NULL, w, eps, out, ldo, dim, m, stream, err);
+}
+
+extern "C" inf_status_t krn_cuda_rmsnorm_add_acc(uint16_t *x, int64_t ldx, int64_t *acc,
+                                                 const float *w, float eps, uint16_t *out,
+                                                 int64_t ldo, int32_t dim, int32_t m,
+                                                 void *stream, struct inf_err *err)
+{
+    if (!acc)
+        return inf_err_set(err, INF_E_INVALID, "rmsnorm: no GEMM sums");
+    return rmsnorm_launch(x, ldx, NULL, 0, acc, w, eps, out, ldo, dim, m, stream, err);
 }

@@ -459,6 +459,109 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
     free(xv);
 }
 
+/* An o or down projection followed by the RMSNorm that adds it to the
+ * residual, as a layer runs them: a norm first (its width and output tell
+ * the backend which linear it may leave as fixed-point sums), the linear
+ * from another buffer, then the norm with the linear's output as delta.
+ * Checked against the CPU backend, and: with M <= 16 on a large weight the
+ * linear's C is never written (the norm read the sums: its buffer keeps its
+ * poison), else, and when another op reads C first (flush), C is the
+ * linear's output. */
+static void test_linear_then_norm(int32_t m, int32_t dim, int32_t k, int32_t group,
+                                  bool want_deferred)
+{
+    struct inf_err err = {0};
+    float *wv = frand((int64_t)dim * k, -1, 1);
+    struct krn_q4_weight q;
+    DIE_IF(eng_q4_quantize(wv, dim, k, group, false, &q, &err), "quantize");
+    struct eng_q4w *wc, *wg;
+    DIE_IF(eng_weight_q4_create(g_cpu, &q, &wc, &err), "cpu q4");
+    DIE_IF(eng_weight_q4_create(g_gpu, &q, &wg, &err), "gpu q4");
+    eng_q4_free(&q);
+    float *xv = frand((int64_t)m * dim, -2, 2), *hv = frand((int64_t)m * k, -1, 1);
+    float *nv = frand(dim, 0.5f, 1.5f);
+    struct pair x = pair_make(xv, (int64_t)m * dim), h = pair_make(hv, (int64_t)m * k),
+                d = pair_make(NULL, (int64_t)m * dim), out = pair_make(NULL, (int64_t)m * dim),
+                n0 = pair_make(NULL, (int64_t)m * dim), x0 = pair_make(xv, (int64_t)m * dim);
+    struct eng_buf *wnc, *wng;
+    DIE_IF(eng_buf_from_host(g_cpu, nv, (size_t)dim * 4, &wnc, &err), "w");
+    DIE_IF(eng_buf_from_host(g_gpu, nv, (size_t)dim * 4, &wng, &err), "w");
+    char what[128];
+    for (int flush = 0; flush < 2; flush++) {
+        struct eng_backend *bes[2] = {g_cpu, g_gpu};
+        for (int bi = 0; bi < 2; bi++) {
+            struct eng_backend *be = bes[bi];
+            struct eng_buf *X = bi ? x.g : x.c, *H = bi ? h.g : h.c, *D = bi ? d.g : d.c,
+                           *O = bi ? out.g : out.c, *N0 = bi ? n0.g : n0.c,
+                           *X0 = bi ? x0.g : x0.c;
+            DIE_IF(eng_op_rmsnorm_add(be, (struct eng_mat){X0, 0, dim}, NULL, bi ? wng : wnc,
+                                      1e-5f, (struct eng_mat){N0, 0, dim}, dim, m, &err),
+                   "norm before");
+            DIE_IF(eng_op_linear_q4(be, bi ? wg : wc, NULL, (struct eng_mat){H, 0, k},
+                                    (struct eng_mat){D, 0, dim}, m, &err),
+                   "linear");
+            if (flush) { /* another op reads C first: the sums are written to it */
+                snprintf(what, sizeof what, "linear_q4 m %d n %d k %d, C read first", m, dim, k);
+                if (bi)
+                    compare_view(what, &d, 0, dim, m, dim, 3e-3);
+            }
+            struct eng_mat dm = {D, 0, dim};
+            DIE_IF(eng_op_rmsnorm_add(be, (struct eng_mat){X, 0, dim}, &dm, bi ? wng : wnc, 1e-5f,
+                                      (struct eng_mat){O, 0, dim}, dim, m, &err),
+                   "norm after");
+        }
+        snprintf(what, sizeof what, "linear m %d n %d k %d then rmsnorm+add%s: out", m, dim, k,
+                 flush ? " (C read first)" : "");
+        compare_view(what, &out, 0, dim, m, dim, 3e-3);
+        snprintf(what, sizeof what, "linear m %d n %d k %d then rmsnorm+add%s: residual", m, dim,
+                 k, flush ? " (C read first)" : "");
+        compare_view(what, &x, 0, dim, m, dim, 3e-3);
+        if (!flush) {
+            /* deferred: the GPU's C still holds its poison */
+            uint16_t *hd = malloc((size_t)m * dim * 2);
+            DIE_IF(eng_buf_download(g_gpu, d.g, 0, hd, (size_t)m * dim * 2, &err), "download");
+            int64_t poisoned = 0;
+            for (int64_t i = 0; i < (int64_t)m * dim; i++)
+                poisoned += hd[i] == 0xffff;
+            const bool deferred = poisoned == (int64_t)m * dim;
+            g_checks++;
+            if (deferred != want_deferred || (poisoned && !deferred)) {
+                g_fail++;
+                printf("FAIL linear m %d n %d k %d then rmsnorm: C %s (%lld of %lld poisoned)\n", m,
+                       dim, k, deferred ? "left to the norm" : "written", (long long)poisoned,
+                       (long long)m * dim);
+            } else {
+                printf("ok   linear m %d n %d k %d then rmsnorm: C %s\n", m, dim, k,
+                       deferred ? "left to the norm (fixed-point sums)" : "written");
+            }
+            free(hd);
+            /* reset: fresh residual, poisoned C */
+            uint16_t *hx = malloc((size_t)m * dim * 2);
+            for (int64_t i = 0; i < (int64_t)m * dim; i++)
+                hx[i] = inf_f32_to_f16(xv[i]);
+            DIE_IF(eng_buf_upload(g_gpu, x.g, 0, hx, (size_t)m * dim * 2, &err), "upload");
+            DIE_IF(eng_buf_upload(g_cpu, x.c, 0, xv, (size_t)m * dim * 4, &err), "upload");
+            memset(hx, 0xff, (size_t)m * dim * 2);
+            DIE_IF(eng_buf_upload(g_gpu, d.g, 0, hx, (size_t)m * dim * 2, &err), "upload");
+            free(hx);
+        }
+    }
+    pair_free(&x);
+    pair_free(&h);
+    pair_free(&d);
+    pair_free(&out);
+    pair_free(&n0);
+    pair_free(&x0);
+    eng_buf_free(g_cpu, wnc);
+    eng_buf_free(g_gpu, wng);
+    eng_weight_q4_destroy(g_cpu, wc);
+    eng_weight_q4_destroy(g_gpu, wg);
+    free(wv);
+    free(xv);
+    free(hv);
+    free(nv);
+}
+
 static void test_linear_fp(int32_t m, int32_t n, int32_t k, bool w16, bool y32, bool bias)
 {
     struct inf_err err = {0};
@@ -918,6 +1021,13 @@ int main(void)
     test_linear_q4_glu(64, 512, 288, 32, true, 8, 24);
     test_linear_q4_glu(7, 256, 100, 32, false, 0, 0);
     test_linear_q4_glu(1000, 1024, 512, 128, false, 0, 8);
+    /* the o / down projection and the RMSNorm after it (fixed-point sums
+     * read by the norm at M <= 16 on weights of 256 tiles or more) */
+    test_linear_then_norm(1, 4096, 4096, 128, true);
+    test_linear_then_norm(5, 4096, 11008, 128, true);
+    test_linear_then_norm(16, 4096, 4096, 64, true);
+    test_linear_then_norm(17, 4096, 4096, 128, false);
+    test_linear_then_norm(3, 288, 768, 32, false); /* tiny */
     test_linear_fp(1, 1024, 288, true, true, false);
     test_linear_fp(32, 2048, 512, true, true, false);
     test_linear_fp(7, 768, 288, true, false, true);

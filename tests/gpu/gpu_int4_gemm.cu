@@ -10,6 +10,7 @@
 #include "common/inf.h"
 #include "kernels/activation_cuda.h"
 #include "kernels/int4_gemm.h"
+#include "kernels/norm_cuda.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -438,6 +439,193 @@ static void check_glu(struct dev_weight *dw, struct bufs *b, int m, int config, 
     }
 }
 
+/* ---- fixed-point sums (KRN_INT4_GEMM_ACC64) ---------------------------------- */
+
+static void halves_to_host(const half *d, float *h, size_t count)
+{
+    half *t = (half *)malloc(count * sizeof(half));
+    CK(cudaMemcpy(t, d, count * sizeof(half), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; i++)
+        h[i] = __half2float(t[i]);
+    free(t);
+}
+
+static bool all_zero_words(const int64_t *d, size_t count)
+{
+    int64_t *h = (int64_t *)malloc(count * sizeof(int64_t));
+    CK(cudaMemcpy(h, d, count * sizeof(int64_t), cudaMemcpyDeviceToHost));
+    bool z = true;
+    for (size_t i = 0; i < count && z; i++)
+        z = h[i] == 0;
+    free(h);
+    return z;
+}
+
+/* fp16 x against y: both NaN, or equal within one unit in the last place of
+ * the larger (two roundings of sums that differ by the fixed point's 2^-30
+ * steps and the fp32 order of additions). */
+static bool close_half(float x, float y)
+{
+    if (isnan(x) || isnan(y))
+        return isnan(x) && isnan(y);
+    const float big = fmaxf(fabsf(x), fabsf(y));
+    int e = 0;
+    frexpf(big < 6.1035e-5f ? 6.1035e-5f : big, &e);
+    return fabsf(x - y) <= ldexpf(1.0f, e - 11) + 1e-7f;
+}
+
+/* One ACC64 launch: the plain launch (checked against the reference, C in
+ * b->c), then the launch with the flag into zeroed words and a poisoned C.
+ * Where it takes the sums (want_taken: it must), C stays untouched,
+ * krn_int4_gemm_acc_reduce gives C within an ulp of the plain C and leaves
+ * the words zero, a second launch gives the same bits (exact integer sums,
+ * any arrival order), and krn_cuda_rmsnorm_add_acc gives x and out bit for
+ * bit the reduce followed by krn_cuda_rmsnorm_add. Elsewhere C is the plain
+ * launch's, bit for bit. nan_row >= 0 puts a NaN in that row of A: that row
+ * of C is NaN, the others finite. */
+static void check_acc(struct dev_weight *dw, struct bufs *b, int m, uint32_t flags, int want_taken,
+                      int nan_row, uint64_t *rng, const char *label)
+{
+    const int n = dw->lay.n, k = dw->lay.k;
+    const size_t cn = (size_t)m * n;
+    check_case(dw, b, m, -1, flags, false, 0, rng, label); /* plain C in b->c */
+    if (nan_row >= 0) {
+        const half nan_h = __ushort_as_half((unsigned short)0x7e00);
+        CK(cudaMemcpy(b->a + (size_t)nan_row * k + k / 3, &nan_h, sizeof nan_h,
+                      cudaMemcpyHostToDevice));
+    }
+    int64_t *acc = NULL;
+    half *c3 = NULL, *x1 = NULL, *x2 = NULL, *o1 = NULL, *o2 = NULL;
+    float *wn = NULL;
+    CK(cudaMalloc((void **)&acc, cn * sizeof(int64_t)));
+    CK(cudaMemset(acc, 0, cn * sizeof(int64_t)));
+    CK(cudaMalloc((void **)&c3, cn * sizeof(half)));
+    struct krn_int4_gemm_args args;
+    memset(&args, 0, sizeof args);
+    args.lay = &dw->lay;
+    args.b = dw->packed;
+    args.a = (const uint16_t *)b->a;
+    args.m = m;
+    args.workspace = dw->ws;
+    args.workspace_bytes = dw->ws_bytes;
+    args.flags = flags;
+    args.config = -1;
+    struct inf_err err;
+    inf_err_clear(&err);
+    if (nan_row >= 0) { /* the plain C of the NaN-holding A */
+        args.c = (uint16_t *)b->c;
+        CK(cudaMemset(b->c, 0xff, cn * sizeof(half)));
+        if (krn_int4_gemm(&args, &err) != INF_OK) {
+            printf("FAIL acc %s: plain launch %s\n", label, err.msg);
+            g_failures++;
+        }
+    }
+    args.flags = flags | KRN_INT4_GEMM_ACC64;
+    args.acc = acc;
+    int32_t taken = -1;
+    args.acc_taken = &taken;
+    args.c = (uint16_t *)b->c2;
+    CK(cudaMemset(b->c2, 0xff, cn * sizeof(half)));
+    g_checks++;
+    inf_status_t st = krn_int4_gemm(&args, &err);
+    CK(cudaDeviceSynchronize());
+    const char *why = NULL;
+    float *hp = (float *)malloc(cn * sizeof(float)), *hq = (float *)malloc(cn * sizeof(float));
+    if (st != INF_OK)
+        why = err.msg;
+    else if (taken != 0 && taken != 1)
+        why = "acc_taken not written";
+    else if (want_taken && !taken)
+        why = "the sums were not taken where they should be";
+    else if (!taken && !same_halves(b->c2, b->c, cn))
+        why = "not taken, and C differs from the plain launch";
+    else if (!taken && !all_zero_words(acc, cn))
+        why = "not taken, and the words were written";
+    if (!why && taken) {
+        halves_to_host(b->c2, hp, cn);
+        for (size_t i = 0; i < cn && !why; i++)
+            if (!isnan(hp[i]))
+                why = "C written by a launch that took the sums";
+        st = krn_int4_gemm_acc_reduce(acc, (uint16_t *)b->c2, n, m, n, NULL, &err);
+        CK(cudaDeviceSynchronize());
+        if (!why && st != INF_OK)
+            why = err.msg;
+        if (!why && !all_zero_words(acc, cn))
+            why = "words not zero after the reduce";
+        if (!why) {
+            halves_to_host(b->c2, hp, cn);
+            halves_to_host(b->c, hq, cn);
+            for (size_t i = 0; i < cn && !why; i++) {
+                const bool row_nan = nan_row >= 0 && (int)(i / n) == nan_row;
+                if (!close_half(hp[i], hq[i]) || (row_nan && !isnan(hp[i])) ||
+                    (!row_nan && !isfinite(hp[i]))) {
+                    printf("  element %zu: acc %.8g plain %.8g\n", i, hp[i], hq[i]);
+                    why = "reduced C not within an ulp of the plain C";
+                }
+            }
+        }
+        /* again: the same bits */
+        if (!why) {
+            args.c = (uint16_t *)c3;
+            st = krn_int4_gemm(&args, &err);
+            if (st == INF_OK)
+                st = krn_int4_gemm_acc_reduce(acc, (uint16_t *)c3, n, m, n, NULL, &err);
+            CK(cudaDeviceSynchronize());
+            if (st != INF_OK)
+                why = err.msg;
+            else if (!same_halves(c3, b->c2, cn))
+                why = "a second launch gave other bits";
+        }
+        /* the RMSNorm reading the words, against reduce + RMSNorm */
+        if (!why && n % 8 == 0 && nan_row < 0) {
+            CK(cudaMalloc((void **)&x1, cn * sizeof(half)));
+            CK(cudaMalloc((void **)&x2, cn * sizeof(half)));
+            CK(cudaMalloc((void **)&o1, cn * sizeof(half)));
+            CK(cudaMalloc((void **)&o2, cn * sizeof(half)));
+            CK(cudaMalloc((void **)&wn, (size_t)n * sizeof(float)));
+            fill_random_half<<<256, 256>>>(x1, (int64_t)cn, splitmix(rng), -2.0f, 2.0f);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(x2, x1, cn * sizeof(half), cudaMemcpyDeviceToDevice));
+            float *hw = (float *)malloc((size_t)n * sizeof(float));
+            for (int i = 0; i < n; i++)
+                hw[i] = 0.5f + (float)(splitmix(rng) >> 40) / (float)(1u << 24);
+            CK(cudaMemcpy(wn, hw, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+            free(hw);
+            args.c = (uint16_t *)c3;
+            st = krn_int4_gemm(&args, &err);
+            if (st == INF_OK)
+                st = krn_cuda_rmsnorm_add_acc((uint16_t *)x1, n, acc, wn, 1e-5f, (uint16_t *)o1,
+                                              n, n, m, NULL, &err);
+            if (st == INF_OK)
+                st = krn_cuda_rmsnorm_add((uint16_t *)x2, n, (const uint16_t *)b->c2, n, wn, 1e-5f,
+                                          (uint16_t *)o2, n, n, m, NULL, &err);
+            CK(cudaDeviceSynchronize());
+            if (st != INF_OK)
+                why = err.msg;
+            else if (!same_halves(x1, x2, cn) || !same_halves(o1, o2, cn))
+                why = "the RMSNorm over the words differs from reduce + RMSNorm";
+            else if (!all_zero_words(acc, cn))
+                why = "words not zero after the RMSNorm";
+        }
+    }
+    if (why) {
+        printf("FAIL acc %s m=%d n=%d k=%d flags=%u taken=%d nan_row=%d: %s\n", label, m, n, k,
+               flags, taken, nan_row, why);
+        g_failures++;
+    } else if (getenv("INT4SERVE_GEMM_TEST_VERBOSE")) {
+        printf("ok   acc %s m=%d n=%d k=%d taken=%d\n", label, m, n, k, taken);
+    }
+    free(hp);
+    free(hq);
+    cudaFree(acc);
+    cudaFree(c3);
+    cudaFree(x1);
+    cudaFree(x2);
+    cudaFree(o1);
+    cudaFree(o2);
+    cudaFree(wn);
+}
+
 /* ---- batch invariance ------------------------------------------------------ */
 
 /* Weights of fewer than 256 tiles of 128 x 128 take one arithmetic at every M
@@ -593,6 +781,7 @@ static const int M_DEEP[] = {1, 17};
  * registers changes the order of the additions) */
 static const int M_INV[] = {1, 3, 8, 16, 17, 33, 64};
 static const int M_GLU[] = {1, 3, 8, 16, 17, 33, 64, 129};
+static const int M_ACC[] = {1, 2, 4, 8, 9, 16, 17, 64};
 #define LEN(x) ((int)(sizeof(x) / sizeof((x)[0])))
 
 int main(void)
@@ -726,6 +915,56 @@ int main(void)
                 check_glu(&dw, &b, m, -1, KRN_INT4_GEMM_NO_SWAP, false, &rng, "no swap");
         }
         printf("%s glu k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
+               wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
+        fflush(stdout);
+        bufs_free(&b);
+        weight_free(&dw);
+    }
+
+    /* Fixed-point sums: the decode step's o and down shapes and others.
+     * want: the launch must take them (M <= 16, not tiny, sm_80 kernel). */
+    static const struct wcase acc_full[] = {
+        {4096, 4096, 128, false, M_ACC, LEN(M_ACC), false},
+        {11008, 4096, 128, true, M_ACC, LEN(M_ACC), false},
+        {4096, 12288, 64, false, M_ACC, LEN(M_ACC), false},
+        {14336, 4096, 32, false, M_ACC, LEN(M_ACC), false},
+        {4096, 1000, 128, false, M_ACC, LEN(M_ACC), false},
+        {288, 288, 256, false, M_ACC, LEN(M_ACC), false}, /* tiny: never taken */
+    };
+    static const struct wcase acc_small[] = {
+        {4096, 1024, 128, false, M_QUICK, LEN(M_QUICK), false},
+        {288, 512, 32, true, M_QUICK, LEN(M_QUICK), false},
+    };
+    int dev = 0, major = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const struct wcase *acases = quick ? acc_small : acc_full;
+    const int n_acases = quick ? LEN(acc_small) : LEN(acc_full);
+    for (int ci = 0; ci < n_acases; ci++) {
+        const struct wcase *wc = &acases[ci];
+        int max_m = 0;
+        for (int i = 0; i < wc->n_ms; i++)
+            max_m = wc->ms[i] > max_m ? wc->ms[i] : max_m;
+        struct dev_weight dw;
+        weight_make(&dw, wc->n, wc->k, wc->group, wc->sym, max_m, &rng);
+        struct bufs b;
+        bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
+        const bool tiny = (int64_t)(dw.lay.n_pad / 128) * (dw.lay.k_pad / 128) < 256;
+        int f0 = g_failures;
+        for (int i = 0; i < wc->n_ms; i++) {
+            const int m = wc->ms[i];
+            const int want = major >= 8 && m <= 16 && !tiny;
+            check_acc(&dw, &b, m, 0, want, -1, &rng, "auto");
+            if (i % 2 == 0)
+                check_acc(&dw, &b, m, 0, want, m / 2, &rng, "nan");
+            if (i % 3 == 1)
+                check_acc(&dw, &b, m, KRN_INT4_GEMM_GRID_STRIPED, 0, -1, &rng, "striped");
+            if (m <= 8 && i % 2 == 1)
+                check_acc(&dw, &b, m, KRN_INT4_GEMM_NO_SWAP, want, -1, &rng, "no swap");
+            if (i % 4 == 0)
+                check_acc(&dw, &b, m, KRN_INT4_GEMM_FORCE_SM75, 0, -1, &rng, "sm75");
+        }
+        printf("%s acc k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
                wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
         fflush(stdout);
         bufs_free(&b);
