@@ -158,6 +158,20 @@ static inf_status_t w_linear_q4(struct eng_backend *be, const struct eng_q4w *q,
     return s;
 }
 
+/* The gated MLP's fused gate/up with its SiLU·mul (the GEMM's GLU output):
+ * an INT4 GEMM too, timed and skipped as one. */
+static inf_status_t w_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *q,
+                                    struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
+                                    int32_t m, struct inf_err *err)
+{
+    struct wrap *w = W(be);
+    if (w->mode == W_SKIP_Q4 && w->armed)
+        return INF_OK;
+    inf_status_t s = w->inner->iface->linear_q4_glu(w->inner, q, x, tmp, out, m, err);
+    op_done(w, K_Q4 + shape_of(w, q->n, q->k));
+    return s;
+}
+
 static inf_status_t w_linear_fp(struct eng_backend *be, const struct eng_buf *wt,
                                 enum eng_wdtype wdt, int32_t n, int32_t k,
                                 const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
@@ -295,6 +309,8 @@ static struct wrap *wrap_create(struct eng_backend *inner, enum wrap_mode mode)
     w->iface.destroy = w_destroy;
     w->iface.buf_upload = w_upload;
     w->iface.linear_q4 = w_linear_q4;
+    if (inner->iface->linear_q4_glu)
+        w->iface.linear_q4_glu = w_linear_q4_glu;
     w->iface.linear_fp = w_linear_fp;
     w->iface.embedding = w_embedding;
     w->iface.rmsnorm_add = w_rmsnorm_add;
