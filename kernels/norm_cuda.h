@@ -30,14 +30,6 @@ inf_status_t krn_cuda_rmsnorm_add_acc(uint16_t *x, int64_t ldx, int64_t *acc, co
                                       float eps, uint16_t *out, int64_t ldo, int32_t dim,
                                       int32_t m, void *stream, struct inf_err *err);
 
-/* Up to 16 rows on sm_90 a row runs as a cluster of 8, 4 or 2 blocks (its
- * loads and stores spread over that many SMs), giving the same bits as one
- * block a row. Off with INT4SERVE_CUDA_NORM_CLUSTER=0 or
- * krn_cuda_rmsnorm_cluster(0) (for the tests: it returns whether it was on;
- * on is refused below sm_90). Thread: any, not while launches are queued
- * from another thread. */
-int krn_cuda_rmsnorm_cluster(int on);
-
 #ifdef __cplusplus
 }
 #endif

@@ -17,17 +17,10 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/norm_cuda.h"
 
-#include <cooperative_groups.h>
-#include <stdlib.h>
-#include <string.h>
-
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxThreads = 1024;
-/* Rows up to which a row runs as a cluster of blocks (sm_90). */
-constexpr int kClusterRows = 16;
-int g_cluster = -1; /* -1: from INT4SERVE_CUDA_NORM_CLUSTER on first use; 0 off; 1 on */
 
 /* Sum of v over the block (blockDim.x a multiple of 32, at most 1024), the
  * same value in every thread, summed in a fixed order. */
@@ -67,41 +60,9 @@ __device__ __forceinline__ uint4 acc64_take8(long long *a)
     return o;
 }
 
-/* The sum over a row's CL-block cluster of v (each block's blockDim.x a
- * multiple of 32), the same value in every thread: the same additions in
- * the same order as block_sum over one block of all the cluster's threads
- * (each warp's tree, then the warps' sums in order from 0), so a row's norm
- * has the same bits whichever way it runs. */
-template <int CL> __device__ __forceinline__ float cluster_sum(float v)
-{
-    __shared__ float part[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = v;
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync(); /* every block's warp sums written */
-    float tot = 0.0f;
-    const int nw = (int)(blockDim.x >> 5);
-#pragma unroll
-    for (int b = 0; b < CL; b++) {
-        const float *rp = cluster.map_shared_rank(part, b);
-        for (int i = 0; i < nw; i++)
-            tot += rp[i];
-    }
-    cluster.sync(); /* no block leaves while another reads its sums */
-    return tot;
-}
-
 /* ACC: delta is a KRN_INT4_GEMM_ACC64 launch's sums (acc, row stride dim),
- * a separate instantiation so that the usual kernel's code is untouched.
- * CL > 1: a row is a cluster of CL blocks, each taking 1 / CL of its
- * vectors (one a thread), their sum of squares summed through distributed
- * shared memory (cluster_sum): small batches spread a row's loads and
- * stores over CL SMs. */
-template <int NV, bool ACC, int CL>
+ * a separate instantiation so that the usual kernel's code is untouched. */
+template <int NV, bool ACC>
 __global__ void __launch_bounds__(kMaxThreads)
     rmsnorm_vec_kernel(__half *__restrict__ x, /* [m] rows of stride ldx, updated in place */
                        int64_t ldx,
@@ -117,13 +78,10 @@ __global__ void __launch_bounds__(kMaxThreads)
      * share is loaded before the programmatic-dependent-launch wait, so the
      * scaling after the row's sum does not wait on an L2 round trip
      * (between the two halves of krncuda::pdl_enter). */
-    static_assert(CL == 1 || NV == 1, "a cluster's blocks take one vector a thread");
-    const bool early = krncuda::pdl_early(gridDim.x / CL); /* a block (cluster) a row */
+    const bool early = krncuda::pdl_early(gridDim.x); /* a block a row */
     krncuda::pdl_enter_start(early);
-    const int64_t r = blockIdx.x / CL;
-    const int32_t v0 = (int32_t)(blockIdx.x % CL) * (int32_t)blockDim.x; /* first vector */
-    const int32_t nvec = dim / 8 - v0; /* this block's vectors: [v0, v0 + nvec) */
-    const float4 *w4 = reinterpret_cast<const float4 *>(w) + 2 * v0;
+    const int32_t nvec = dim / 8;
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
     float4 wa[NV], wb[NV];
 #pragma unroll
     for (int j = 0; j < NV; j++) {
@@ -134,8 +92,9 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
     }
     krncuda::pdl_enter_wait(early);
-    uint4 *xr = reinterpret_cast<uint4 *>(x + r * ldx) + v0;
-    const uint4 *dr = delta ? reinterpret_cast<const uint4 *>(delta + r * ldd) + v0 : nullptr;
+    const int64_t r = blockIdx.x;
+    uint4 *xr = reinterpret_cast<uint4 *>(x + r * ldx);
+    const uint4 *dr = delta ? reinterpret_cast<const uint4 *>(delta + r * ldd) : nullptr;
     uint4 xv[NV], dv[NV];
 #pragma unroll
     for (int j = 0; j < NV; j++) {
@@ -143,7 +102,7 @@ __global__ void __launch_bounds__(kMaxThreads)
         if (i < nvec) {
             xv[j] = xr[i];
             if (ACC)
-                dv[j] = acc64_take8(acc + r * dim + 8 * (v0 + i));
+                dv[j] = acc64_take8(acc + r * dim + 8 * i);
             else if (dr)
                 dv[j] = dr[i];
         }
@@ -171,9 +130,9 @@ __global__ void __launch_bounds__(kMaxThreads)
             }
         }
     }
-    const float tot = CL > 1 ? cluster_sum<CL>(ss) : block_sum(ss);
+    const float tot = block_sum(ss);
     const float inv = 1.0f / sqrtf(tot / (float)dim + eps);
-    uint4 *orow = reinterpret_cast<uint4 *>(out + r * ldo) + v0;
+    uint4 *orow = reinterpret_cast<uint4 *>(out + r * ldo);
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int32_t i = threadIdx.x + j * blockDim.x;
@@ -226,36 +185,6 @@ __global__ void __launch_bounds__(kThreads)
 
 } // namespace
 
-/* Clusters need sm_90; INT4SERVE_CUDA_NORM_CLUSTER=0 (or
- * krn_cuda_rmsnorm_cluster(0)) keeps one block a row. */
-static bool cluster_on()
-{
-    if (g_cluster < 0) {
-        int dev = 0, major = 0;
-        const char *off = getenv("INT4SERVE_CUDA_NORM_CLUSTER");
-        g_cluster = cudaGetDevice(&dev) == cudaSuccess &&
-                            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                                   dev) == cudaSuccess &&
-                            major >= 9 && !(off && strcmp(off, "0") == 0)
-                        ? 1
-                        : 0;
-    }
-    return g_cluster == 1;
-}
-
-extern "C" int krn_cuda_rmsnorm_cluster(int on)
-{
-    const int was = cluster_on() ? 1 : 0;
-    int dev = 0, major = 0;
-    if (on && cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        major >= 9)
-        g_cluster = 1;
-    else
-        g_cluster = 0;
-    return was;
-}
-
 /* The launch of both forms: delta fp16 rows, or (acc) the fixed-point sums
  * of an ACC64 GEMM, which need the vector kernel. */
 static inf_status_t rmsnorm_launch(uint16_t *x, int64_t ldx, const uint16_t *delta, int64_t ldd,
@@ -287,35 +216,16 @@ static inf_status_t rmsnorm_launch(uint16_t *x, int64_t ldx, const uint16_t *del
         int threads = (nvec + nv - 1) / nv;
         threads = (threads + 31) / 32 * 32;
         const bool a = acc != nullptr;
-        /* A few rows: each row a cluster of 8, 4 or 2 blocks of whole warps. */
-        int cl = 1;
-        if (nv == 1 && m <= kClusterRows && cluster_on())
-            for (int c = 8; c > 1 && cl == 1; c /= 2)
-                if (nvec % (32 * c) == 0)
-                    cl = c;
-        if (cl > 1) {
-            auto k = a ? (cl == 8   ? rmsnorm_vec_kernel<1, true, 8>
-                          : cl == 4 ? rmsnorm_vec_kernel<1, true, 4>
-                                    : rmsnorm_vec_kernel<1, true, 2>)
-                       : (cl == 8   ? rmsnorm_vec_kernel<1, false, 8>
-                          : cl == 4 ? rmsnorm_vec_kernel<1, false, 4>
-                                    : rmsnorm_vec_kernel<1, false, 2>);
-            e = krncuda::launch_pdl_cluster(k, dim3((unsigned)(m * cl)), dim3(nvec / cl), 0, s,
-                                            (unsigned)cl, xh, ldx, dh, ldd, w, eps, oh, ldo, dim,
-                                            ah);
-        } else if (nv == 1)
-            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<1, true, 1>
-                                      : rmsnorm_vec_kernel<1, false, 1>,
+        if (nv == 1)
+            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<1, true> : rmsnorm_vec_kernel<1, false>,
                                     dim3((unsigned)m), dim3(threads), 0, s, xh, ldx, dh, ldd, w,
                                     eps, oh, ldo, dim, ah);
         else if (nv == 2)
-            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<2, true, 1>
-                                      : rmsnorm_vec_kernel<2, false, 1>,
+            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<2, true> : rmsnorm_vec_kernel<2, false>,
                                     dim3((unsigned)m), dim3(threads), 0, s, xh, ldx, dh, ldd, w,
                                     eps, oh, ldo, dim, ah);
         else
-            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<4, true, 1>
-                                      : rmsnorm_vec_kernel<4, false, 1>,
+            e = krncuda::launch_pdl(a ? rmsnorm_vec_kernel<4, true> : rmsnorm_vec_kernel<4, false>,
                                     dim3((unsigned)m), dim3(threads), 0, s, xh, ldx, dh, ldd, w,
                                     eps, oh, ldo, dim, ah);
     } else {
