@@ -60,6 +60,11 @@
  *          in runs of 8 + 8), so the stores write SiLU(g) * u of the pair
  *          (store_frags_glu; the split-K sum takes a gate quad with the up
  *          quad two on). Every other kernel is compiled exactly as without.
+ * ACC64    KRN_INT4_GEMM_ACC64 (kernel template ACC, the automatic 16-row
+ *          configurations only): finish_tile adds every block's sums into
+ *          int64 fixed-point words (acc64.cuh) instead of the split-K
+ *          partials, arrival and last arriver; the reader of C converts
+ *          them (krn_int4_gemm_acc_reduce, the RMSNorm's form).
  * Numerics fp32 accumulate; relative error ~1e-4 (fp16 output rounding).
  *          The usual order uses the CPU reference's fp16 weights; the
  *          swapped path exact products scaled in fp32 per chunk, which
