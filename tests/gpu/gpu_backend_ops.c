@@ -217,10 +217,12 @@ static void test_embedding(int32_t vocab, int32_t dim, int32_t m, bool f16)
     free(ids);
 }
 
-static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta)
+/* pad: rows of dim + pad elements; 0 gives dense rows, 16-byte aligned
+ * with dim % 8 == 0 (the vector kernel), 3 the strided kernel. */
+static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta, int32_t pad)
 {
     struct inf_err err = {0};
-    int64_t ld = dim + 3;
+    int64_t ld = dim + pad;
     float *xv = frand((int64_t)m * ld, -2, 2), *dv = frand((int64_t)m * ld, -1, 1);
     float *wv = frand(dim, 0.5f, 1.5f);
     struct pair x = pair_make(xv, (int64_t)m * ld), d = pair_make(dv, (int64_t)m * ld);
@@ -236,46 +238,12 @@ static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta)
                               1e-5f, (struct eng_mat){out.g, 0, dim}, dim, m, &err),
            "gpu rmsnorm");
     char what[128];
-    snprintf(what, sizeof what, "rmsnorm%s dim %d m %d: out", with_delta ? "+add" : "", dim, m);
+    snprintf(what, sizeof what, "rmsnorm%s dim %d m %d ld %d: out", with_delta ? "+add" : "", dim,
+             m, (int)ld);
     compare(what, &out, 2e-3);
-    snprintf(what, sizeof what, "rmsnorm%s dim %d m %d: residual", with_delta ? "+add" : "", dim,
-             m);
+    snprintf(what, sizeof what, "rmsnorm%s dim %d m %d ld %d: residual", with_delta ? "+add" : "",
+             dim, m, (int)ld);
     compare_view(what, &x, 0, ld, m, dim, 2e-3);
-    pair_free(&x);
-    pair_free(&d);
-    pair_free(&out);
-    eng_buf_free(g_cpu, wc);
-    eng_buf_free(g_gpu, wg);
-    free(xv);
-    free(dv);
-    free(wv);
-}
-
-/* Dense rows (16-byte aligned, dim % 8 == 0: the vector kernel, which the
- * strided rows of test_rmsnorm do not reach), against the CPU. */
-static void test_rmsnorm_dense(int32_t dim, int32_t m, bool with_delta)
-{
-    struct inf_err err = {0};
-    const int64_t n = (int64_t)m * dim;
-    float *xv = frand(n, -2, 2), *dv = frand(n, -1, 1), *wv = frand(dim, 0.5f, 1.5f);
-    struct pair x = pair_make(xv, n), d = pair_make(dv, n), out = pair_make(NULL, n);
-    struct eng_buf *wc, *wg;
-    DIE_IF(eng_buf_from_host(g_cpu, wv, (size_t)dim * 4, &wc, &err), "w");
-    DIE_IF(eng_buf_from_host(g_gpu, wv, (size_t)dim * 4, &wg, &err), "w");
-    struct eng_mat dc = {d.c, 0, dim}, dg = {d.g, 0, dim};
-    DIE_IF(eng_op_rmsnorm_add(g_cpu, (struct eng_mat){x.c, 0, dim}, with_delta ? &dc : NULL, wc,
-                              1e-5f, (struct eng_mat){out.c, 0, dim}, dim, m, &err),
-           "cpu rmsnorm");
-    DIE_IF(eng_op_rmsnorm_add(g_gpu, (struct eng_mat){x.g, 0, dim}, with_delta ? &dg : NULL, wg,
-                              1e-5f, (struct eng_mat){out.g, 0, dim}, dim, m, &err),
-           "gpu rmsnorm");
-    char what[128];
-    snprintf(what, sizeof what, "rmsnorm%s dense dim %d m %d: out", with_delta ? "+add" : "", dim,
-             m);
-    compare(what, &out, 2e-3);
-    snprintf(what, sizeof what, "rmsnorm%s dense dim %d m %d: residual",
-             with_delta ? "+add" : "", dim, m);
-    compare(what, &x, 2e-3);
     pair_free(&x);
     pair_free(&d);
     pair_free(&out);
@@ -1020,15 +988,15 @@ int main(void)
     test_embedding(1000, 288, 1, true);
     test_embedding(1000, 288, 67, true);
     test_embedding(513, 512, 33, false);
-    test_rmsnorm(288, 1, false);
-    test_rmsnorm(288, 37, true);
-    test_rmsnorm(4096, 130, true);
-    test_rmsnorm_dense(4096, 1, true);
-    test_rmsnorm_dense(4096, 16, true);
-    test_rmsnorm_dense(5120, 3, false);
-    test_rmsnorm_dense(8192, 7, true);
-    test_rmsnorm_dense(288, 2, true);
-    test_rmsnorm_dense(16384, 3, true); /* four vectors a thread */
+    test_rmsnorm(288, 1, false, 3);
+    test_rmsnorm(288, 37, true, 3);
+    test_rmsnorm(4096, 130, true, 3);
+    test_rmsnorm(4096, 1, true, 0);
+    test_rmsnorm(4096, 16, true, 0);
+    test_rmsnorm(5120, 3, false, 0);
+    test_rmsnorm(8192, 7, true, 0);
+    test_rmsnorm(288, 2, true, 0);
+    test_rmsnorm(16384, 3, true, 0); /* four vectors a thread */
     test_rope(8, 64, 1, false, 4096);
     test_rope(14, 128, 45, true, 131072);
     test_rope(6, 48, 33, false, 2048);

@@ -794,6 +794,64 @@ static const int M_GLU[] = {1, 3, 8, 16, 17, 33, 64, 129};
 static const int M_ACC[] = {1, 2, 4, 8, 9, 16, 17, 64};
 #define LEN(x) ((int)(sizeof(x) / sizeof((x)[0])))
 
+/* ---- case lists: a weight per case, a function per M ------------------------ */
+
+typedef void (*m_fn)(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng);
+
+/* For each case: its weight (in the GLU column order with glu) and buffers,
+ * fn for each of its M values, a line per case. */
+static void run_cases(const struct wcase *cases, int n_cases, bool glu, const char *what, m_fn fn,
+                      uint64_t *rng)
+{
+    for (int ci = 0; ci < n_cases; ci++) {
+        const struct wcase *wc = &cases[ci];
+        int max_m = 0;
+        for (int i = 0; i < wc->n_ms; i++)
+            max_m = wc->ms[i] > max_m ? wc->ms[i] : max_m;
+        struct dev_weight dw;
+        weight_make(&dw, wc->n, wc->k, wc->group, wc->sym, max_m, rng, glu);
+        struct bufs b;
+        bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
+        int f0 = g_failures;
+        for (int i = 0; i < wc->n_ms; i++)
+            fn(&dw, &b, wc->ms[i], i, rng);
+        printf("%s %s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
+               what, wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
+        fflush(stdout);
+        bufs_free(&b);
+        weight_free(&dw);
+    }
+}
+
+static void glu_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
+{
+    check_glu(dw, b, m, -1, 0, i % 2 == 1, rng, "auto");
+    if (i % 3 == 0)
+        check_glu(dw, b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, rng, "sm75");
+    if (i % 3 == 1)
+        check_glu(dw, b, m, -1, KRN_INT4_GEMM_GRID_STRIPED, false, rng, "striped");
+    if (m <= 8 && i % 2 == 0)
+        check_glu(dw, b, m, -1, KRN_INT4_GEMM_NO_SWAP, false, rng, "no swap");
+}
+
+static int g_major; /* the device's compute capability major */
+
+/* want: the launch must take the sums (M <= 16, not tiny, the sm_80 kernel). */
+static void acc_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
+{
+    const bool tiny = (int64_t)(dw->lay.n_pad / 128) * (dw->lay.k_pad / 128) < 256;
+    const int want = g_major >= 8 && m <= 16 && !tiny;
+    check_acc(dw, b, m, 0, want, -1, rng, "auto");
+    if (i % 2 == 0)
+        check_acc(dw, b, m, 0, want, m / 2, rng, "nan");
+    if (i % 3 == 1)
+        check_acc(dw, b, m, KRN_INT4_GEMM_GRID_STRIPED, 0, -1, rng, "striped");
+    if (m <= 8 && i % 2 == 1)
+        check_acc(dw, b, m, KRN_INT4_GEMM_NO_SWAP, want, -1, rng, "no swap");
+    if (i % 4 == 0)
+        check_acc(dw, b, m, KRN_INT4_GEMM_FORCE_SM75, 0, -1, rng, "sm75");
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -902,37 +960,9 @@ int main(void)
         {4096, 2048, 128, false, M_QUICK, LEN(M_QUICK), false},
         {288, 512, 32, true, M_QUICK, LEN(M_QUICK), false},
     };
-    const struct wcase *gcases = quick ? glu_small : glu_full;
-    const int n_gcases = quick ? LEN(glu_small) : LEN(glu_full);
-    for (int ci = 0; ci < n_gcases; ci++) {
-        const struct wcase *wc = &gcases[ci];
-        int max_m = 0;
-        for (int i = 0; i < wc->n_ms; i++)
-            max_m = wc->ms[i] > max_m ? wc->ms[i] : max_m;
-        struct dev_weight dw;
-        weight_make(&dw, wc->n, wc->k, wc->group, wc->sym, max_m, &rng, true);
-        struct bufs b;
-        bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
-        int f0 = g_failures;
-        for (int i = 0; i < wc->n_ms; i++) {
-            const int m = wc->ms[i];
-            check_glu(&dw, &b, m, -1, 0, i % 2 == 1, &rng, "auto");
-            if (i % 3 == 0)
-                check_glu(&dw, &b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, &rng, "sm75");
-            if (i % 3 == 1)
-                check_glu(&dw, &b, m, -1, KRN_INT4_GEMM_GRID_STRIPED, false, &rng, "striped");
-            if (m <= 8 && i % 2 == 0)
-                check_glu(&dw, &b, m, -1, KRN_INT4_GEMM_NO_SWAP, false, &rng, "no swap");
-        }
-        printf("%s glu k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
-               wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
-        fflush(stdout);
-        bufs_free(&b);
-        weight_free(&dw);
-    }
-
-    /* Fixed-point sums: the decode step's o and down shapes and others.
-     * want: the launch must take them (M <= 16, not tiny, sm_80 kernel). */
+    run_cases(quick ? glu_small : glu_full, quick ? LEN(glu_small) : LEN(glu_full), true, "glu",
+              glu_ms, &rng);
+    /* Fixed-point sums: the decode step's o and down shapes and others. */
     static const struct wcase acc_full[] = {
         {4096, 4096, 128, false, M_ACC, LEN(M_ACC), false},
         {11008, 4096, 128, true, M_ACC, LEN(M_ACC), false},
@@ -945,41 +975,9 @@ int main(void)
         {4096, 1024, 128, false, M_QUICK, LEN(M_QUICK), false},
         {288, 512, 32, true, M_QUICK, LEN(M_QUICK), false},
     };
-    int dev = 0, major = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    const struct wcase *acases = quick ? acc_small : acc_full;
-    const int n_acases = quick ? LEN(acc_small) : LEN(acc_full);
-    for (int ci = 0; ci < n_acases; ci++) {
-        const struct wcase *wc = &acases[ci];
-        int max_m = 0;
-        for (int i = 0; i < wc->n_ms; i++)
-            max_m = wc->ms[i] > max_m ? wc->ms[i] : max_m;
-        struct dev_weight dw;
-        weight_make(&dw, wc->n, wc->k, wc->group, wc->sym, max_m, &rng);
-        struct bufs b;
-        bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
-        const bool tiny = (int64_t)(dw.lay.n_pad / 128) * (dw.lay.k_pad / 128) < 256;
-        int f0 = g_failures;
-        for (int i = 0; i < wc->n_ms; i++) {
-            const int m = wc->ms[i];
-            const int want = major >= 8 && m <= 16 && !tiny;
-            check_acc(&dw, &b, m, 0, want, -1, &rng, "auto");
-            if (i % 2 == 0)
-                check_acc(&dw, &b, m, 0, want, m / 2, &rng, "nan");
-            if (i % 3 == 1)
-                check_acc(&dw, &b, m, KRN_INT4_GEMM_GRID_STRIPED, 0, -1, &rng, "striped");
-            if (m <= 8 && i % 2 == 1)
-                check_acc(&dw, &b, m, KRN_INT4_GEMM_NO_SWAP, want, -1, &rng, "no swap");
-            if (i % 4 == 0)
-                check_acc(&dw, &b, m, KRN_INT4_GEMM_FORCE_SM75, 0, -1, &rng, "sm75");
-        }
-        printf("%s acc k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
-               wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
-        fflush(stdout);
-        bufs_free(&b);
-        weight_free(&dw);
-    }
+    CK(cudaDeviceGetAttribute(&g_major, cudaDevAttrComputeCapabilityMajor, 0));
+    run_cases(quick ? acc_small : acc_full, quick ? LEN(acc_small) : LEN(acc_full), false, "acc",
+              acc_ms, &rng);
 
     printf("%s: %d checks, %d failures (seed %llu)\n", g_failures ? "FAILED" : "PASSED", g_checks,
            g_failures, (unsigned long long)g_seed);
