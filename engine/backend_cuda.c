@@ -147,7 +147,6 @@ struct cu_ctx {
     void *acc64;
     size_t acc64_bytes;
     bool defer_acc, acc_held;
-    int32_t attn_impl_dec, attn_split_keys; /* experiment: INT4SERVE_CUDA_ATTN_IMPL / _SPLIT_KEYS */
     uint16_t *held_c;
     int64_t held_ldc;
     int32_t held_m, held_n;
@@ -1023,12 +1022,9 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                            "attention: positions and tables must be filled with buf_upload");
     const int32_t hd = p->head_dim, G = p->n_heads / p->n_kv_heads;
     struct krn_cuda_attn_config cfg;
-    inf_status_t st =
-        krn_cuda_attn_config(hd, decode, decode ? c->attn_impl_dec : KRN_ATTN_AUTO, &cfg, err);
+    inf_status_t st = krn_cuda_attn_config(hd, decode, KRN_ATTN_AUTO, &cfg, err);
     if (st != INF_OK)
         return st;
-    if (decode && c->attn_split_keys > 0)
-        cfg.split_keys = c->attn_split_keys;
     const int32_t R = cfg.rows, tile = cfg.tile;
     /* Validate the tables from their host copies, as every backend does. */
     int32_t n_tok = 0;
@@ -1269,7 +1265,7 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         .partials = (float *)c->scratch,
         .group_done = c->d_group_done,
         .decode = decode,
-        .impl = decode ? c->attn_impl_dec : KRN_ATTN_AUTO,
+        .impl = KRN_ATTN_AUTO,
         .rows = decode ? p->n_seqs : 0 /* a token a sequence */};
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
     written(p->out.buf);
@@ -1688,9 +1684,6 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
     const char *fa = getenv("INT4SERVE_CUDA_ACC64");
     c->defer_acc = !(fa && strcmp(fa, "0") == 0);
-    const char *ai = getenv("INT4SERVE_CUDA_ATTN_IMPL"), *ak = getenv("INT4SERVE_CUDA_ATTN_SPLIT_KEYS");
-    c->attn_impl_dec = ai ? atoi(ai) : KRN_ATTN_AUTO;
-    c->attn_split_keys = ak ? atoi(ak) : 0;
     /* Rows from which an INT4 linear dequantizes its weight once and uses
      * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so
      * their cost grows with M). From bench_gemm on the H200 (the four
