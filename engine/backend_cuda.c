@@ -139,14 +139,21 @@ struct cu_ctx {
      * largest INT4 layer. */
     uint16_t *deq;
     size_t deq_bytes;
-    /* [ACC_MAX_M][largest n] int64, zero between uses: the fixed-point sums
-     * of an INT4 linear of at most ACC_MAX_M rows left for the RMSNorm after
-     * it (the o and down projections; KRN_INT4_GEMM_ACC64). acc_held: such sums
-     * wait for their reader; any other op first writes them to held_c
-     * (acc_flush). INT4SERVE_CUDA_ACC64=0 turns it off. */
+    /* Two buffers of [ACC_MAX_M][largest n] int64: the fixed-point sums of
+     * an INT4 linear of at most ACC_MAX_M rows of a fixed-shape decode step
+     * left for the RMSNorm after it (the o and down projections;
+     * KRN_INT4_GEMM_ACC64). The linears alternate between them (acc_next),
+     * each zeroing the other's words (acc_dirty of them, already read) as
+     * it runs; the step's last words are zeroed at its end (acc_clean), so
+     * both are zero between steps, which a recorded graph relies on.
+     * acc_held: sums wait for their reader in buffer held_buf; any other op
+     * first writes them to held_c (acc_flush). INT4SERVE_CUDA_ACC64=0 turns
+     * it off. */
     void *acc64;
     size_t acc64_bytes;
     bool defer_acc, acc_held;
+    int32_t acc_next, held_buf;
+    int64_t acc_dirty[2];
     uint16_t *held_c;
     int64_t held_ldc;
     int32_t held_m, held_n;
@@ -274,15 +281,44 @@ static inf_status_t rope_flush(struct cu_ctx *c, struct inf_err *err)
     return INF_OK;
 }
 
-/* Write held fixed-point sums to their C (and zero them). */
+/* Buffer i of the fixed-point sums. */
+static int64_t *acc_buf(const struct cu_ctx *c, int32_t i)
+{
+    return (int64_t *)c->acc64 + (size_t)i * (c->acc64_bytes / 16);
+}
+
+/* Write held fixed-point sums to their C (the reduce zeroes them). */
 static inf_status_t acc_flush(struct cu_ctx *c, struct inf_err *err)
 {
     if (!c->acc_held)
         return INF_OK;
     c->acc_held = false;
-    KRN(c, krn_int4_gemm_acc_reduce(c->acc64, c->held_c, c->held_ldc, c->held_m, c->held_n,
-                                    c->stream, lep_));
+    c->acc_dirty[c->held_buf] = 0;
+    KRN(c, krn_int4_gemm_acc_reduce(acc_buf(c, c->held_buf), c->held_c, c->held_ldc, c->held_m,
+                                    c->held_n, c->stream, lep_));
     return INF_OK;
+}
+
+/* Zero buffer i's words left by a linear (dirty). */
+static inf_status_t acc_zero(struct cu_ctx *c, int32_t i, struct inf_err *err)
+{
+    if (c->acc_dirty[i] > 0)
+        CU(c,
+           cudaMemsetAsync(acc_buf(c, i), 0, (size_t)c->acc_dirty[i] * sizeof(int64_t), c->stream),
+           "zeroing the GEMM sums");
+    c->acc_dirty[i] = 0;
+    return INF_OK;
+}
+
+/* Zero whatever words are left: the end of a step, after which both buffers
+ * are zero (what a graph replay finds). Nothing may be held. */
+static inf_status_t acc_clean(struct cu_ctx *c, struct inf_err *err)
+{
+    inf_status_t st = acc_zero(c, 0, err);
+    if (st == INF_OK)
+        st = acc_zero(c, 1, err);
+    c->acc_next = 0;
+    return st;
 }
 
 /* Start of every op: refuse after a failure, make the backend's device
@@ -382,8 +418,9 @@ static void cu_buf_free(struct eng_backend *be, struct eng_buf *buf)
     if (c->acc_held && (uint8_t *)c->held_c >= (uint8_t *)buf->ptr &&
         (uint8_t *)c->held_c < (uint8_t *)buf->ptr + buf->size) {
         c->acc_held = false; /* nobody can read that C now; zero the sums */
+        struct inf_err e = {0};
         if (cudaSetDevice(c->device) == cudaSuccess)
-            (void)cudaMemsetAsync(c->acc64, 0, c->acc64_bytes, c->stream);
+            (void)acc_clean(c, &e);
     }
     if (cudaSetDevice(c->device) == cudaSuccess)
         (void)cudaFree(buf->ptr); /* implicitly waits for work that uses it */
@@ -581,7 +618,7 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
     /* So do the fixed-point sums of a decode step's deferred linears. */
     if (st == INF_OK)
         st = grow_device(c, &c->acc64, &c->acc64_bytes,
-                         (size_t)ACC_MAX_M * (size_t)w->n * sizeof(int64_t), true,
+                         2 * (size_t)ACC_MAX_M * (size_t)w->n * sizeof(int64_t), true,
                          "the GEMM sums", err);
     /* The fp16 copy for large M grows to the largest INT4 layer. */
     if (st == INF_OK && c->deq_min_m > 0) {
@@ -719,12 +756,19 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
                "copy");
             a = xs;
         }
-        /* An o or down projection (at most ACC_MAX_M rows): its sums may
-         * stay as fixed point for the RMSNorm that adds it to the residual. */
-        const bool defer = c->defer_acc && !tmp && !b16 && y_direct &&
+        /* An o or down projection of a fixed-shape decode step (at most
+         * ACC_MAX_M rows): its sums may stay as fixed point for the RMSNorm
+         * that adds it to the residual. */
+        const bool defer = c->defer_acc && c->fx_active && !tmp && !b16 && y_direct &&
                            rows == m && m <= ACC_MAX_M && n == c->norm_dim &&
                            x.buf != c->norm_out &&
-                           (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes;
+                           (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes / 2;
+        const int32_t ab = c->acc_next;
+        if (defer) { /* words a linear that did not take the sums left */
+            inf_status_t zs = acc_zero(c, ab, err);
+            if (zs != INF_OK)
+                return zs;
+        }
         int32_t taken = 0;
         struct krn_int4_gemm_args ga = {.lay = &q->lay,
                                         .b = q->dev,
@@ -739,10 +783,16 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
                                                  : defer ? KRN_INT4_GEMM_ACC64
                                                          : 0,
                                         .config = -1,
-                                        .acc = defer ? c->acc64 : NULL,
-                                        .acc_taken = &taken};
+                                        .acc = defer ? acc_buf(c, ab) : NULL,
+                                        .acc_taken = &taken,
+                                        .acc_clear = defer ? acc_buf(c, 1 - ab) : NULL,
+                                        .acc_clear_words = defer ? c->acc_dirty[1 - ab] : 0};
         KRN(c, krn_int4_gemm(&ga, lep_));
         if (taken) {
+            c->acc_dirty[1 - ab] = 0;
+            c->acc_dirty[ab] = (int64_t)m * n;
+            c->acc_next = 1 - ab;
+            c->held_buf = ab;
             c->acc_held = true;
             c->held_c = cout;
             c->held_ldc = y.ld < n ? n : y.ld;
@@ -888,8 +938,8 @@ static inf_status_t cu_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
     struct inf_err le = {0};
     inf_status_t st = INF_E_UNSUPPORTED;
     if (from_acc) {
-        st = krn_cuda_rmsnorm_add_acc(dptr(x, 2), x.ld, c->acc64, w->ptr, eps, dptr(out, 2),
-                                      out.ld, dim, m, c->stream, &le);
+        st = krn_cuda_rmsnorm_add_acc(dptr(x, 2), x.ld, acc_buf(c, c->held_buf), w->ptr, eps,
+                                      dptr(out, 2), out.ld, dim, m, c->stream, &le);
         if (st == INF_OK)
             c->acc_held = false;
         else if (st != INF_E_UNSUPPORTED)
@@ -1471,6 +1521,13 @@ static inf_status_t cu_graph_record(struct eng_backend *be, int32_t bucket, bool
     }
     if (!c->capturing)
         return inf_err_set(err, INF_E_INVALID, "no graph is being recorded");
+    /* the step's last GEMM sums are zeroed inside the graph: every replay
+     * leaves both buffers zero, as it finds them */
+    inf_status_t cs = acc_flush(c, err);
+    if (cs == INF_OK)
+        cs = acc_clean(c, err);
+    if (cs != INF_OK)
+        return cs;
     c->capturing = false;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &g);
@@ -1498,9 +1555,10 @@ static inf_status_t cu_graph_record(struct eng_backend *be, int32_t bucket, bool
 static void cu_graph_finish(struct eng_backend *be)
 {
     struct cu_ctx *c = ctx_of(be);
-    if (c->acc_held) { /* sums no RMSNorm read: written to their C now */
+    { /* sums no RMSNorm read written to their C; the step's words zeroed */
         struct inf_err e = {0};
-        (void)acc_flush(c, &e);
+        if (acc_flush(c, &e) == INF_OK)
+            (void)acc_clean(c, &e);
     }
     if (c->rope_held) { /* a RoPE no attention followed: launched as it is */
         struct inf_err e = {0};

@@ -129,11 +129,16 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * exact in any order, and the kernel ends there: no arrival, no last
  * arriver summing the others' partials (about 2 us a launch,
  * docs/gemm-notes.md version 27). C is then not written and
- * *args->acc_taken is 1; krn_int4_gemm_acc_reduce, or a consumer reading
- * the words itself (krn_cuda_rmsnorm_add_acc), gives C and zeroes acc.
- * Elsewhere C is written as usual and *acc_taken is 0. The value is C's up
- * to the fixed point's 2^-30 steps (kernels/cuda/acc64.cuh), not bit for bit
- * the plain launch's order of fp32 additions. */
+ * *args->acc_taken is 1; krn_int4_gemm_acc_reduce (which zeroes the words),
+ * or a consumer reading them itself (krn_cuda_rmsnorm_add_acc, which leaves
+ * them), gives C. Such a launch also zeroes args->acc_clear_words words at
+ * args->acc_clear (another launch's, whose reader ran before this launch)
+ * once the kernel before it is done: a stream of them can alternate two
+ * word buffers and never spend a kernel of its own on zeroing. Elsewhere C
+ * is written as usual, *acc_taken is 0 and neither buffer is touched. The
+ * value is C's up to the fixed point's 2^-30 steps
+ * (kernels/cuda/acc64.cuh), not bit for bit the plain launch's order of
+ * fp32 additions. */
 #define KRN_INT4_GEMM_ACC64 0x40u
 
 /* One GEMM. All pointers but lay are device pointers. */
@@ -153,6 +158,8 @@ struct krn_int4_gemm_args {
                        configurations (krn_int4_gemm_config_name) */
     int64_t *acc;       /* KRN_INT4_GEMM_ACC64: [m][n] device words, zero, 8-byte aligned */
     int32_t *acc_taken; /* host memory or NULL: 1 when acc took the sums instead of C */
+    int64_t *acc_clear; /* KRN_INT4_GEMM_ACC64: words zeroed when acc is taken, or NULL */
+    int64_t acc_clear_words;
 };
 
 /* Bytes of workspace a launch with m <= max_m rows needs for layout lay on the

@@ -24,9 +24,10 @@ inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uint16_t *delt
  * KRN_INT4_GEMM_ACC64 that took them (kernels/int4_gemm.h; acc [m][dim],
  * row stride dim): each is rounded to fp16 as krn_int4_gemm_acc_reduce
  * would write it, so x and out are bit for bit that reduce followed by
- * krn_cuda_rmsnorm_add; the words are zeroed for the next launch. Needs dim
- * % 8 == 0 and 16-byte aligned rows (else INF_E_UNSUPPORTED). */
-inf_status_t krn_cuda_rmsnorm_add_acc(uint16_t *x, int64_t ldx, int64_t *acc, const float *w,
+ * krn_cuda_rmsnorm_add; the words are left as they are (a later ACC64
+ * launch's acc_clear zeroes them). Needs dim % 8 == 0 and 16-byte aligned
+ * rows (else INF_E_UNSUPPORTED). */
+inf_status_t krn_cuda_rmsnorm_add_acc(uint16_t *x, int64_t ldx, const int64_t *acc, const float *w,
                                       float eps, uint16_t *out, int64_t ldo, int32_t dim,
                                       int32_t m, void *stream, struct inf_err *err);
 

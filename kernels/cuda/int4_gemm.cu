@@ -64,7 +64,8 @@
  *          configurations only): finish_tile adds every block's sums into
  *          int64 fixed-point words (acc64.cuh) instead of the split-K
  *          partials, arrival and last arriver; the reader of C converts
- *          them (krn_int4_gemm_acc_reduce, the RMSNorm's form).
+ *          them (krn_int4_gemm_acc_reduce, the RMSNorm's form), and the
+ *          next such launch zeroes them (acc_clear) after its wait.
  * Numerics fp32 accumulate; relative error ~1e-4 (fp16 output rounding).
  *          The usual order uses the CPU reference's fp16 weights; the
  *          swapped path exact products scaled in fp32 per chunk, which
@@ -725,6 +726,12 @@ __global__ void __launch_bounds__(kThreads, BPS)
             load_stage(s, kLoadA);
         cp_async_commit();
     }
+    /* ACC: zero the words another launch left for its (finished) reader,
+     * spread over the grid, once the kernel before is done. */
+    if constexpr (ACC)
+        for (long long idx = (long long)blockIdx.x * kThreads + tid; idx < p.acc_clear_n;
+             idx += (long long)gridDim.x * kThreads)
+            p.acc_clear[idx] = 0;
 
     /* This warp's k steps and word range inside the tile. */
     const int ks0 = KPW * kw;
@@ -1311,9 +1318,11 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         return inf_err_set(err, INF_E_INVALID, "int4 gemm: m=%d", (int)args->m);
     if (args->acc_taken)
         *args->acc_taken = 0; /* C written, unless the sm_80 launch below takes acc */
-    if ((args->flags & KRN_INT4_GEMM_ACC64) && (!args->acc || (uintptr_t)args->acc % 8))
+    if ((args->flags & KRN_INT4_GEMM_ACC64) &&
+        (!args->acc || (uintptr_t)args->acc % 8 || (uintptr_t)args->acc_clear % 8 ||
+         args->acc_clear_words < 0))
         return inf_err_set(err, INF_E_INVALID,
-                           "int4 gemm: KRN_INT4_GEMM_ACC64 needs an 8-byte aligned acc");
+                           "int4 gemm: KRN_INT4_GEMM_ACC64 needs 8-byte aligned acc and acc_clear");
     if (args->m == 0)
         return INF_OK;
     if (!args->a || !args->b || !args->c || !args->workspace)
@@ -1464,6 +1473,8 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         if (use_acc) {
             fn = c.acc[zp][sw];
             p.acc = reinterpret_cast<long long *>(args->acc);
+            p.acc_clear = reinterpret_cast<long long *>(args->acc_clear);
+            p.acc_clear_n = args->acc_clear ? args->acc_clear_words : 0;
         }
     }
     if (!use_acc) {

@@ -29,6 +29,8 @@ struct Params {
     int units;     /* m_tiles * n_tiles * k_tiles (<= 2^30) */
     int slot_rows; /* rows stored per partial tile: min(BM, m) */
     long long *acc; /* KRN_INT4_GEMM_ACC64: [m][n] fixed-point sums (acc64.cuh) */
+    long long *acc_clear; /* and acc_clear_n words to zero after the wait */
+    long long acc_clear_n;
 };
 
 /* (a & b) | c in one LOP3: mask out two nibbles and OR in the exponent of

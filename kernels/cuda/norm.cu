@@ -40,18 +40,16 @@ __device__ __forceinline__ float block_sum(float v)
     return tot;
 }
 
-/* Eight fixed-point sums (kernels/cuda/acc64.cuh) as eight fp16, the words
- * zeroed behind. */
-__device__ __forceinline__ uint4 acc64_take8(long long *a)
+/* Eight fixed-point sums (kernels/cuda/acc64.cuh) as eight fp16. The words
+ * are left as they are: zeroing them here cost 0.85 us a norm at batch 1
+ * (docs/gemm-notes.md, version 35); the next ACC64 launch does it. */
+__device__ __forceinline__ uint4 acc64_take8(const long long *a)
 {
-    longlong2 *a2 = reinterpret_cast<longlong2 *>(a);
+    const longlong2 *a2 = reinterpret_cast<const longlong2 *>(a);
     longlong2 q[4];
 #pragma unroll
     for (int u = 0; u < 4; u++)
         q[u] = __ldcg(a2 + u);
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-        __stcg(a2 + u, make_longlong2(0, 0));
     uint4 o;
     __half2 *h = reinterpret_cast<__half2 *>(&o);
 #pragma unroll
@@ -72,7 +70,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                        float eps,
                        __half *__restrict__ out, /* [m] rows of stride ldo */
                        int64_t ldo, int32_t dim,
-                       long long *__restrict__ acc) /* ACC: [m][dim] sums, zeroed here */
+                       const long long *__restrict__ acc) /* ACC: [m][dim] sums */
 {
     /* The norm weight is the model's and no kernel writes it: this thread's
      * share is loaded before the programmatic-dependent-launch wait, so the
@@ -188,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
 /* The launch of both forms: delta fp16 rows, or (acc) the fixed-point sums
  * of an ACC64 GEMM, which need the vector kernel. */
 static inf_status_t rmsnorm_launch(uint16_t *x, int64_t ldx, const uint16_t *delta, int64_t ldd,
-                                   int64_t *acc, const float *w, float eps, uint16_t *out,
+                                   const int64_t *acc, const float *w, float eps, uint16_t *out,
                                    int64_t ldo, int32_t dim, int32_t m, void *stream,
                                    struct inf_err *err)
 {
@@ -201,7 +199,7 @@ static inf_status_t rmsnorm_launch(uint16_t *x, int64_t ldx, const uint16_t *del
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     __half *xh = reinterpret_cast<__half *>(x), *oh = reinterpret_cast<__half *>(out);
     const __half *dh = reinterpret_cast<const __half *>(delta);
-    long long *ah = reinterpret_cast<long long *>(acc);
+    const long long *ah = reinterpret_cast<const long long *>(acc);
     const bool vec = dim % 8 == 0 && dim <= 8 * 4 * kMaxThreads && ldx % 8 == 0 &&
                      (!delta || ldd % 8 == 0) && ldo % 8 == 0 &&
                      ((uintptr_t)x | (uintptr_t)delta | (uintptr_t)out | (uintptr_t)w |
@@ -245,7 +243,7 @@ extern "C" inf_status_t krn_cuda_rmsnorm_add(uint16_t *x, int64_t ldx, const uin
     return rmsnorm_launch(x, ldx, delta, ldd, NULL, w, eps, out, ldo, dim, m, stream, err);
 }
 
-extern "C" inf_status_t krn_cuda_rmsnorm_add_acc(uint16_t *x, int64_t ldx, int64_t *acc,
+extern "C" inf_status_t krn_cuda_rmsnorm_add_acc(uint16_t *x, int64_t ldx, const int64_t *acc,
                                                  const float *w, float eps, uint16_t *out,
                                                  int64_t ldo, int32_t dim, int32_t m,
                                                  void *stream, struct inf_err *err)

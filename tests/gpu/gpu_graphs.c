@@ -1,7 +1,7 @@
 /* GPU test: decode steps replayed from CUDA graphs (engine/model.c's decode
  * buckets on the CUDA backend's graph slots).
  *
- * Three models of the same checkpoint (the tiny preset), each on its own
+ * Three models of the same checkpoint, each on its own
  * CUDA backend: graphs on (recorded on first use, then replayed), the same
  * padded bucket shapes run eagerly, and graphs off (unpadded). For batches
  * of 1, 3, 8, 13, 24 and 40 sequences (buckets 1, 4, 8, 16, 24, 48; the
@@ -14,7 +14,11 @@
  * relative (fp16, other split counts) with the same greedy token in at
  * least 90% of the rows; the device sampler on the replayed step gives the
  * greedy token of the same logits.
- * Checkpoint: made by int4serve-mkmodel ($INT4SERVE_MKMODEL or
+ * Checkpoints, each through all of the above: the tiny preset, and a
+ * two-layer one of hidden 2048 whose o and down projections leave their
+ * split-K sums to the RMSNorm after them at M <= 16 (fixed-point sums,
+ * KRN_INT4_GEMM_ACC64): replays then also check that a recorded step
+ * leaves those words as it found them. Made by int4serve-mkmodel ($INT4SERVE_MKMODEL or
  * $INT4SERVE_BUILD_DIR/tools/mkmodel). Fresh seed each run, printed;
  * INT4SERVE_TEST_SEED replays one. Prints "SKIPPED: no GPU" without one. */
 #include "common/inf.h"
@@ -78,6 +82,8 @@ struct batch_buf {
     int32_t bt[MAX_SEQ * MAX_BLOCKS];
 };
 
+static int run_checkpoint(const char *mk, const char *tmp, const char *name, const char *args);
+
 int main(void)
 {
     int ndev = 0;
@@ -91,20 +97,43 @@ int main(void)
     char tmp[] = "/tmp/int4serve-gpu-graphs-XXXXXX";
     if (!mkdtemp(tmp))
         return 2;
-    char dir[600], cmd[1400], mkpath[512];
+    char mkpath[512];
     const char *mk = getenv("INT4SERVE_MKMODEL");
     if (!mk) {
         const char *bd = getenv("INT4SERVE_BUILD_DIR");
         snprintf(mkpath, sizeof mkpath, "%s/tools/mkmodel/int4serve-mkmodel", bd ? bd : ".");
         mk = mkpath;
     }
-    snprintf(dir, sizeof dir, "%s/m", tmp);
-    snprintf(cmd, sizeof cmd, "'%s' --preset tiny --max-pos 1024 --seed 9 --out '%s' >/dev/null",
-             mk, dir);
+    /* the tiny preset, and two layers wide enough that the INT4 GEMM at
+     * M <= 16 leaves the o and down projections' sums to the RMSNorm
+     * (weights of 256 tiles of 128 x 128 and more) */
+    int rc = run_checkpoint(mk, tmp, "tiny", "--preset tiny");
+    if (rc == 0)
+        rc = run_checkpoint(mk, tmp, "wide",
+                            "--preset tiny --hidden 2048 --intermediate 5632 --layers 2 "
+                            "--heads 16 --kv-heads 16");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "warning: could not remove %s\n", tmp);
+    if (rc)
+        return rc;
+    printf("%s: %d of %d checks failed\n", g_fail ? "FAILED" : "PASSED", g_fail, g_checks);
+    return g_fail ? 1 : 0;
+}
+
+/* One checkpoint (mkmodel's arguments args) through every batch size. */
+static int run_checkpoint(const char *mk, const char *tmp, const char *name, const char *args)
+{
+    char dir[600], cmd[1400];
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    snprintf(cmd, sizeof cmd, "'%s' %s --max-pos 1024 --seed 9 --out '%s' >/dev/null", mk, args,
+             dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "FATAL: %s failed\n", cmd);
         return 2;
     }
+    printf("checkpoint %s (%s)\n", name, args);
     struct inf_err err = {0};
     enum eng_graphs modes[3] = {ENG_GRAPHS_ON, ENG_GRAPHS_EAGER, ENG_GRAPHS_OFF};
     struct eng_backend *be[3];
@@ -223,9 +252,5 @@ int main(void)
         eng_backend_destroy(be[i]);
         free(lg[i]);
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "warning: could not remove %s\n", tmp);
-    printf("%s: %d of %d checks failed\n", g_fail ? "FAILED" : "PASSED", g_fail, g_checks);
-    return g_fail ? 1 : 0;
+    return 0;
 }

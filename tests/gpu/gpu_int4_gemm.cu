@@ -614,8 +614,38 @@ static void check_acc(struct dev_weight *dw, struct bufs *b, int m, uint32_t fla
                 why = err.msg;
             else if (!same_halves(x1, x2, cn) || !same_halves(o1, o2, cn))
                 why = "the RMSNorm over the words differs from reduce + RMSNorm";
-            else if (!all_zero_words(acc, cn))
-                why = "words not zero after the RMSNorm";
+            else if (all_zero_words(acc, cn))
+                why = "the RMSNorm zeroed the words (they are left for acc_clear)";
+        }
+        /* a launch into other words zeroes these (acc_clear) and gives the
+         * same bits */
+        if (!why) {
+            int64_t *acc2 = NULL;
+            CK(cudaMalloc((void **)&acc2, cn * sizeof(int64_t)));
+            CK(cudaMemset(acc2, 0, cn * sizeof(int64_t)));
+            if (all_zero_words(acc, cn)) { /* the RMSNorm part did not run: words to clear */
+                args.c = (uint16_t *)c3;
+                if (krn_int4_gemm(&args, &err) != INF_OK)
+                    why = err.msg;
+            }
+            args.acc = acc2;
+            args.acc_clear = acc;
+            args.acc_clear_words = (int64_t)cn;
+            args.c = (uint16_t *)c3;
+            st = why ? INF_OK : krn_int4_gemm(&args, &err);
+            if (st == INF_OK && !why)
+                st = krn_int4_gemm_acc_reduce(acc2, (uint16_t *)c3, n, m, n, NULL, &err);
+            CK(cudaDeviceSynchronize());
+            if (!why && st != INF_OK)
+                why = err.msg;
+            else if (!why && !all_zero_words(acc, cn))
+                why = "acc_clear's words not zeroed";
+            else if (!why && !same_halves(c3, b->c2, cn))
+                why = "the launch that cleared other words gave other bits";
+            cudaFree(acc2);
+            args.acc = acc;
+            args.acc_clear = NULL;
+            args.acc_clear_words = 0;
         }
     }
     if (why) {
