@@ -28,10 +28,12 @@
  *                       fragments from ldmatrix.x4.trans.
  *          At the end the warps' (max, sum, O) meet in shared memory (over
  *          the rings) and the block writes out, or its partial. Split items
- *          then count themselves in the group's arrival counter; the last
- *          one combines the group's partials (read through L2, float4, eight
- *          splits in flight) and resets the counter, so a split step is
- *          still one launch. A partial slot here is acc [16][head_dim], then
+ *          then count themselves in the group's arrival counter (one
+ *          acq_rel atomic a block); the last one combines the group's
+ *          partials (each thread loads every split's max, sum and float4 of
+ *          accumulators at once, eight splits a round, so one L2 round trip
+ *          for up to eight) and resets the counter, so a split step is still
+ *          one launch. A partial slot here is acc [16][head_dim], then
  *          max [16], then sum [16] (fp32, log2 units for the max).
  * Numerics fp16 inputs, fp32 scores, softmax and accumulation (exp2f on
  *          log2-scaled scores), P rounded to fp16 for P.V, one rounding to
@@ -355,13 +357,18 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     if (it.part < 0)
         return;
 
-    /* A split: the group's last item to arrive combines. The fence makes
-     * this block's partial visible device-wide before it is counted. */
-    __threadfence();
+    /* A split: the group's last item to arrive combines. The block's
+     * partial stores are ordered before its arrival by the barrier and the
+     * arrival's release; the last arriver's acquire orders its loads of the
+     * others' partials after theirs (the pattern of a split-K semaphore). */
     __syncthreads();
     const krn_cuda_attn_group grp = p.groups[it.group];
     if (tid == 0) {
-        const int prev = atomicAdd(&p.group_done[it.group], 1);
+        int prev;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                     : "=r"(prev)
+                     : "l"(p.group_done + it.group)
+                     : "memory");
         s_last = prev == grp.n_splits - 1;
         if (s_last)
             p.group_done[it.group] = 0; /* every item counted: ready for the next launch */
@@ -369,53 +376,64 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     __syncthreads();
     if (!s_last)
         return;
-    __threadfence();
     /* The group's items hold consecutive partial slots: this item is number
-     * blockIdx.x - grp.item of them. Every load below is independent of the
-     * others but for the max, so the tail is a few L2 round trips: the
-     * weights (one per split and row), then float4 accumulators with eight
-     * splits in flight. */
+     * blockIdx.x - grp.item of them. A thread takes four output values of a
+     * row and loads every split's max, sum and four accumulators of them at
+     * once, eight splits a round (one L2 round trip for up to eight), merging
+     * the rounds online: with at most eight splits the weights and sums are
+     * those of one pass over all of them, in split order. */
     const int ns = grp.n_splits;
     const float *part0 =
         p.partials + (int64_t)(it.part - (int)(blockIdx.x - grp.item)) * R * (hd + 2);
     const int64_t sstride = (int64_t)R * (hd + 2); /* floats per slot */
-    float *sw = reinterpret_cast<float *>(smem);   /* weight [R][ns], then den [R] */
-    float *sden = sw + R * ns;
-    for (int r = warp; r < it.nrows; r += NW) {
-        float M = -INFINITY;
-        for (int j = lane; j < ns; j += 32)
-            M = fmaxf(M, __ldcg(part0 + j * sstride + R * hd + r));
-#pragma unroll
-        for (int o2 = 16; o2 > 0; o2 >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
-        float den = 0.0f;
-        for (int j = lane; j < ns; j += 32) {
-            const float m = __ldcg(part0 + j * sstride + R * hd + r);
-            const float f = m == -INFINITY ? 0.0f : exp2f(m - M);
-            sw[r * ns + j] = f;
-            den += f * __ldcg(part0 + j * sstride + R * hd + R + r);
-        }
-#pragma unroll
-        for (int o2 = 16; o2 > 0; o2 >>= 1)
-            den += __shfl_xor_sync(0xffffffffu, den, o2);
-        if (lane == 0)
-            sden[r] = den;
-    }
-    __syncthreads();
+    constexpr int CW = 8;                          /* splits a round */
     for (int e = tid * 4; e < it.nrows * hd; e += NT * 4) { /* hd % 8 == 0: one row */
         const int r = e / hd, d = e - r * hd;
+        float M = -INFINITY, den = 0.0f;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-        for (int j = 0; j < ns; j++) {
-            const float w = sw[r * ns + j];
-            const float4 v =
-                __ldcg(reinterpret_cast<const float4 *>(part0 + j * sstride + r * hd + d));
-            acc.x += w * v.x;
-            acc.y += w * v.y;
-            acc.z += w * v.z;
-            acc.w += w * v.w;
+        for (int j0 = 0; j0 < ns; j0 += CW) {
+            float mj[CW], lj[CW];
+            float4 vj[CW];
+#pragma unroll
+            for (int u = 0; u < CW; u++) {
+                mj[u] = -INFINITY;
+                lj[u] = 0.0f;
+                vj[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (j0 + u < ns) {
+                    const float *sp = part0 + (j0 + u) * sstride;
+                    mj[u] = __ldcg(sp + R * hd + r);
+                    lj[u] = __ldcg(sp + R * hd + R + r);
+                    vj[u] = __ldcg(reinterpret_cast<const float4 *>(sp + r * hd + d));
+                }
+            }
+            float cm = M;
+#pragma unroll
+            for (int u = 0; u < CW; u++)
+                cm = fmaxf(cm, mj[u]);
+            if (cm == -INFINITY)
+                continue; /* no split so far saw a valid key */
+            if (M != -INFINITY && M != cm) { /* an earlier round's terms, rescaled */
+                const float f = exp2f(M - cm);
+                den *= f;
+                acc.x *= f;
+                acc.y *= f;
+                acc.z *= f;
+                acc.w *= f;
+            }
+            M = cm;
+#pragma unroll
+            for (int u = 0; u < CW; u++) {
+                if (mj[u] == -INFINITY)
+                    continue; /* a split that saw no valid key */
+                const float w = exp2f(mj[u] - M);
+                den += w * lj[u];
+                acc.x += w * vj[u].x;
+                acc.y += w * vj[u].y;
+                acc.z += w * vj[u].z;
+                acc.w += w * vj[u].w;
+            }
         }
-        const float inv = 1.0f / sden[r];
+        const float inv = 1.0f / den;
         const int rr = it.row0 + r;
         __half *o4 =
             og + (int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd + d;

@@ -10,7 +10,7 @@ namespace krnattn {
 
 constexpr int kDecodeRows = 16;       /* query rows per item: the mma's M */
 constexpr int kDecodeTile = 16;       /* keys per pipeline stage */
-constexpr int kDecodeMaxSplits = 256; /* the fused combine's shared-memory bound */
+constexpr int kDecodeMaxSplits = 256; /* splits a group may have */
 
 /* Compiled configurations (warps per block x pipeline stages per warp). */
 int decode_variant_count();
