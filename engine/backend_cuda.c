@@ -187,6 +187,7 @@ struct cu_ctx {
     struct attn_layout fx;
     int32_t fx_rows;
     bool fuse_rope_kv; /* INT4SERVE_CUDA_FUSE_ROPE_KV=0 turns the fusion off */
+    bool rope_in_attn; /* ... into the decode attention; INT4SERVE_CUDA_ROPE_IN_ATTN=0: its own kernel */
     bool rope_held;
     struct rope_call rope;
     bool capturing;
@@ -1278,17 +1279,7 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
     const struct list_cache *lc = &c->lists[decode ? 0 : 1];
     const int32_t hd = p->head_dim;
     const int64_t kv_row = (int64_t)p->n_kv_heads * hd;
-    if (fused) {
-        /* RoPE of the step's rows with their K/V written into the pools */
-        c->rope_held = false;
-        const struct rope_call *r = &c->rope;
-        KRN(c, krn_cuda_rope_kv(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, r->pos, c->d_inv_freq,
-                                dptr(p->v, 2), p->v.ld, p->k_cache->ptr, p->v_cache->ptr,
-                                (const int32_t *)(lc->dev + lay.map_off), r->m, c->stream, lep_));
-        written(p->k_cache);
-        written(p->v_cache);
-    }
-    if (lay.n_kv == 0)
+    if (lay.n_kv == 0 && !fused)
         return INF_OK;
     if (!fused)
         KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
@@ -1317,6 +1308,38 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         .decode = decode,
         .impl = KRN_ATTN_AUTO,
         .rows = decode ? p->n_seqs : 0 /* a token a sequence */};
+    if (fused) {
+        /* RoPE of the step's rows with their K/V written into the pools:
+         * inside the attention kernel where it takes them, else its own
+         * kernel first */
+        c->rope_held = false;
+        const struct rope_call *r = &c->rope;
+        const int32_t *map = (const int32_t *)(lc->dev + lay.map_off);
+        inf_status_t st = INF_E_UNSUPPORTED;
+        if (c->rope_in_attn && lay.n_items > 0) {
+            struct krn_cuda_attn_params rp = kp;
+            rp.rope_inv_freq = c->d_inv_freq;
+            rp.rope_pos = r->pos;
+            rp.kv_map = map;
+            rp.v_new = dptr(p->v, 2);
+            rp.ldv = p->v.ld;
+            struct inf_err le = {0};
+            st = krn_cuda_attention(&rp, c->stream, &le);
+            if (st != INF_OK && st != INF_E_UNSUPPORTED)
+                return kst(c, st, &le, err);
+        }
+        written(p->k_cache);
+        written(p->v_cache);
+        if (st == INF_OK) {
+            written(p->out.buf);
+            return INF_OK;
+        }
+        KRN(c, krn_cuda_rope_kv(r->x, r->ldx, p->n_heads, p->n_kv_heads, hd, r->pos, c->d_inv_freq,
+                                dptr(p->v, 2), p->v.ld, p->k_cache->ptr, p->v_cache->ptr, map, r->m,
+                                c->stream, lep_));
+        if (lay.n_kv == 0)
+            return INF_OK;
+    }
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
     written(p->out.buf);
     written(p->k_cache);
@@ -1740,6 +1763,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
        "pinned staging");
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
+    const char *fra = getenv("INT4SERVE_CUDA_ROPE_IN_ATTN");
+    c->rope_in_attn = !(fra && strcmp(fra, "0") == 0);
     const char *fa = getenv("INT4SERVE_CUDA_ACC64");
     c->defer_acc = !(fa && strcmp(fa, "0") == 0);
     /* Rows from which an INT4 linear dequantizes its weight once and uses

@@ -77,6 +77,23 @@ struct krn_cuda_attn_params {
     int32_t impl;        /* KRN_ATTN_AUTO, or a forced implementation */
     int32_t rows;        /* the step's query rows (0: not given), for the decode
                             kernel's krncuda::pdl_enter(pdl_early(rows)) */
+    /* RoPE and the K/V write of a decode step, fused (rope_inv_freq non-null;
+     * the decode kernel only, see krn_cuda_attention). The step's q heads
+     * (at q) and k heads (the n_kv_heads heads after them in the same rows)
+     * are not rotated yet: every item rotates its query rows as it loads
+     * them, and an item whose keys hold its token's own position rotates
+     * that token's k head kvh and writes it, and v head kvh of the token's
+     * row of v_new, into the pools at pool row kv_map[t] (none where
+     * negative: a padding row) before it reads those keys. Token t is at
+     * position rope_pos[t]; frequencies rope_inv_freq[head_dim / 2]; the
+     * values are those of krn_cuda_rope_kv (kernels/rope_cuda.h), bit for
+     * bit. q is left as it was. Each item's rows must be one token's (a
+     * decode step: one token a sequence). */
+    const float *rope_inv_freq;
+    const int32_t *rope_pos;
+    const int32_t *kv_map;
+    const uint16_t *v_new;
+    int64_t ldv;
 };
 
 /* Implementations: KRN_ATTN_AUTO picks per shape (decode with head_dim <=
@@ -109,7 +126,11 @@ inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
 int32_t krn_cuda_attn_impl_count(void);
 const char *krn_cuda_attn_impl_name(int32_t impl);
 
-/* Run every item, then combine every group. */
+/* Run every item, then combine every group. With p->rope_inv_freq set:
+ * INF_E_UNSUPPORTED unless the decode kernel runs the shape (decode,
+ * head_dim 64 or 128) and what krn_cuda_rope_kv_ok checks holds for q, v_new
+ * and the pools; the caller then rotates and writes the K/V itself
+ * (krn_cuda_rope_kv) and launches without. */
 inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p, void *stream,
                                 struct inf_err *err);
 

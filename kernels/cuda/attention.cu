@@ -31,6 +31,7 @@
 #include "kernels/attn_cuda.h"
 #include "kernels/cuda/attn_decode.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/rope_cuda.h"
 
 #include <math.h>
 
@@ -574,6 +575,14 @@ extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p,
                            "attention: the decode kernel needs a power-of-2 block (got %d) and "
                            "arrival counters for its groups",
                            p->block);
+    if (p->rope_inv_freq &&
+        (decode_variant_of(hdp, p->decode, p->impl) < 0 || p->head_dim != hdp || !p->rope_pos ||
+         !p->kv_map ||
+         !krn_cuda_rope_kv_ok(p->q, p->ldq, p->n_heads, p->n_kv_heads, p->head_dim, p->v_new,
+                              p->ldv, p->k_pool, p->v_pool)))
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: RoPE fused only into the decode kernel (head_dim 64 or "
+                           "128, aligned rows)");
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     cudaError_t e = hdp == 64 ? launch<64>(*p, s) : hdp == 128 ? launch<128>(*p, s)
                                                                : launch<256>(*p, s);

@@ -43,6 +43,7 @@
  */
 #include "kernels/cuda/attn_decode.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/rope.cuh"
 
 #include <math.h>
 
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     static_assert(R * OS * 4 + 2 * R * 4 <= RING, "a warp's ring holds its final state");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_last;
+    __shared__ float s_cos[HDP / 2], s_sin[HDP / 2]; /* the fused RoPE's angles */
     /* Launched with programmatic dependent launch (krncuda::pdl_enter in
      * its two halves): the kernel before writes Q and the K/V of this step's
      * positions (>= it.p_first); the work list, the block table and the K/V
@@ -146,6 +148,13 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     const int lc = lane % CH, lk = lane / CH;
     const bool chunk_ok = lc * 8 < hd;
     const int64_t col = (int64_t)it.kvh * hd + lc * 8;
+    /* The fused RoPE (p.rope_inv_freq, a decode step): the token's own
+     * position (p_first) is not in the pools yet. Its row of the tile is
+     * zero-filled by the copies, which therefore need not wait for the
+     * kernel before, and the warp whose tile holds it puts the rotated K
+     * and the V there itself (and into the pools), see below. */
+    const bool rope = p.rope_inv_freq != nullptr;
+    const int own_key = rope ? it.p_first : -1;
     /* The warp's i-th tile into stage i % S. */
     auto issue = [&](int i) {
         const int kt = it.k0 + (warp + i * NW) * TK;
@@ -153,7 +162,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
 #pragma unroll
         for (int u = 0; u < PASSES; u++) {
             const int key = lk + u * KEYS_PER_PASS, kp = kt + key;
-            const bool ok = chunk_ok && kp < it.k1;
+            const bool ok = chunk_ok && kp < it.k1 && kp != own_key;
             int64_t off = 0;
             if (ok)
                 off = (((int64_t)bt[kp >> bshift] << bshift) + (kp & bmask)) * kv_row + col;
@@ -168,11 +177,30 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
      * commit group s). */
     int pre = 0;
     for (; pre < S - 1; pre++) {
-        if (pre < mine && it.k0 + (warp + pre * NW + 1) * TK > it.p_first)
+        if (pre < mine && !rope && it.k0 + (warp + pre * NW + 1) * TK > it.p_first)
             break;
         if (pre < mine)
             issue(pre);
         cp_async_commit();
+    }
+    /* The fused RoPE: the angles of the item's token before the wait
+     * (positions and frequencies are in place before the step); after it,
+     * the warp whose tile holds the token's position loads the token's k
+     * head (rotated here) and v head: lane j < HDP / 16 a 16-byte piece of
+     * pairs (pieces j and j + HDP / 16), the next HDP / 8 lanes a piece of
+     * V each, loaded with the queries. They go into the pools at once and
+     * into the tile once its copies have landed. */
+    int own_i = -1, own_row = 0;
+    uint4 nk0 = {}, nk1 = {}, nv = {};
+    constexpr int NKP = HDP / 16, NVP = HDP / 8; /* pieces a lane holds: K pairs, V */
+    if (rope) {
+        krnrope::angles((float)p.rope_pos[it.t_first], p.rope_inv_freq, HDP / 2, s_cos, s_sin);
+        __syncthreads();
+        const int j = (it.p_first - it.k0) / TK;
+        if (it.k0 <= it.p_first && it.p_first < it.k1 && j % NW == warp) {
+            own_i = j / NW;
+            own_row = (it.p_first - it.k0) % TK;
+        }
     }
     krncuda::pdl_enter_wait(early);
     for (int s = pre; s < S - 1; s++) {
@@ -209,6 +237,40 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             }
             qa[ks][i] = pack_halves(lo, hi);
         }
+    if (own_i >= 0 && lane < NKP + NVP) {
+        const int64_t prow = p.kv_map[it.t_first];
+        if (lane < NKP) {
+            const __half *kx = reinterpret_cast<const __half *>(p.q) +
+                               (int64_t)it.t_first * p.ldq + (int64_t)(p.n_heads + it.kvh) * HDP;
+            nk0 = *reinterpret_cast<const uint4 *>(kx + lane * 8);
+            nk1 = *reinterpret_cast<const uint4 *>(kx + lane * 8 + HDP / 2);
+            krnrope::rotate8(nk0, nk1, s_cos, s_sin, lane * 8);
+            if (prow >= 0) {
+                __half *kd = reinterpret_cast<__half *>(const_cast<uint16_t *>(p.k_pool)) +
+                             prow * kv_row + (int64_t)it.kvh * HDP;
+                *reinterpret_cast<uint4 *>(kd + lane * 8) = nk0;
+                *reinterpret_cast<uint4 *>(kd + lane * 8 + HDP / 2) = nk1;
+            }
+        } else {
+            const int c = lane - NKP;
+            nv = *reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.v_new) +
+                                                  (int64_t)it.t_first * p.ldv +
+                                                  (int64_t)it.kvh * HDP + c * 8);
+            if (prow >= 0)
+                *reinterpret_cast<uint4 *>(reinterpret_cast<__half *>(const_cast<uint16_t *>(
+                                               p.v_pool)) +
+                                           prow * kv_row + (int64_t)it.kvh * HDP + c * 8) = nv;
+        }
+    }
+    if (rope) { /* element d of a lane's A fragments pairs with d + HDP / 2, KSTEPS / 2 on */
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS / 2; ks++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int d = ks * 16 + 2 * t + (i >> 1) * 8;
+                krnrope::rotate2(qa[ks][i], qa[ks + KSTEPS / 2][i], s_cos, s_sin, d);
+            }
+    }
 
     const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
     float o[NT_O][4];
@@ -228,6 +290,24 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         const int kt = it.k0 + (warp + i * NW) * TK;
         const uint32_t ks_s = ring + (uint32_t)((i % S) * (RING / S));
         const uint32_t vs_s = ks_s + TK * HDP * 2;
+        if (i == own_i) { /* the token's own key, over the zeros its copy left */
+            if (lane < NKP) {
+                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                                 ks_s + swz<HDP>(own_row, lane)),
+                             "r"(nk0.x), "r"(nk0.y), "r"(nk0.z), "r"(nk0.w)
+                             : "memory");
+                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                                 ks_s + swz<HDP>(own_row, lane + NKP)),
+                             "r"(nk1.x), "r"(nk1.y), "r"(nk1.z), "r"(nk1.w)
+                             : "memory");
+            } else if (lane < NKP + NVP) {
+                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                                 vs_s + swz<HDP>(own_row, lane - NKP)),
+                             "r"(nv.x), "r"(nv.y), "r"(nv.z), "r"(nv.w)
+                             : "memory");
+            }
+            __syncwarp();
+        }
 
         float sc[2][4];
 #pragma unroll

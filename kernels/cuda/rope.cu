@@ -16,6 +16,7 @@
  * Arch     any.
  */
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/rope.cuh"
 #include "kernels/rope_cuda.h"
 
 namespace {
@@ -30,11 +31,7 @@ constexpr int kMaxThreads = 1024;
 __device__ __forceinline__ void row_angles(float p, const float *inv_freq, int32_t half, float *cs,
                                            float *sn)
 {
-    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        float a = p * inv_freq[i];
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
-    }
+    krnrope::angles(p, inv_freq, half, cs, sn);
     __syncthreads();
 }
 
@@ -56,23 +53,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int32_t j = threadIdx.x; j < n; j += kThreads) {
         int32_t h = j / half, i = j % half;
         __half *hp = xr + (int64_t)h * head_dim;
-        float a = __half2float(hp[i]), b = __half2float(hp[i + half]);
-        hp[i] = __float2half_rn(a * cs[i] - b * sn[i]);
-        hp[i + half] = __float2half_rn(b * cs[i] + a * sn[i]);
-    }
-}
-
-/* Rotates 8 pairs (i0 .. i0 + 7 with i0 + half ..) held in a and b. */
-__device__ __forceinline__ void rotate8(uint4 &a, uint4 &b, const float *cs, const float *sn,
-                                        int32_t i0)
-{
-    __half *ah = reinterpret_cast<__half *>(&a), *bh = reinterpret_cast<__half *>(&b);
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        const float c = cs[i0 + e], s = sn[i0 + e];
-        const float fa = __half2float(ah[e]), fb = __half2float(bh[e]);
-        ah[e] = __float2half_rn(fa * c - fb * s);
-        bh[e] = __float2half_rn(fb * c + fa * s);
+        krnrope::rotate_pair(hp[i], hp[i + half], cs[i], sn[i]);
     }
 }
 
@@ -115,7 +96,7 @@ __global__ void __launch_bounds__(kMaxThreads)
             a = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0);
             b = *reinterpret_cast<const uint4 *>(xr + (int64_t)h * head_dim + i0 + half);
         }
-        rotate8(a, b, cs, sn, i0);
+        krnrope::rotate8(a, b, cs, sn, i0);
         *reinterpret_cast<uint4 *>(xr + (int64_t)h * head_dim + i0) = a;
         *reinterpret_cast<uint4 *>(xr + (int64_t)h * head_dim + i0 + half) = b;
         if (KV && prow >= 0 && h >= n_q) {

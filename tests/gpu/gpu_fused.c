@@ -8,6 +8,18 @@
  *                      of rows without a destination (-1) untouched; shapes
  *                      MHA 32/32 x 128 (Llama-2-7B) at 1 and 5 rows, GQA 8/2 x
  *                      64, head_dim 48, and a 256-wide head.
+ *   krn_cuda_attention with the RoPE fused (rope_inv_freq): the decode
+ *                      kernel rotating its queries and writing the step's
+ *                      K/V itself, against krn_cuda_rope_kv followed by the
+ *                      same attention on the same work list: the output,
+ *                      both pools bit for bit, q left unrotated, a second
+ *                      launch the same; MHA 32/32 x 128 (Llama-2-7B at
+ *                      batch 1: three splits) and at 3 rows with contexts
+ *                      0 to 700, positions at split and tile edges, items
+ *                      of up to 901 keys (the token's tile after the ring
+ *                      turned over), GQA 32/8 x 128 and 8/2 x 64, 20 query
+ *                      heads a KV head (two items own the same new key);
+ *                      head_dim 48 and 256 refused.
  *   krn_cuda_rope      the scalar path (head_dim 40, an odd row stride)
  *                      against the host reference.
  *   krn_cuda_rmsnorm_add  dims 4096, 12288 and 20000 (one, two and four
@@ -20,6 +32,7 @@
  *                      of a double-precision reference.
  * Prints "SKIPPED: no GPU" without one. */
 #include "common/inf.h"
+#include "kernels/attn_cuda.h"
 #include "kernels/norm_cuda.h"
 #include "kernels/rope.h"
 #include "kernels/rope_cuda.h"
@@ -187,6 +200,215 @@ static void test_rope_kv(int32_t nq, int32_t nkv, int32_t hd, int32_t m)
     free(hx), free(hy), free(hz), free(hk), free(hv), free(hk0), free(pos), free(kvr), free(row);
 }
 
+/* ---- RoPE fused into the decode attention ------------------------------------- */
+
+/* m one-token sequences; row r has ctx[r] keys before its own (position
+ * ctx[r]); keys split every split_keys; block tables reversed (paging). */
+static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const int32_t *ctx,
+                           int32_t split_keys)
+{
+    struct inf_err err = {0};
+    const int32_t G = nq / nkv, kvd = nkv * hd, blk = 16;
+    const int64_t ld = (int64_t)(nq + 2 * nkv) * hd + 8;
+    int32_t max_blocks = 0, n_blocks = 0;
+    for (int32_t r = 0; r < m; r++) {
+        int32_t nb = (ctx[r] + 1 + blk - 1) / blk;
+        max_blocks = nb > max_blocks ? nb : max_blocks;
+        n_blocks += nb;
+    }
+    int32_t *bt = calloc((size_t)m * max_blocks, 4), *pos = malloc(4 * (size_t)m),
+            *map = malloc(4 * (size_t)m);
+    for (int32_t r = 0, base = 0; r < m; r++) {
+        int32_t nb = (ctx[r] + 1 + blk - 1) / blk;
+        for (int32_t j = 0; j < nb; j++)
+            bt[r * max_blocks + j] = base + nb - 1 - j;
+        base += nb;
+        pos[r] = ctx[r];
+        map[r] = bt[r * max_blocks + ctx[r] / blk] * blk + ctx[r] % blk;
+    }
+    /* items: row sets of up to 16 rows a KV head, keys split; one padding item */
+    struct krn_cuda_attn_item items[512];
+    struct krn_cuda_attn_group groups[256];
+    int32_t n_items = 0, n_groups = 0, n_slots = 0;
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t kvh = 0; kvh < nkv; kvh++)
+            for (int32_t row0 = 0; row0 < G; row0 += 16) {
+                const int32_t keys = ctx[r] + 1, ns = (keys + split_keys - 1) / split_keys;
+                if (ns > 1)
+                    groups[n_groups] = (struct krn_cuda_attn_group){n_items, ns};
+                for (int32_t j = 0; j < ns; j++) {
+                    int32_t k1 = (j + 1) * split_keys;
+                    items[n_items++] = (struct krn_cuda_attn_item){
+                        .t_first = r,
+                        .p_first = ctx[r],
+                        .slot = r,
+                        .kvh = kvh,
+                        .row0 = row0,
+                        .nrows = G - row0 < 16 ? G - row0 : 16,
+                        .k0 = j * split_keys,
+                        .k1 = k1 < keys ? k1 : keys,
+                        .part = ns > 1 ? n_slots++ : -1,
+                        .group = ns > 1 ? n_groups : 0};
+                }
+                n_groups += ns > 1;
+            }
+    items[n_items++] = (struct krn_cuda_attn_item){.nrows = 0};
+    const size_t xb = (size_t)m * ld * 2, pb = (size_t)n_blocks * blk * kvd * 2,
+                 ob = (size_t)m * nq * hd * 2;
+    uint16_t *hx = malloc(xb), *hp = malloc(pb), *hq = malloc(pb);
+    uint16_t *ra[3], *rb[3]; /* out, K pool, V pool of the two paths */
+    for (int i = 0; i < 3; i++) {
+        ra[i] = malloc(i ? pb : ob);
+        rb[i] = malloc(i ? pb : ob);
+    }
+    for (int64_t i = 0; i < (int64_t)m * ld; i++)
+        hx[i] = rh(-2.0f, 2.0f);
+    for (size_t i = 0; i < pb / 2; i++) {
+        hp[i] = rh(-1.0f, 1.0f);
+        hq[i] = rh(-1.0f, 1.0f);
+    }
+    float inv[256];
+    krn_rope_inv_freq(500000.0f, true, 8.0f, 1.0f, 4.0f, 8192, hd, inv);
+    uint16_t *dx = dalloc(xb), *dk = dalloc(pb), *dv = dalloc(pb), *dout = dalloc(ob);
+    int32_t *dbt = dalloc(4 * (size_t)m * max_blocks), *dpos = dalloc(4 * (size_t)m),
+            *dmap = dalloc(4 * (size_t)m), *ddone = dalloc(4 * 256);
+    float *dinv = dalloc(sizeof inv), *dpart = dalloc((size_t)(n_slots + 1) * 16 * (hd + 2) * 4);
+    struct krn_cuda_attn_item *ditems = dalloc(sizeof(items[0]) * n_items);
+    struct krn_cuda_attn_group *dgroups = dalloc(sizeof(groups[0]) * (n_groups + 1));
+    cu(cudaMemcpy(dbt, bt, 4 * (size_t)m * max_blocks, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dpos, pos, 4 * (size_t)m, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dmap, map, 4 * (size_t)m, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dinv, inv, sizeof inv, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(ditems, items, sizeof(items[0]) * n_items, cudaMemcpyHostToDevice), "copy");
+    cu(cudaMemcpy(dgroups, groups, sizeof(groups[0]) * (n_groups + 1), cudaMemcpyHostToDevice),
+       "copy");
+    cu(cudaMemset(ddone, 0, 4 * 256), "memset");
+    const uint16_t *dvn = dx + (int64_t)(nq + nkv) * hd;
+    struct krn_cuda_attn_params kp = {.q = dx,
+                                      .ldq = ld,
+                                      .out = dout,
+                                      .ldo = (int64_t)nq * hd,
+                                      .k_pool = dk,
+                                      .v_pool = dv,
+                                      .block_table = dbt,
+                                      .max_blocks = max_blocks,
+                                      .block = blk,
+                                      .n_heads = nq,
+                                      .n_kv_heads = nkv,
+                                      .head_dim = hd,
+                                      .scale = 1.0f / sqrtf((float)hd),
+                                      .items = ditems,
+                                      .n_items = n_items,
+                                      .groups = dgroups,
+                                      .n_groups = n_groups,
+                                      .partials = dpart,
+                                      .group_done = ddone,
+                                      .decode = true,
+                                      .impl = KRN_ATTN_AUTO,
+                                      .rows = m};
+    struct krn_cuda_attn_params rp = kp;
+    rp.rope_inv_freq = dinv;
+    rp.rope_pos = dpos;
+    rp.kv_map = dmap;
+    rp.v_new = dvn;
+    rp.ldv = ld;
+    long bad[3] = {0, 0, 0}, again_bad = 0, q_bad = 0;
+    for (int pass = 0; pass < 3; pass++) { /* unfused, fused, fused again */
+        cu(cudaMemcpy(dx, hx, xb, cudaMemcpyHostToDevice), "copy");
+        cu(cudaMemcpy(dk, hp, pb, cudaMemcpyHostToDevice), "copy");
+        cu(cudaMemcpy(dv, hq, pb, cudaMemcpyHostToDevice), "copy");
+        cu(cudaMemset(dout, 0xff, ob), "poison");
+        if (pass == 0) {
+            ok(krn_cuda_rope_kv(dx, ld, nq, nkv, hd, dpos, dinv, dvn, ld, dk, dv, dmap, m, NULL,
+                                &err),
+               &err, "rope_kv");
+            ok(krn_cuda_attention(&kp, NULL, &err), &err, "attention");
+        } else {
+            ok(krn_cuda_attention(&rp, NULL, &err), &err, "attention with RoPE");
+        }
+        cu(cudaDeviceSynchronize(), "sync");
+        uint16_t **res = pass == 0 ? ra : rb;
+        uint16_t *tmp = pass == 2 ? malloc(ob) : NULL;
+        cu(cudaMemcpy(pass == 2 ? tmp : res[0], dout, ob, cudaMemcpyDeviceToHost), "copy");
+        if (pass == 2) {
+            again_bad = memcmp(tmp, rb[0], ob) != 0;
+            free(tmp);
+            continue;
+        }
+        cu(cudaMemcpy(res[1], dk, pb, cudaMemcpyDeviceToHost), "copy");
+        cu(cudaMemcpy(res[2], dv, pb, cudaMemcpyDeviceToHost), "copy");
+        if (pass == 1) {
+            uint16_t *x2 = malloc(xb);
+            cu(cudaMemcpy(x2, dx, xb, cudaMemcpyDeviceToHost), "copy");
+            q_bad = memcmp(x2, hx, xb) != 0;
+            free(x2);
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        size_t n = (i ? pb : ob) / 2;
+        for (size_t j = 0; j < n; j++)
+            bad[i] += ra[i][j] != rb[i][j];
+    }
+    long unwritten = 0; /* every output value written (0xffff is a NaN) */
+    for (size_t j = 0; j < ob / 2; j++)
+        unwritten += rb[0][j] == 0xffff;
+    CHECK(bad[0] == 0 && unwritten == 0,
+          "%d/%d x %d, %d rows: fused output differs in %ld values (%ld unwritten)", nq, nkv, hd, m,
+          bad[0], unwritten);
+    CHECK(bad[1] == 0 && bad[2] == 0, "%d/%d x %d, %d rows: pools differ (K %ld, V %ld)", nq, nkv,
+          hd, m, bad[1], bad[2]);
+    CHECK(q_bad == 0, "%d/%d x %d: the fused launch changed q", nq, nkv, hd);
+    CHECK(again_bad == 0, "%d/%d x %d: a second fused launch differs", nq, nkv, hd);
+    printf("attention + RoPE %2d/%2d x %3d, %d rows, %d items, %d groups: == rope_kv + attention\n",
+           nq, nkv, hd, m, n_items, n_groups);
+    cudaFree(dx), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dbt), cudaFree(dpos);
+    cudaFree(dmap), cudaFree(ddone), cudaFree(dinv), cudaFree(dpart), cudaFree(ditems);
+    cudaFree(dgroups);
+    for (int i = 0; i < 3; i++)
+        free(ra[i]), free(rb[i]);
+    free(hx), free(hp), free(hq), free(bt), free(pos), free(map);
+}
+
+/* Shapes the decode kernel does not rotate itself are refused. */
+static void test_rope_attn_refused(int32_t hd)
+{
+    struct inf_err err = {0};
+    uint16_t *buf = dalloc(1 << 20);
+    struct krn_cuda_attn_item *it = dalloc(sizeof *it);
+    cu(cudaMemset(it, 0, sizeof *it), "memset");
+    struct krn_cuda_attn_params kp = {.q = buf,
+                                      .ldq = 4 * hd,
+                                      .out = buf,
+                                      .ldo = 2 * hd,
+                                      .k_pool = buf,
+                                      .v_pool = buf,
+                                      .block_table = (const int32_t *)buf,
+                                      .max_blocks = 1,
+                                      .block = 16,
+                                      .n_heads = 2,
+                                      .n_kv_heads = 1,
+                                      .head_dim = hd,
+                                      .scale = 0.1f,
+                                      .items = it,
+                                      .n_items = 1,
+                                      .group_done = (int32_t *)buf,
+                                      .decode = true,
+                                      .rows = 1,
+                                      .rope_inv_freq = (const float *)buf,
+                                      .rope_pos = (const int32_t *)buf,
+                                      .kv_map = (const int32_t *)buf,
+                                      .v_new = buf,
+                                      .ldv = 4 * hd};
+    inf_status_t st = krn_cuda_attention(&kp, NULL, &err);
+    CHECK(st == INF_E_UNSUPPORTED, "head_dim %d with RoPE: status %d, not unsupported", hd, st);
+    kp.decode = false;
+    kp.head_dim = 64;
+    st = krn_cuda_attention(&kp, NULL, &err);
+    CHECK(st == INF_E_UNSUPPORTED, "prefill with RoPE: status %d, not unsupported", st);
+    cu(cudaDeviceSynchronize(), "sync");
+    cudaFree(buf), cudaFree(it);
+}
+
 /* krn_cuda_rope alone on a shape of the scalar path (odd stride). */
 static void test_rope_scalar(void)
 {
@@ -313,6 +535,19 @@ int main(void)
     test_rope_kv(8, 2, 64, 3);
     test_rope_kv(4, 2, 48, 2);
     test_rope_kv(2, 1, 256, 4);
+    {
+        const int32_t c1[] = {383}, c3[] = {0, 700, 17}, c2[] = {127, 128}, cg[] = {100, 31},
+                      c20[] = {200}, cl[] = {900, 333}, c8[] = {5, 64, 300, 129};
+        test_rope_attn(32, 32, 128, 1, c1, 128);
+        test_rope_attn(32, 32, 128, 2, cl, 2048); /* one item a row: the ring turns over */
+        test_rope_attn(32, 8, 128, 4, c8, 128);   /* Llama-3-8B's heads */
+        test_rope_attn(32, 32, 128, 3, c3, 128);
+        test_rope_attn(32, 32, 128, 2, c2, 128);
+        test_rope_attn(8, 2, 64, 2, cg, 64);
+        test_rope_attn(40, 2, 128, 1, c20, 128);
+        test_rope_attn_refused(48);
+        test_rope_attn_refused(256);
+    }
     test_rope_scalar();
     for (int d = 0; d < 2; d++) {
         test_norm(4096, 1, d);
