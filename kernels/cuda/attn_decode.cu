@@ -616,11 +616,14 @@ int decode_variant_auto(int hdp)
     return hdp == 64 ? 2 : 0;
 }
 
-/* One round of the block's warps with every stage in flight: shorter splits
- * would only add partials to combine. */
+/* One tile a warp. Since the combine takes one round of loads for up to
+ * eight splits, shorter splits pay at batch 1 (H200, bench_attn Llama-2
+ * 1 x 384: 5.73 us at 128 keys, 5.27 at 64; the 32-layer decode replay
+ * 1.880 -> 1.860 ms); at 32 keys half the warps of a w4 block idle (5.63
+ * us, replay 2.030 ms). Head_dim 64 (w8 s2) keeps 128. */
 int decode_split_keys(int v)
 {
-    return kVariants[v].nw * TK * (kVariants[v].s - 1);
+    return kVariants[v].nw * TK;
 }
 
 cudaError_t decode_ctas_per_sm(int hdp, int v, int *out)

@@ -17,7 +17,7 @@ int decode_variant_count();
 const char *decode_variant_name(int v);
 /* The configuration chosen automatically for padded head_dim hdp. */
 int decode_variant_auto(int hdp);
-/* Keys one block takes in one round of its warps: NW * kDecodeTile. */
+/* Fewest keys worth a split of their own: one tile a warp, NW * kDecodeTile. */
 int decode_split_keys(int v);
 /* Resident blocks per SM of configuration v for hdp on the current device
  * (raises the kernel's shared-memory limit first; cached per device). */
