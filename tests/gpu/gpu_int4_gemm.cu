@@ -828,10 +828,14 @@ static const int M_ACC[] = {1, 2, 4, 8, 9, 16, 17, 64};
 
 typedef void (*m_fn)(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng);
 
+/* Checks of a whole case, after its M values (ci: its index in the list). */
+typedef void (*case_fn)(struct dev_weight *dw, struct bufs *b, const struct wcase *wc, int ci,
+                        int max_m, uint64_t *rng);
+
 /* For each case: its weight (in the GLU column order with glu) and buffers,
- * fn for each of its M values, a line per case. */
+ * fn for each of its M values, then after (if any), a line per case. */
 static void run_cases(const struct wcase *cases, int n_cases, bool glu, const char *what, m_fn fn,
-                      uint64_t *rng)
+                      case_fn after, uint64_t *rng)
 {
     for (int ci = 0; ci < n_cases; ci++) {
         const struct wcase *wc = &cases[ci];
@@ -845,12 +849,61 @@ static void run_cases(const struct wcase *cases, int n_cases, bool glu, const ch
         int f0 = g_failures;
         for (int i = 0; i < wc->n_ms; i++)
             fn(&dw, &b, wc->ms[i], i, rng);
+        if (after)
+            after(&dw, &b, wc, ci, max_m, rng);
         printf("%s %s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL",
                what, wc->k, wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
         fflush(stdout);
         bufs_free(&b);
         weight_free(&dw);
     }
+}
+
+/* The plain launch at M value i of a case: automatic choice, and in turn the
+ * forced sm_75 fallback, A one element off, the striped grid, unswapped
+ * operands. */
+static void plain_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
+{
+    check_case(dw, b, m, -1, 0, i % 2 == 0, 0, rng, "auto");
+    if (i % 3 == 0)
+        check_case(dw, b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, 0, rng, "sm75");
+    if (i % 4 == 1)
+        check_case(dw, b, m, -1, 0, true, 1, rng, "a+1");
+    /* the grid over every resident block, where the default takes whole
+     * split-K shares per tile */
+    if (i % 4 == 3)
+        check_case(dw, b, m, -1, KRN_INT4_GEMM_GRID_STRIPED, i % 8 == 3, 0, rng, "striped");
+    /* tokens as the mma A operand, where the default swaps them */
+    if (m <= 8 && i % 2 == 1)
+        check_case(dw, b, m, -1, KRN_INT4_GEMM_NO_SWAP, true, i % 4 == 1, rng, "no swap");
+}
+
+/* The plain cases' whole-case checks: the dequantization, every
+ * configuration at a few M on sweep cases, argument errors (first case),
+ * batch invariance on tiny weights. */
+static void plain_case(struct dev_weight *dw, struct bufs *b, const struct wcase *wc, int ci,
+                       int max_m, uint64_t *rng)
+{
+    check_dequant(dw);
+    const int n_cfg = krn_int4_gemm_config_count();
+    for (int i = 0; wc->sweep && i < wc->n_ms; i++) {
+        const int m = wc->ms[i];
+        if (m != 1 && m != 17 && m != 64 && m != 129 && m != 1000)
+            continue;
+        for (int c = 0; c < n_cfg; c++) {
+            check_case(dw, b, m, c, 0, true, 0, rng, krn_int4_gemm_config_name(c));
+            if (m == 1 || m == 64)
+                check_case(dw, b, m, c, KRN_INT4_GEMM_GRID_STRIPED, false, 0, rng,
+                           krn_int4_gemm_config_name(c));
+            if (m == 1)
+                check_case(dw, b, m, c, KRN_INT4_GEMM_NO_SWAP, true, 0, rng,
+                           krn_int4_gemm_config_name(c));
+        }
+    }
+    if (ci == 0)
+        check_arguments(dw, b);
+    if ((int64_t)(dw->lay.n_pad / 128) * (dw->lay.k_pad / 128) < 256 && max_m >= 64)
+        check_batch_invariance(dw, b, M_INV, LEN(M_INV), rng);
 }
 
 static void glu_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
@@ -928,56 +981,7 @@ int main(void)
     };
     const struct wcase *cases = quick ? small : full;
     int n_cases = quick ? LEN(small) : LEN(full);
-    int n_cfg = krn_int4_gemm_config_count();
-
-    for (int ci = 0; ci < n_cases; ci++) {
-        const struct wcase *wc = &cases[ci];
-        int max_m = 0;
-        for (int i = 0; i < wc->n_ms; i++)
-            max_m = wc->ms[i] > max_m ? wc->ms[i] : max_m;
-        struct dev_weight dw;
-        weight_make(&dw, wc->n, wc->k, wc->group, wc->sym, max_m, &rng);
-        struct bufs b;
-        bufs_make(&b, (size_t)max_m * wc->k, (size_t)max_m * wc->n);
-        int f0 = g_failures;
-        check_dequant(&dw);
-        for (int i = 0; i < wc->n_ms; i++) {
-            int m = wc->ms[i];
-            check_case(&dw, &b, m, -1, 0, i % 2 == 0, 0, &rng, "auto");
-            if (i % 3 == 0)
-                check_case(&dw, &b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, 0, &rng, "sm75");
-            if (i % 4 == 1)
-                check_case(&dw, &b, m, -1, 0, true, 1, &rng, "a+1");
-            /* the grid over every resident block, where the default takes
-             * whole split-K shares per tile */
-            if (i % 4 == 3)
-                check_case(&dw, &b, m, -1, KRN_INT4_GEMM_GRID_STRIPED, i % 8 == 3, 0, &rng,
-                           "striped");
-            /* tokens as the mma A operand, where the default swaps them */
-            if (m <= 8 && i % 2 == 1)
-                check_case(&dw, &b, m, -1, KRN_INT4_GEMM_NO_SWAP, true, i % 4 == 1, &rng,
-                           "no swap");
-            if (wc->sweep && (m == 1 || m == 17 || m == 64 || m == 129 || m == 1000))
-                for (int c = 0; c < n_cfg; c++) {
-                    check_case(&dw, &b, m, c, 0, true, 0, &rng, krn_int4_gemm_config_name(c));
-                    if (m == 1 || m == 64)
-                        check_case(&dw, &b, m, c, KRN_INT4_GEMM_GRID_STRIPED, false, 0, &rng,
-                                   krn_int4_gemm_config_name(c));
-                    if (m == 1)
-                        check_case(&dw, &b, m, c, KRN_INT4_GEMM_NO_SWAP, true, 0, &rng,
-                                   krn_int4_gemm_config_name(c));
-                }
-        }
-        if (ci == 0)
-            check_arguments(&dw, &b);
-        if ((int64_t)(dw.lay.n_pad / 128) * (dw.lay.k_pad / 128) < 256 && max_m >= 64)
-            check_batch_invariance(&dw, &b, M_INV, LEN(M_INV), &rng);
-        printf("%s k=%d n=%d group=%d %s: %d M values\n", g_failures == f0 ? "ok  " : "FAIL", wc->k,
-               wc->n, wc->group, wc->sym ? "sym" : "asym", wc->n_ms);
-        fflush(stdout);
-        bufs_free(&b);
-        weight_free(&dw);
-    }
+    run_cases(cases, n_cases, false, "plain", plain_ms, plain_case, &rng);
     /* GLU output: weights made as [gate; up] in the GLU column order */
     static const struct wcase glu_full[] = {
         {4096, 22016, 128, false, M_GLU, LEN(M_GLU), false},
@@ -991,7 +995,7 @@ int main(void)
         {288, 512, 32, true, M_QUICK, LEN(M_QUICK), false},
     };
     run_cases(quick ? glu_small : glu_full, quick ? LEN(glu_small) : LEN(glu_full), true, "glu",
-              glu_ms, &rng);
+              glu_ms, NULL, &rng);
     /* Fixed-point sums: the decode step's o and down shapes and others. */
     static const struct wcase acc_full[] = {
         {4096, 4096, 128, false, M_ACC, LEN(M_ACC), false},
@@ -1007,7 +1011,7 @@ int main(void)
     };
     CK(cudaDeviceGetAttribute(&g_major, cudaDevAttrComputeCapabilityMajor, 0));
     run_cases(quick ? acc_small : acc_full, quick ? LEN(acc_small) : LEN(acc_full), false, "acc",
-              acc_ms, &rng);
+              acc_ms, NULL, &rng);
 
     printf("%s: %d checks, %d failures (seed %llu)\n", g_failures ? "FAILED" : "PASSED", g_checks,
            g_failures, (unsigned long long)g_seed);
