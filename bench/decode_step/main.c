@@ -2,11 +2,13 @@
  * on the CUDA backend.
  *
  *   int4serve-bench-decode-step --model DIR [--prompt P] [--steps N] [--no-engine]
- *       [--step-only]
+ *       [--step-only] [--batch B]
  *
- * One sequence: a P-token prompt (default 128) prefilled, then N decode steps
- * (default 256), greedy, sampled on the GPU (eng_model_forward_sample: the
- * graph path of the scheduler's decode steps). Reported:
+ * B sequences (default 1; B a decode-graph bucket, above 1 with --step-only):
+ * each a P-token prompt (default 128) prefilled, then N decode steps
+ * (default 256) of one token a sequence, greedy, sampled on the GPU
+ * (eng_model_forward_sample: the graph path of the scheduler's decode
+ * steps). Reported:
  *   step       wall time of eng_model_forward_sample per decode step (graph
  *              replay, GPU sampling, the one download), mean and median; its
  *              host parts (before the replay, the launch call, the sample
@@ -356,54 +358,72 @@ static double ev_ms(cudaEvent_t a, cudaEvent_t b)
     return ms;
 }
 
-/* ---- one sequence ------------------------------------------------------------- */
+/* ---- the sequences ------------------------------------------------------------- */
+#define MAX_BATCH 128
+static int32_t g_batch = 1; /* --batch: decode rows a step (a graph bucket) */
+
+/* g_batch sequences; sequence k owns block-table row k and the KV blocks
+ * k * MAX_BLOCKS .. (k + 1) * MAX_BLOCKS - 1. */
 struct seq {
-    int32_t bt[MAX_BLOCKS];
-    int32_t pos;  /* tokens in the KV cache */
-    int32_t next; /* the token to feed */
+    int32_t bt[MAX_BATCH][MAX_BLOCKS];
+    int32_t pos[MAX_BATCH];  /* tokens in the KV cache */
+    int32_t next[MAX_BATCH]; /* the token to feed */
 };
 
-static inf_status_t run_step(eng_model_t *m, struct seq *s, const int32_t *toks, int32_t n,
-                             struct inf_err *err)
+/* n tokens of sequence k (n > 1: a prefill chunk, alone in the batch), or,
+ * with k < 0, one token of every sequence (a decode step). */
+static inf_status_t run_step(eng_model_t *m, struct seq *s, int32_t k, const int32_t *toks,
+                             int32_t n, struct inf_err *err)
 {
-    static int32_t pos[1024], slot[1024];
+    static int32_t pos[1024], slot[1024], tok[MAX_BATCH];
     static uint8_t want[1024];
-    for (int32_t i = 0; i < n; i++) {
-        pos[i] = s->pos + i;
-        slot[i] = 0;
-        want[i] = i == n - 1;
+    static struct eng_sample_row rows[MAX_BATCH];
+    static struct eng_sample_out out[MAX_BATCH];
+    const bool dec = k < 0;
+    const int32_t nt = dec ? g_batch : n, nl = dec ? g_batch : 1;
+    for (int32_t i = 0; i < nt; i++) {
+        pos[i] = dec ? s->pos[i] : s->pos[k] + i;
+        slot[i] = dec ? i : 0;
+        want[i] = dec || i == n - 1;
+        if (dec)
+            tok[i] = s->next[i];
     }
-    struct eng_batch b = {.n_tokens = n,
-                          .tokens = toks,
+    for (int32_t i = 0; i < nl; i++)
+        rows[i] = (struct eng_sample_row){
+            .logit_row = i, .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    struct eng_batch b = {.n_tokens = nt,
+                          .tokens = dec ? tok : toks,
                           .pos = pos,
                           .slot = slot,
                           .want_logits = want,
-                          .n_logits = 1,
-                          .block_table = s->bt,
-                          .n_slots = 1,
+                          .n_logits = nl,
+                          .block_table = dec ? &s->bt[0][0] : s->bt[k],
+                          .n_slots = dec ? g_batch : 1,
                           .max_blocks = MAX_BLOCKS};
-    struct eng_sample_row row = {
-        .logit_row = 0, .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
-    struct eng_sample_out out;
-    inf_status_t st = eng_model_forward_sample(m, &b, &row, 1, &out, err);
+    inf_status_t st = eng_model_forward_sample(m, &b, rows, nl, out, err);
     if (st != INF_OK)
         return st;
-    s->pos += n;
-    s->next = out.token >= 0 ? out.token : 1;
+    for (int32_t i = 0; i < nl; i++) {
+        const int32_t q = dec ? i : k;
+        s->pos[q] += dec ? 1 : n;
+        s->next[q] = out[i].token >= 0 ? out[i].token : 1;
+    }
     return INF_OK;
 }
 
 static void prefill(eng_model_t *m, struct seq *s, int32_t prompt)
 {
     static int32_t ids[1024];
-    for (int32_t i = 0; i < MAX_BLOCKS; i++)
-        s->bt[i] = i;
-    s->pos = 0;
-    for (int32_t i = 0; i < prompt; i++)
-        ids[i] = 1 + i % 250;
     struct inf_err err = {0};
-    if (run_step(m, s, ids, prompt, &err) != INF_OK)
-        die("prefill", err.msg);
+    for (int32_t k = 0; k < g_batch; k++) {
+        for (int32_t i = 0; i < MAX_BLOCKS; i++)
+            s->bt[k][i] = k * MAX_BLOCKS + i;
+        s->pos[k] = 0;
+        for (int32_t i = 0; i < prompt; i++)
+            ids[i] = 1 + (i + 7 * k) % 250;
+        if (run_step(m, s, k, ids, prompt, &err) != INF_OK)
+            die("prefill", err.msg);
+    }
 }
 
 static eng_model_t *load(const char *dir, struct eng_backend *be, enum eng_graphs g)
@@ -411,8 +431,8 @@ static eng_model_t *load(const char *dir, struct eng_backend *be, enum eng_graph
     struct eng_model_opts o;
     eng_model_opts_default(&o);
     o.max_tokens = 512;
-    o.n_kv_blocks = MAX_BLOCKS;
-    o.max_slots = 1;
+    o.n_kv_blocks = MAX_BLOCKS * g_batch;
+    o.max_slots = g_batch;
     o.max_seq_blocks = MAX_BLOCKS;
     o.decode_graphs = g;
     eng_model_t *m = NULL;
@@ -438,7 +458,7 @@ static void decode_steps(eng_model_t *m, struct seq *s, int32_t n, double *mean,
     uint64_t sum = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t t0 = now_ns();
-        if (run_step(m, s, &s->next, 1, &err) != INF_OK)
+        if (run_step(m, s, -1, NULL, 1, &err) != INF_OK)
             die("decode", err.msg);
         t[i] = now_ns() - t0;
         sum += t[i];
@@ -449,7 +469,7 @@ static void decode_steps(eng_model_t *m, struct seq *s, int32_t n, double *mean,
     free(t);
 }
 
-/* The recorded bucket-1 graph replayed: back to back (ms of GPU per replay)
+/* The recorded graph of bucket g_batch replayed: back to back (ms of GPU per replay)
  * and one at a time with a wait (ms per launch + wait). */
 static void replays(struct eng_backend *be, double *b2b, double *one)
 {
@@ -462,7 +482,7 @@ static void replays(struct eng_backend *be, double *b2b, double *one)
     for (int pass = 0; pass < 2; pass++) {
         uint64_t t0 = now_ns();
         for (int i = 0; i < R; i++) {
-            if (eng_graph_launch(be, 1, &err) != INF_OK)
+            if (eng_graph_launch(be, g_batch, &err) != INF_OK)
                 die("graph launch", err.msg);
             if (pass == 1 && eng_buf_download(be, tiny, 0, &v, 4, &err) != INF_OK)
                 die("download", err.msg);
@@ -555,7 +575,8 @@ int main(int argc, char **argv)
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"steps", required_argument, 0, 'n'}, {"no-engine", no_argument, 0, 'E'},
-        {"step-only", no_argument, 0, 'S'},   {0, 0, 0, 0}};
+        {"step-only", no_argument, 0, 'S'},   {"batch", required_argument, 0, 'b'},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -575,16 +596,25 @@ int main(int argc, char **argv)
             step_only = true;
             engine = false;
             break;
+        case 'b':
+            g_batch = atoi(optarg);
+            break;
         default:
             dir = NULL;
             prompt = 0;
         }
     }
-    if (!dir || prompt < 1 || prompt > 512 || steps < 8 ||
-        prompt + steps + 16 > MAX_BLOCKS * ENG_KV_BLOCK) {
+    static const int32_t buckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128};
+    bool bucket = false;
+    for (size_t i = 0; i < sizeof buckets / sizeof buckets[0]; i++)
+        bucket |= g_batch == buckets[i];
+    if (!dir || prompt < 1 || prompt > 512 || steps < 8 || !bucket ||
+        (g_batch > 1 && !step_only) || prompt + steps + 16 > MAX_BLOCKS * ENG_KV_BLOCK) {
         fprintf(stderr,
                 "usage: int4serve-bench-decode-step --model DIR [--prompt P (1..512)] "
-                "[--steps N (8.., P + N <= %d)] [--no-engine] [--step-only]\n",
+                "[--steps N (8.., P + N <= %d)] [--no-engine] [--step-only]\n"
+                "       [--batch B (a graph bucket: 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128; "
+                "above 1 with --step-only)]\n",
                 MAX_BLOCKS * ENG_KV_BLOCK - 16);
         return 2;
     }
@@ -599,19 +629,19 @@ int main(int argc, char **argv)
     eng_model_t *ma = load(dir, &wa->pub, ENG_GRAPHS_ON);
     const struct eng_model_config *cfg = eng_model_config(ma);
     printf("model: hidden %d, intermediate %d, layers %d, heads %d/%d, vocab %d; prompt %d, "
-           "%d decode steps\n",
+           "%d decode steps of %d sequences\n",
            cfg->hidden, cfg->intermediate, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->vocab,
-           prompt, steps);
+           prompt, steps, g_batch);
 
     /* 1. the step as the scheduler runs it */
-    struct seq sa;
+    static struct seq sa, sb, sc, s2;
     prefill(ma, &sa, prompt);
     double mean, med;
     decode_steps(ma, &sa, 8, &mean, &med); /* records the graph, warms up */
     decode_steps(ma, &sa, steps, &mean, &med);
     printf("\nstep (eng_model_forward_sample, graph replay): mean %.3f ms, median %.3f ms "
            "(%.0f tok/s at the median)\n",
-           mean, med, 1e3 / med);
+           mean, med, 1e3 * g_batch / med);
     /* its parts, over 32 steps */
     double h_pre = 0, h_launch = 0, h_samp = 0, h_wait = 0, g_up = 0, g_graph = 0, g_samp = 0;
     const int NP = 32;
@@ -619,7 +649,7 @@ int main(int argc, char **argv)
         wa->armed = true;
         wa->started = false;
         uint64_t t0 = now_ns();
-        if (run_step(ma, &sa, &sa.next, 1, &err) != INF_OK)
+        if (run_step(ma, &sa, -1, NULL, 1, &err) != INF_OK)
             die("decode", err.msg);
         uint64_t t1 = now_ns();
         wa->armed = false;
@@ -653,7 +683,6 @@ int main(int argc, char **argv)
 
     /* 2. per-op GPU time, eagerly, the stream held until all is queued */
     eng_model_t *mb = load(dir, &wb->pub, ENG_GRAPHS_EAGER);
-    struct seq sb;
     prefill(mb, &sb, prompt);
     decode_steps(mb, &sb, 4, &mean, &med);
     double eager_mean = mean;
@@ -663,7 +692,7 @@ int main(int argc, char **argv)
     const int NO = 8;
     for (int i = 0; i < NO; i++) {
         wb->armed = true;
-        if (run_step(mb, &sb, &sb.next, 1, &err) != INF_OK)
+        if (run_step(mb, &sb, -1, NULL, 1, &err) != INF_OK)
             die("decode", err.msg);
         wb->armed = false;
         for (int e = 1; e < wb->n_ev; e++) {
@@ -702,7 +731,6 @@ int main(int argc, char **argv)
 
     /* 3. everything but the INT4 GEMM, replayed */
     eng_model_t *mc = load(dir, &wc->pub, ENG_GRAPHS_ON);
-    struct seq sc;
     prefill(mc, &sc, prompt);
     wc->armed = true; /* from here on the INT4 linears do nothing */
     decode_steps(mc, &sc, 8, &mean, &med);
@@ -714,7 +742,6 @@ int main(int argc, char **argv)
            mean, med, nb2b, none);
     double model_step = 0;
     {
-        struct seq s2;
         eng_model_destroy(mc);
         eng_model_destroy(mb);
         prefill(ma, &s2, prompt);
