@@ -35,6 +35,13 @@
  *          for up to eight) and resets the counter, so a split step is still
  *          one launch. A partial slot here is acc [16][head_dim], then
  *          max [16], then sum [16] (fp32, log2 units for the max).
+ * RoPE     optional (p.rope_inv_freq, a decode step whose q/k rows are not
+ *          rotated yet): each item rotates its query rows in registers, the
+ *          copies zero-fill the token's own key (so every tile is requested
+ *          before the wait), and the warp whose tile holds that key rotates
+ *          the token's k head, writes it and the v head into the pools and
+ *          over the zeros in its tile (kernels/cuda/rope.cuh: the values of
+ *          krn_cuda_rope_kv, bit for bit).
  * Numerics fp16 inputs, fp32 scores, softmax and accumulation (exp2f on
  *          log2-scaled scores), P rounded to fp16 for P.V, one rounding to
  *          fp16 at the output.
