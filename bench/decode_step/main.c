@@ -16,6 +16,8 @@
  *              events on the backend's stream (uploads, the replay, sampling);
  *   replay     the recorded graph launched back to back (GPU time of one
  *              replay) and launched then waited for, one at a time;
+ *   prefill    the P-token prompt's prefill of one sequence (eager, its first
+ *              token sampled and downloaded): the first one, then five more;
  *   ops        one decode step run eagerly with the stream held by a host
  *              callback until every op is queued, so the GPU runs them back
  *              to back as in a replay; an event after each op gives each op's
@@ -105,6 +107,8 @@ struct wrap {
     cudaEvent_t e_start, e_pre, e_post, e_samp;
     bool started;
     uint64_t t_launch0, t_launch1, t_samp0, t_samp1;
+    uint64_t t_up, t_prep; /* host time inside buf_upload / graph_prepare */
+    int n_up;
 };
 
 static struct wrap *W(struct eng_backend *be)
@@ -145,7 +149,13 @@ static inf_status_t w_upload(struct eng_backend *be, struct eng_buf *dst, size_t
         cuda_ok(cudaEventRecord(w->e_start, w->stream), "event");
         w->started = true;
     }
-    return w->inner->iface->buf_upload(w->inner, dst, off, src, bytes, err);
+    const uint64_t t0 = now_ns();
+    inf_status_t s = w->inner->iface->buf_upload(w->inner, dst, off, src, bytes, err);
+    if (w->mode == W_STEP && w->armed) {
+        w->t_up += now_ns() - t0;
+        w->n_up++;
+    }
+    return s;
 }
 
 static inf_status_t w_linear_q4(struct eng_backend *be, const struct eng_q4w *q,
@@ -274,7 +284,10 @@ static inf_status_t w_graph_prepare(struct eng_backend *be, const struct eng_att
                                     int32_t bucket, bool *have, struct inf_err *err)
 {
     struct wrap *w = W(be);
+    const uint64_t t0 = now_ns();
     inf_status_t s = w->inner->iface->graph_prepare(w->inner, p, bucket, have, err);
+    if (w->mode == W_STEP && w->armed)
+        w->t_prep += now_ns() - t0;
     if (s == INF_OK && w->mode == W_OPS && w->armed) {
         cuda_ok(cudaLaunchHostFunc(w->stream, hold_stream, NULL), "cudaLaunchHostFunc");
         cuda_ok(cudaEventRecord(w->ev[0], w->stream), "event");
@@ -635,7 +648,9 @@ int main(int argc, char **argv)
 
     /* 1. the step as the scheduler runs it */
     static struct seq sa, sb, sc, s2;
+    uint64_t tp = now_ns();
     prefill(ma, &sa, prompt);
+    const double prefill_cold = (double)(now_ns() - tp) / 1e6 / g_batch;
     double mean, med;
     decode_steps(ma, &sa, 8, &mean, &med); /* records the graph, warms up */
     decode_steps(ma, &sa, steps, &mean, &med);
@@ -644,6 +659,8 @@ int main(int argc, char **argv)
            mean, med, 1e3 * g_batch / med);
     /* its parts, over 32 steps */
     double h_pre = 0, h_launch = 0, h_samp = 0, h_wait = 0, g_up = 0, g_graph = 0, g_samp = 0;
+    wa->t_up = wa->t_prep = 0;
+    wa->n_up = 0;
     const int NP = 32;
     for (int i = 0; i < NP; i++) {
         wa->armed = true;
@@ -665,12 +682,30 @@ int main(int argc, char **argv)
     printf("  host: %.3f ms planning + uploads + graph_prepare, %.3f ms cudaGraphLaunch, "
            "%.3f ms sample call, %.3f ms download (wait)\n",
            h_pre / NP, h_launch / NP, h_samp / NP, h_wait / NP);
+    printf("  host, before the launch: %.1f uploads taking %.3f ms, graph_prepare %.3f ms\n",
+           (double)wa->n_up / NP, (double)wa->t_up / 1e6 / NP, (double)wa->t_prep / 1e6 / NP);
     printf("  GPU (events on the stream): %.3f ms first upload to replay start, %.3f ms replay, "
            "%.3f ms sampling (uploads + kernels)\n",
            g_up / NP, g_graph / NP, g_samp / NP);
     double b2b, one;
     replays(be1, &b2b, &one);
     printf("replay: %.3f ms back to back (GPU time), %.3f ms launch + wait\n", b2b, one);
+    {
+        /* the prompt's prefill (one chunk, eager, its first token sampled
+         * and downloaded), first and warm: the model's part of a TTFT */
+        double best = 1e30, sum = 0;
+        const int NPF = 5;
+        for (int i = 0; i < NPF; i++) {
+            tp = now_ns();
+            prefill(ma, &s2, prompt);
+            const double t = (double)(now_ns() - tp) / 1e6 / g_batch;
+            sum += t;
+            best = t < best ? t : best;
+        }
+        printf("prefill of %d tokens (eng_model_forward_sample, one sequence): first %.3f ms, "
+               "then mean %.3f ms, best %.3f ms\n",
+               prompt, prefill_cold, sum / NPF, best);
+    }
     if (step_only) {
         eng_model_destroy(ma);
         wrap_destroy(wa);
