@@ -35,7 +35,7 @@
  *          registers (LOP3 magic-number trick of int4_gemm_impl.cuh: exactly the
  *          CPU reference's fp16 values), issue 8 async wgmma and commit; the
  *          next stage's dequantization overlaps those wgmma, and a stage is
- *          handed back (one arrive per warp on its empty barrier) once
+ *          handed back (every consumer thread arrives on its empty barrier) once
  *          wgmma.wait_group says its group is done. No block-wide barrier in
  *          the main loop.
  * Launch   programmatic dependent launch: the producer issues the weight copies
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
     if (tid == 0) {
         for (int s = 0; s < C::STAGES; s++) {
             mbar_init(&full[s], 1); /* the producer's expect_tx; the rest is bytes */
-            mbar_init(&empty[s], kWG * 4); /* one per consumer warp */
+            mbar_init(&empty[s], kWG * 128); /* one per consumer thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -577,9 +577,14 @@ __global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
             }
             wgmma_commit();
         }
-        wgmma_wait<0>(); /* this warp's view of the stage is no longer needed */
-        if (lane == 0)
-            mbar_arrive(&empty[s]);
+        /* This thread's reads of the stage are done (its LDS fed the wgmma
+         * just waited for). Every consumer thread arrives: an arrive
+         * releases the arriving thread's own accesses only, so one arrive a
+         * warp would leave the other lanes' reads unordered before the
+         * producer's next bulk copy into the stage (compute-sanitizer
+         * racecheck reported exactly that, docs/gemm-notes.md version 39). */
+        wgmma_wait<0>();
+        mbar_arrive(&empty[s]);
     };
 
     uint32_t af[kSteps][4];
