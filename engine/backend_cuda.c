@@ -60,6 +60,12 @@
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
 #define ACC_MAX_M 16                  /* rows of a deferred linear (fixed-point sums) */
+/* Rows up to which the gate/up linear of a decode step ends with its sums
+ * as words (glu_acc). 32-layer Llama-2-7B replay on the H200 (23:19-23:23 UTC,
+ * INT4SERVE_CUDA_ACC64 2 against 1, alternating): 1 row 1.852 -> 1.811
+ * ms, 2 rows 2.031 -> 2.018, 4 rows 2.143 -> 2.126, but 8 rows 2.448 ->
+ * 2.482 and 16 rows 3.131 -> 3.122 (docs/gemm-notes.md, version 42). */
+#define GLU_ACC_MAX_M 4
 #define DEQUANT_MIN_M 896             /* rows from which INT4 linears use fp16 cuBLAS */
 #define SMALL_BYTES 4096              /* error flag, RoPE frequencies */
 #define ATTN_COUNTERS 4096            /* arrival counters of split decode groups */
@@ -151,7 +157,11 @@ struct cu_ctx {
      * it off. */
     void *acc64;
     size_t acc64_bytes;
-    bool defer_acc, acc_held;
+    /* glu_acc: the gated MLP's gate/up linear of such a step also ends with
+     * its sums (in buffer acc_next, which is zero), finished at once by
+     * krn_int4_gemm_acc_reduce_glu, which zeroes them again: no split-K
+     * tail in that GEMM (INT4SERVE_CUDA_ACC64=2 keeps it). */
+    bool defer_acc, glu_acc, acc_held;
     int32_t acc_next, held_buf;
     int64_t acc_dirty[2];
     uint16_t *held_c;
@@ -764,8 +774,13 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
                            rows == m && m <= ACC_MAX_M && n == c->norm_dim &&
                            x.buf != c->norm_out &&
                            (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes / 2;
+        /* The gate/up linear of such a step: its sums as words, SiLU·mul
+         * from them right after (the words are zeroed again). */
+        const bool glu_words = c->glu_acc && c->fx_active && tmp && y_direct && rows == m &&
+                               m <= GLU_ACC_MAX_M &&
+                               (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes / 2;
         const int32_t ab = c->acc_next;
-        if (defer) { /* words a linear that did not take the sums left */
+        if (defer || glu_words) { /* words a linear that did not take the sums left */
             inf_status_t zs = acc_zero(c, ab, err);
             if (zs != INF_OK)
                 return zs;
@@ -780,16 +795,19 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
                                         .workspace = c->gemm_ws,
                                         .workspace_bytes = c->gemm_ws_bytes,
                                         .stream = c->stream,
-                                        .flags = tmp      ? KRN_INT4_GEMM_GLU
-                                                 : defer ? KRN_INT4_GEMM_ACC64
-                                                         : 0,
+                                        .flags = glu_words ? KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64
+                                                 : tmp     ? KRN_INT4_GEMM_GLU
+                                                 : defer   ? KRN_INT4_GEMM_ACC64
+                                                           : 0,
                                         .config = -1,
-                                        .acc = defer ? acc_buf(c, ab) : NULL,
+                                        .acc = defer || glu_words ? acc_buf(c, ab) : NULL,
                                         .acc_taken = &taken,
                                         .acc_clear = defer ? acc_buf(c, 1 - ab) : NULL,
                                         .acc_clear_words = defer ? c->acc_dirty[1 - ab] : 0};
         KRN(c, krn_int4_gemm(&ga, lep_));
-        if (taken) {
+        if (taken && glu_words) {
+            KRN(c, krn_int4_gemm_acc_reduce_glu(acc_buf(c, ab), cout, ny, m, n, c->stream, lep_));
+        } else if (taken) {
             c->acc_dirty[1 - ab] = 0;
             c->acc_dirty[ab] = (int64_t)m * n;
             c->acc_next = 1 - ab;
@@ -1767,6 +1785,7 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     c->rope_in_attn = !(fra && strcmp(fra, "0") == 0);
     const char *fa = getenv("INT4SERVE_CUDA_ACC64");
     c->defer_acc = !(fa && strcmp(fa, "0") == 0);
+    c->glu_acc = c->defer_acc && !(fa && strcmp(fa, "2") == 0);
     /* Rows from which an INT4 linear dequantizes its weight once and uses
      * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so
      * their cost grows with M). From bench_gemm on the H200 (the four

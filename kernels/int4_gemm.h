@@ -119,7 +119,7 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * aligned. */
 #define KRN_INT4_GEMM_GLU 0x20u
 
-/* Fixed-point sums for the reader of C to finish (no bias, no GLU, A rows
+/* Fixed-point sums for the reader of C to finish (no bias, A rows
  * 16-byte aligned): where the launch runs the sm_80 kernel's 16-row tile (M
  * <= 16 on Hopper) on a weight of at least 256 tiles of 128 x 128 (smaller
  * ones give a row the same bits at every M) with at most 64 blocks sharing
@@ -140,6 +140,11 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * (kernels/cuda/acc64.cuh), not bit for bit the plain launch's order of
  * fp32 additions. */
 #define KRN_INT4_GEMM_ACC64 0x40u
+/* With KRN_INT4_GEMM_GLU too, the words are the gate and up sums [m][n] in
+ * the weight's column order (runs of 8 gate + 8 up columns), no C is
+ * written when they are taken, and krn_int4_gemm_acc_reduce_glu gives the
+ * GLU output from them: C[r][j] = SiLU(g) * u of the fp16-rounded sums,
+ * as the GLU launch computes it from its own sums. */
 
 /* One GEMM. All pointers but lay are device pointers. */
 struct krn_int4_gemm_args {
@@ -183,6 +188,14 @@ inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, struct inf_err
  * INF_E_INVALID (NULL, m or n < 1, ldc < n), INF_E_DEVICE. */
 inf_status_t krn_int4_gemm_acc_reduce(int64_t *acc, uint16_t *c, int64_t ldc, int32_t m,
                                       int32_t n, void *stream, struct inf_err *err);
+
+/* The GLU output C [m][n / 2] (row stride ldc, even; C 4-byte aligned) from
+ * the fixed-point sums of a KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64 launch
+ * that took them (acc [m][n], n the weight's columns, a multiple of 16,
+ * 16-byte aligned), which are zeroed. Enqueued on stream; safe to capture.
+ * Errors: INF_E_INVALID (NULL, m < 1, n, ldc or alignment), INF_E_DEVICE. */
+inf_status_t krn_int4_gemm_acc_reduce_glu(int64_t *acc, uint16_t *c, int64_t ldc, int32_t m,
+                                          int32_t n, void *stream, struct inf_err *err);
 
 /* Write the weight of lay (repacked buffer b on the device) dequantized to
  * fp16 into w [n][ldw] on the device (row n, column k: fp16((code - zero) *

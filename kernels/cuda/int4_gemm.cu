@@ -65,7 +65,10 @@
  *          int64 fixed-point words (acc64.cuh) instead of the split-K
  *          partials, arrival and last arriver; the reader of C converts
  *          them (krn_int4_gemm_acc_reduce, the RMSNorm's form), and the
- *          next such launch zeroes them (acc_clear) after its wait.
+ *          next such launch zeroes them (acc_clear) after its wait. With
+ *          GLU too the same kernel runs (the words are the gate and up
+ *          sums); krn_int4_gemm_acc_reduce_glu writes SiLU(g) u and zeroes
+ *          them.
  * Numerics fp32 accumulate; relative error ~1e-4 (fp16 output rounding).
  *          The usual order uses the CPU reference's fp16 weights; the
  *          swapped path exact products scaled in fp32 per chunk, which
@@ -1462,7 +1465,9 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
      * more, in stripes). */
     KernelFn fn = plain;
     long long grid = 0;
-    bool use_acc = (args->flags & KRN_INT4_GEMM_ACC64) && !glu && !p.bias && av && c.acc[zp][sw] &&
+    /* With GLU the words are the gate and up sums in the weight's column
+     * order (krn_int4_gemm_acc_reduce_glu finishes them). */
+    bool use_acc = (args->flags & KRN_INT4_GEMM_ACC64) && !p.bias && av && c.acc[zp][sw] &&
                    !tiny_weight(lay);
     if (use_acc) {
         e = grid_of(c.acc[zp][sw], 2, &grid);
@@ -1526,6 +1531,46 @@ extern "C" inf_status_t krn_int4_gemm_acc_reduce(int64_t *acc, uint16_t *c, int6
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "int4 gemm acc reduce: %s", cudaGetErrorString(e));
     return krncuda::launched("int4 gemm acc reduce", err);
+}
+
+/* SiLU(g) u from the fixed-point sums of a GLU weight's ACC64 launch, two
+ * outputs a thread: gate columns 16 (j / 8) + j % 8 and + 1 (one 16-byte
+ * load), their up columns eight on; the words are zeroed. */
+__global__ void acc_reduce_glu_kernel(long long *acc, half *c, int64_t ldc, int m, int n)
+{
+    krncuda::pdl_enter(krncuda::pdl_early(m));
+    const int half_n = n / 2;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)m * (half_n / 2))
+        return;
+    const int64_t r = i / (half_n / 2);
+    const int j = 2 * (int)(i % (half_n / 2)), col = (j / 8) * 16 + j % 8;
+    longlong2 *gp = reinterpret_cast<longlong2 *>(acc + r * n + col);
+    longlong2 *up = reinterpret_cast<longlong2 *>(acc + r * n + col + 8);
+    const longlong2 g = __ldcg(gp), u = __ldcg(up);
+    *reinterpret_cast<half2 *>(c + r * ldc + j) = __floats2half2_rn(
+        glu_one(krncuda::acc64_value(g.x), krncuda::acc64_value(u.x)),
+        glu_one(krncuda::acc64_value(g.y), krncuda::acc64_value(u.y)));
+    *gp = make_longlong2(0, 0);
+    *up = make_longlong2(0, 0);
+}
+
+extern "C" inf_status_t krn_int4_gemm_acc_reduce_glu(int64_t *acc, uint16_t *c, int64_t ldc,
+                                                     int32_t m, int32_t n, void *stream,
+                                                     struct inf_err *err)
+{
+    if (!acc || !c || m < 1 || n < 16 || n % 16 || ldc < n / 2 || ldc % 2 ||
+        (uintptr_t)acc % 16 || (uintptr_t)c % 4)
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm acc reduce (GLU): arguments");
+    const int64_t total = (int64_t)m * (n / 4);
+    const cudaError_t e = krncuda::launch_pdl(
+        acc_reduce_glu_kernel, dim3((unsigned)((total + 255) / 256)), dim3(256), 0,
+        static_cast<cudaStream_t>(stream), reinterpret_cast<long long *>(acc),
+        reinterpret_cast<half *>(c), ldc, (int)m, (int)n);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "int4 gemm acc reduce (GLU): %s",
+                           cudaGetErrorString(e));
+    return krncuda::launched("int4 gemm acc reduce (GLU)", err);
 }
 
 extern "C" inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *lay, const void *b,

@@ -381,6 +381,67 @@ static void test_linear_q4(int32_t m, int32_t n, int32_t k, int32_t group, bool 
     free(bv);
 }
 
+/* A fixed-shape decode step of m one-token sequences (what a decode graph
+ * runs), opened by graph_prepare on a small attention layout: m sequences
+ * at position 0, a KV block each. */
+struct fx_step {
+    struct eng_buf *pos, *seqs, *bt, *kc, *vc, *q;
+};
+
+static void fx_begin(struct fx_step *f, int32_t m)
+{
+    struct inf_err err = {0};
+    const int32_t H = 2, hd = 64;
+    int32_t *pos = calloc((size_t)m, 4), *seqs = malloc((size_t)m * 12),
+            *bt = malloc((size_t)m * 4);
+    for (int32_t s = 0; s < m; s++) {
+        seqs[3 * s] = s;
+        seqs[3 * s + 1] = 1;
+        seqs[3 * s + 2] = s;
+        bt[s] = s;
+    }
+    DIE_IF(eng_buf_from_host(g_gpu, pos, (size_t)m * 4, &f->pos, &err), "pos");
+    DIE_IF(eng_buf_from_host(g_gpu, seqs, (size_t)m * 12, &f->seqs, &err), "seqs");
+    DIE_IF(eng_buf_from_host(g_gpu, bt, (size_t)m * 4, &f->bt, &err), "bt");
+    const size_t pool = (size_t)m * ENG_KV_BLOCK * H * hd * 2;
+    DIE_IF(eng_buf_alloc(g_gpu, pool, &f->kc, &err), "k pool");
+    DIE_IF(eng_buf_alloc(g_gpu, pool, &f->vc, &err), "v pool");
+    DIE_IF(eng_buf_alloc(g_gpu, (size_t)m * 3 * H * hd * 2, &f->q, &err), "qkv");
+    struct eng_attn_params ap = {.n_heads = H,
+                                 .n_kv_heads = H,
+                                 .head_dim = hd,
+                                 .scale = 0.125f,
+                                 .q = {f->q, 0, 3 * H * hd},
+                                 .k = {f->q, H * hd, 3 * H * hd},
+                                 .v = {f->q, 2 * H * hd, 3 * H * hd},
+                                 .out = {f->q, 0, 3 * H * hd},
+                                 .pos = f->pos,
+                                 .seqs = f->seqs,
+                                 .n_seqs = m,
+                                 .block_table = f->bt,
+                                 .n_slots = m,
+                                 .max_blocks = 1,
+                                 .k_cache = f->kc,
+                                 .v_cache = f->vc,
+                                 .n_blocks = m};
+    bool have = false;
+    DIE_IF(eng_graph_prepare(g_gpu, &ap, m, &have, &err), "graph_prepare");
+    free(pos);
+    free(seqs);
+    free(bt);
+}
+
+static void fx_end(struct fx_step *f)
+{
+    eng_graph_finish(g_gpu);
+    eng_buf_free(g_gpu, f->pos);
+    eng_buf_free(g_gpu, f->seqs);
+    eng_buf_free(g_gpu, f->bt);
+    eng_buf_free(g_gpu, f->kc);
+    eng_buf_free(g_gpu, f->vc);
+    eng_buf_free(g_gpu, f->q);
+}
+
 /* A gated MLP's gate/up as one GLU weight (linear_q4_glu): against the CPU's
  * linear_q4 + silu_mul, and bit for bit against the GPU's own linear_q4 on
  * [gate; up] followed by silu_mul. x_pad / o_pad pad the row strides of x
@@ -443,6 +504,51 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
         g_fail++;
         printf("FAIL %s: %lld values differ from linear_q4 + silu_mul\n", what, (long long)diff);
     }
+    /* Inside a fixed-shape decode step of at most 16 rows the gate/up sums
+     * end as fixed-point words and SiLU·mul is taken from them
+     * (krn_int4_gemm_acc_reduce_glu): against the CPU, and within a few
+     * fp16 steps of the unfused path (the sums differ by the fixed point's
+     * rounding, then g and u are rounded to fp16). */
+    if (m <= 16) {
+        struct fx_step fx;
+        fx_begin(&fx, m);
+        DIE_IF(eng_buf_upload(g_gpu, gu.g, 0, poison, (size_t)m * n * 2, &err), "poison");
+        DIE_IF(eng_buf_upload(g_gpu, out.g, 0, poison,
+                              (size_t)m * ldo * 2 < (size_t)m * n * 2 ? (size_t)m * ldo * 2
+                                                                      : (size_t)m * n * 2,
+                              &err),
+               "poison");
+        DIE_IF(eng_op_linear_q4_glu(g_gpu, wglu, (struct eng_mat){x.g, 0, ldx},
+                                    (struct eng_mat){gu.g, 0, n}, (struct eng_mat){out.g, 0, ldo},
+                                    m, &err),
+               "gpu linear_q4_glu (fixed shape)");
+        fx_end(&fx);
+        char what2[160];
+        snprintf(what2, sizeof what2, "%s (fixed-shape step)", what);
+        compare_view(what2, &out, 0, ldo, m, dim, 3e-3);
+        DIE_IF(eng_buf_download(g_gpu, out.g, 0, h1, (size_t)m * ldo * 2, &err), "download");
+        int64_t far = 0, other = 0;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < dim; c++) {
+                const float a = inf_f16_to_f32(h1[r * ldo + c]),
+                            b = inf_f16_to_f32(h2[r * ldo + c]);
+                const float big = fabsf(a) > fabsf(b) ? fabsf(a) : fabsf(b);
+                int e = 0;
+                frexpf(big < 6.1035e-5f ? 6.1035e-5f : big, &e);
+                other += h1[r * ldo + c] != h2[r * ldo + c];
+                far += !(fabsf(a - b) <= 4.0f * ldexpf(1.0f, e - 11));
+            }
+        g_checks++;
+        if (far) {
+            g_fail++;
+            printf("FAIL %s: %lld values more than 4 fp16 steps from linear_q4 + silu_mul\n", what2,
+                   (long long)far);
+        } else {
+            printf("ok   %s: %lld of %lld values differ from linear_q4 + silu_mul, all within 4 "
+                   "fp16 steps\n",
+                   what2, (long long)other, (long long)m * dim);
+        }
+    }
     /* a GLU weight is for linear_q4_glu only */
     expect_status("linear_q4 on a GLU weight refused",
                   eng_op_linear_q4(g_gpu, wglu, NULL, (struct eng_mat){x.g, 0, ldx},
@@ -460,67 +566,6 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
     eng_weight_q4_destroy(g_gpu, wglu);
     free(wv);
     free(xv);
-}
-
-/* A fixed-shape decode step of m one-token sequences (what a decode graph
- * runs), opened by graph_prepare on a small attention layout: m sequences
- * at position 0, a KV block each. */
-struct fx_step {
-    struct eng_buf *pos, *seqs, *bt, *kc, *vc, *q;
-};
-
-static void fx_begin(struct fx_step *f, int32_t m)
-{
-    struct inf_err err = {0};
-    const int32_t H = 2, hd = 64;
-    int32_t *pos = calloc((size_t)m, 4), *seqs = malloc((size_t)m * 12),
-            *bt = malloc((size_t)m * 4);
-    for (int32_t s = 0; s < m; s++) {
-        seqs[3 * s] = s;
-        seqs[3 * s + 1] = 1;
-        seqs[3 * s + 2] = s;
-        bt[s] = s;
-    }
-    DIE_IF(eng_buf_from_host(g_gpu, pos, (size_t)m * 4, &f->pos, &err), "pos");
-    DIE_IF(eng_buf_from_host(g_gpu, seqs, (size_t)m * 12, &f->seqs, &err), "seqs");
-    DIE_IF(eng_buf_from_host(g_gpu, bt, (size_t)m * 4, &f->bt, &err), "bt");
-    const size_t pool = (size_t)m * ENG_KV_BLOCK * H * hd * 2;
-    DIE_IF(eng_buf_alloc(g_gpu, pool, &f->kc, &err), "k pool");
-    DIE_IF(eng_buf_alloc(g_gpu, pool, &f->vc, &err), "v pool");
-    DIE_IF(eng_buf_alloc(g_gpu, (size_t)m * 3 * H * hd * 2, &f->q, &err), "qkv");
-    struct eng_attn_params ap = {.n_heads = H,
-                                 .n_kv_heads = H,
-                                 .head_dim = hd,
-                                 .scale = 0.125f,
-                                 .q = {f->q, 0, 3 * H * hd},
-                                 .k = {f->q, H * hd, 3 * H * hd},
-                                 .v = {f->q, 2 * H * hd, 3 * H * hd},
-                                 .out = {f->q, 0, 3 * H * hd},
-                                 .pos = f->pos,
-                                 .seqs = f->seqs,
-                                 .n_seqs = m,
-                                 .block_table = f->bt,
-                                 .n_slots = m,
-                                 .max_blocks = 1,
-                                 .k_cache = f->kc,
-                                 .v_cache = f->vc,
-                                 .n_blocks = m};
-    bool have = false;
-    DIE_IF(eng_graph_prepare(g_gpu, &ap, m, &have, &err), "graph_prepare");
-    free(pos);
-    free(seqs);
-    free(bt);
-}
-
-static void fx_end(struct fx_step *f)
-{
-    eng_graph_finish(g_gpu);
-    eng_buf_free(g_gpu, f->pos);
-    eng_buf_free(g_gpu, f->seqs);
-    eng_buf_free(g_gpu, f->bt);
-    eng_buf_free(g_gpu, f->kc);
-    eng_buf_free(g_gpu, f->vc);
-    eng_buf_free(g_gpu, f->q);
 }
 
 /* An o or down projection followed by the RMSNorm that adds it to the

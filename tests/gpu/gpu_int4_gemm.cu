@@ -466,14 +466,112 @@ static bool all_zero_words(const int64_t *d, size_t count)
  * point's 2^-30 steps and by the plain launch's fp32 additions of partials,
  * whose rounding (about 6e-8 of the partials' size, i.e. of C's) shows on
  * outputs near zero — floor is 1e-6 of C's root mean square. */
-static bool close_half(float x, float y, float floor)
+static bool close_half(float x, float y, float floor, float ulps = 1.0f)
 {
     if (isnan(x) || isnan(y))
         return isnan(x) && isnan(y);
     const float big = fmaxf(fabsf(x), fabsf(y));
     int e = 0;
     frexpf(big < 6.1035e-5f ? 6.1035e-5f : big, &e);
-    return fabsf(x - y) <= ldexpf(1.0f, e - 11) + floor;
+    return fabsf(x - y) <= ulps * ldexpf(1.0f, e - 11) + floor;
+}
+
+/* A GLU weight launched with KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64 after
+ * check_glu (b->ref: the reference GLU output of the plain C). Where it
+ * takes the sums (want_taken: it must) C stays untouched,
+ * krn_int4_gemm_acc_reduce_glu gives the GLU output within a few fp16
+ * steps of the reference (its g and u are the fixed-point sums, which the
+ * fp16 rounding before SiLU can move by a step each) and zeroes the words,
+ * and a second launch gives the same bits; elsewhere C is the reference bit
+ * for bit and the words stay zero. */
+static void check_glu_acc(struct dev_weight *dw, struct bufs *b, int m, int want_taken)
+{
+    const int n = dw->lay.n, k = dw->lay.k;
+    const size_t cn = (size_t)m * n, on = cn / 2;
+    int64_t *acc = NULL;
+    half *c3 = NULL;
+    CK(cudaMalloc((void **)&acc, cn * sizeof(int64_t)));
+    CK(cudaMemset(acc, 0, cn * sizeof(int64_t)));
+    CK(cudaMalloc((void **)&c3, on * sizeof(half)));
+    struct krn_int4_gemm_args args;
+    memset(&args, 0, sizeof args);
+    args.lay = &dw->lay;
+    args.b = dw->packed;
+    args.a = (const uint16_t *)b->a;
+    args.m = m;
+    args.workspace = dw->ws;
+    args.workspace_bytes = dw->ws_bytes;
+    args.flags = KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64;
+    args.config = -1;
+    args.acc = acc;
+    int32_t taken = -1;
+    args.acc_taken = &taken;
+    args.c = (uint16_t *)b->c2;
+    CK(cudaMemset(b->c2, 0xff, on * sizeof(half)));
+    struct inf_err err;
+    inf_err_clear(&err);
+    g_checks++;
+    inf_status_t st = krn_int4_gemm(&args, &err);
+    CK(cudaDeviceSynchronize());
+    const half *ref = reinterpret_cast<const half *>(b->ref);
+    const char *why = NULL;
+    float *hp = (float *)malloc(on * sizeof(float)), *hq = (float *)malloc(on * sizeof(float));
+    if (st != INF_OK)
+        why = err.msg;
+    else if (taken != 0 && taken != 1)
+        why = "acc_taken not written";
+    else if (want_taken && !taken)
+        why = "the sums were not taken where they should be";
+    else if (!taken && !same_halves(b->c2, ref, on))
+        why = "not taken, and C differs from the reference GLU";
+    else if (!taken && !all_zero_words(acc, cn))
+        why = "not taken, and the words were written";
+    if (!why && taken) {
+        halves_to_host(b->c2, hp, on);
+        for (size_t i = 0; i < on && !why; i++)
+            if (!isnan(hp[i]))
+                why = "C written by a launch that took the sums";
+        st = krn_int4_gemm_acc_reduce_glu(acc, (uint16_t *)b->c2, n / 2, m, n, NULL, &err);
+        CK(cudaDeviceSynchronize());
+        if (!why && st != INF_OK)
+            why = err.msg;
+        if (!why && !all_zero_words(acc, cn))
+            why = "words not zero after the GLU reduce";
+        if (!why) {
+            halves_to_host(b->c2, hp, on);
+            halves_to_host(ref, hq, on);
+            double ss = 0;
+            for (size_t i = 0; i < on; i++)
+                ss += (double)hq[i] * hq[i];
+            const float floor = (float)(1e-6 * sqrt(ss / (double)on));
+            for (size_t i = 0; i < on && !why; i++)
+                if (!close_half(hp[i], hq[i], floor, 4.0f) || !isfinite(hp[i])) {
+                    printf("  element %zu: acc %.8g reference %.8g\n", i, hp[i], hq[i]);
+                    why = "GLU output from the words not within 4 fp16 steps of the reference";
+                }
+        }
+        if (!why) { /* again: the same bits */
+            args.c = (uint16_t *)c3;
+            st = krn_int4_gemm(&args, &err);
+            if (st == INF_OK)
+                st = krn_int4_gemm_acc_reduce_glu(acc, (uint16_t *)c3, n / 2, m, n, NULL, &err);
+            CK(cudaDeviceSynchronize());
+            if (st != INF_OK)
+                why = err.msg;
+            else if (!same_halves(c3, b->c2, on))
+                why = "a second launch gave other bits";
+        }
+    }
+    if (why) {
+        printf("FAIL glu acc m=%d n=%d k=%d taken=%d: %s\n", m, n, k, taken, why);
+        g_failures++;
+    } else if (getenv("INT4SERVE_GEMM_TEST_VERBOSE")) {
+        printf("ok   glu acc m=%d n=%d k=%d taken=%d\n", m, n, k, taken);
+    }
+    free(hp);
+    free(hq);
+    cudaFree(acc);
+    cudaFree(c3);
 }
 
 /* One ACC64 launch: the plain launch (checked against the reference, C in
@@ -906,9 +1004,15 @@ static void plain_case(struct dev_weight *dw, struct bufs *b, const struct wcase
         check_batch_invariance(dw, b, M_INV, LEN(M_INV), rng);
 }
 
+static int g_major; /* the device's compute capability major */
+
 static void glu_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
 {
     check_glu(dw, b, m, -1, 0, i % 2 == 1, rng, "auto");
+    if (i % 2 == 0) { /* no bias: the fixed-point sums take none */
+        const bool tiny = (int64_t)(dw->lay.n_pad / 128) * (dw->lay.k_pad / 128) < 256;
+        check_glu_acc(dw, b, m, g_major >= 8 && m <= 16 && !tiny);
+    }
     if (i % 3 == 0)
         check_glu(dw, b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, rng, "sm75");
     if (i % 3 == 1)
@@ -916,8 +1020,6 @@ static void glu_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t
     if (m <= 8 && i % 2 == 0)
         check_glu(dw, b, m, -1, KRN_INT4_GEMM_NO_SWAP, false, rng, "no swap");
 }
-
-static int g_major; /* the device's compute capability major */
 
 /* want: the launch must take the sums (M <= 16, not tiny, the sm_80 kernel). */
 static void acc_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
@@ -994,6 +1096,7 @@ int main(void)
         {4096, 2048, 128, false, M_QUICK, LEN(M_QUICK), false},
         {288, 512, 32, true, M_QUICK, LEN(M_QUICK), false},
     };
+    CK(cudaDeviceGetAttribute(&g_major, cudaDevAttrComputeCapabilityMajor, 0));
     run_cases(quick ? glu_small : glu_full, quick ? LEN(glu_small) : LEN(glu_full), true, "glu",
               glu_ms, NULL, &rng);
     /* Fixed-point sums: the decode step's o and down shapes and others. */
@@ -1009,7 +1112,6 @@ int main(void)
         {4096, 1024, 128, false, M_QUICK, LEN(M_QUICK), false},
         {288, 512, 32, true, M_QUICK, LEN(M_QUICK), false},
     };
-    CK(cudaDeviceGetAttribute(&g_major, cudaDevAttrComputeCapabilityMajor, 0));
     run_cases(quick ? acc_small : acc_full, quick ? LEN(acc_small) : LEN(acc_full), false, "acc",
               acc_ms, NULL, &rng);
 
