@@ -476,6 +476,61 @@ static bool close_half(float x, float y, float floor, float ulps = 1.0f)
     return fabsf(x - y) <= ulps * ldexpf(1.0f, e - 11) + floor;
 }
 
+/* Arguments of an automatic-configuration launch of dw on b's A, m rows. */
+static struct krn_int4_gemm_args auto_args(struct dev_weight *dw, struct bufs *b, int m,
+                                           uint32_t flags)
+{
+    struct krn_int4_gemm_args args;
+    memset(&args, 0, sizeof args);
+    args.lay = &dw->lay;
+    args.b = dw->packed;
+    args.a = (const uint16_t *)b->a;
+    args.m = m;
+    args.workspace = dw->ws;
+    args.workspace_bytes = dw->ws_bytes;
+    args.flags = flags;
+    args.config = -1;
+    return args;
+}
+
+/* An ACC64 launch of args (flags with KRN_INT4_GEMM_ACC64, args->acc the
+ * zeroed words, `words` of them; C args->c of c_count values, poisoned
+ * here) and what must hold before its words are read: the launch
+ * succeeded, *taken is 0 or 1, and 1 where want_taken; taken, C untouched;
+ * not taken, C equal to plain and the words untouched. Returns what went
+ * wrong, or NULL. */
+static const char *acc_launch(struct krn_int4_gemm_args *args, int32_t *taken, int want_taken,
+                              const half *plain, size_t c_count, size_t words, struct inf_err *err)
+{
+    *taken = -1;
+    args->acc_taken = taken;
+    CK(cudaMemset(args->c, 0xff, c_count * sizeof(half)));
+    g_checks++;
+    const inf_status_t st = krn_int4_gemm(args, err);
+    CK(cudaDeviceSynchronize());
+    const half *c = reinterpret_cast<const half *>(args->c);
+    if (st != INF_OK)
+        return err->msg;
+    if (*taken != 0 && *taken != 1)
+        return "acc_taken not written";
+    if (want_taken && !*taken)
+        return "the sums were not taken where they should be";
+    if (!*taken && !same_halves(c, plain, c_count))
+        return "not taken, and C differs from the plain launch";
+    if (!*taken && !all_zero_words(args->acc, words))
+        return "not taken, and the words were written";
+    const char *why = NULL;
+    if (*taken) {
+        float *h = (float *)malloc(c_count * sizeof(float));
+        halves_to_host(c, h, c_count);
+        for (size_t i = 0; i < c_count && !why; i++)
+            if (!isnan(h[i]))
+                why = "C written by a launch that took the sums";
+        free(h);
+    }
+    return why;
+}
+
 /* A GLU weight launched with KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64 after
  * check_glu (b->ref: the reference GLU output of the plain C). Where it
  * takes the sums (want_taken: it must) C stays untouched,
@@ -493,44 +548,18 @@ static void check_glu_acc(struct dev_weight *dw, struct bufs *b, int m, int want
     CK(cudaMalloc((void **)&acc, cn * sizeof(int64_t)));
     CK(cudaMemset(acc, 0, cn * sizeof(int64_t)));
     CK(cudaMalloc((void **)&c3, on * sizeof(half)));
-    struct krn_int4_gemm_args args;
-    memset(&args, 0, sizeof args);
-    args.lay = &dw->lay;
-    args.b = dw->packed;
-    args.a = (const uint16_t *)b->a;
-    args.m = m;
-    args.workspace = dw->ws;
-    args.workspace_bytes = dw->ws_bytes;
-    args.flags = KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64;
-    args.config = -1;
+    struct krn_int4_gemm_args args =
+        auto_args(dw, b, m, KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64);
     args.acc = acc;
-    int32_t taken = -1;
-    args.acc_taken = &taken;
     args.c = (uint16_t *)b->c2;
-    CK(cudaMemset(b->c2, 0xff, on * sizeof(half)));
     struct inf_err err;
     inf_err_clear(&err);
-    g_checks++;
-    inf_status_t st = krn_int4_gemm(&args, &err);
-    CK(cudaDeviceSynchronize());
+    int32_t taken = -1;
     const half *ref = reinterpret_cast<const half *>(b->ref);
-    const char *why = NULL;
+    const char *why = acc_launch(&args, &taken, want_taken, ref, on, cn, &err);
+    inf_status_t st = INF_OK;
     float *hp = (float *)malloc(on * sizeof(float)), *hq = (float *)malloc(on * sizeof(float));
-    if (st != INF_OK)
-        why = err.msg;
-    else if (taken != 0 && taken != 1)
-        why = "acc_taken not written";
-    else if (want_taken && !taken)
-        why = "the sums were not taken where they should be";
-    else if (!taken && !same_halves(b->c2, ref, on))
-        why = "not taken, and C differs from the reference GLU";
-    else if (!taken && !all_zero_words(acc, cn))
-        why = "not taken, and the words were written";
     if (!why && taken) {
-        halves_to_host(b->c2, hp, on);
-        for (size_t i = 0; i < on && !why; i++)
-            if (!isnan(hp[i]))
-                why = "C written by a launch that took the sums";
         st = krn_int4_gemm_acc_reduce_glu(acc, (uint16_t *)b->c2, n / 2, m, n, NULL, &err);
         CK(cudaDeviceSynchronize());
         if (!why && st != INF_OK)
@@ -600,16 +629,7 @@ static void check_acc(struct dev_weight *dw, struct bufs *b, int m, uint32_t fla
     CK(cudaMalloc((void **)&acc, cn * sizeof(int64_t)));
     CK(cudaMemset(acc, 0, cn * sizeof(int64_t)));
     CK(cudaMalloc((void **)&c3, cn * sizeof(half)));
-    struct krn_int4_gemm_args args;
-    memset(&args, 0, sizeof args);
-    args.lay = &dw->lay;
-    args.b = dw->packed;
-    args.a = (const uint16_t *)b->a;
-    args.m = m;
-    args.workspace = dw->ws;
-    args.workspace_bytes = dw->ws_bytes;
-    args.flags = flags;
-    args.config = -1;
+    struct krn_int4_gemm_args args = auto_args(dw, b, m, flags);
     struct inf_err err;
     inf_err_clear(&err);
     if (nan_row >= 0) { /* the plain C of the NaN-holding A */
@@ -622,30 +642,12 @@ static void check_acc(struct dev_weight *dw, struct bufs *b, int m, uint32_t fla
     }
     args.flags = flags | KRN_INT4_GEMM_ACC64;
     args.acc = acc;
-    int32_t taken = -1;
-    args.acc_taken = &taken;
     args.c = (uint16_t *)b->c2;
-    CK(cudaMemset(b->c2, 0xff, cn * sizeof(half)));
-    g_checks++;
-    inf_status_t st = krn_int4_gemm(&args, &err);
-    CK(cudaDeviceSynchronize());
-    const char *why = NULL;
+    int32_t taken = -1;
+    const char *why = acc_launch(&args, &taken, want_taken, b->c, cn, cn, &err);
+    inf_status_t st = INF_OK;
     float *hp = (float *)malloc(cn * sizeof(float)), *hq = (float *)malloc(cn * sizeof(float));
-    if (st != INF_OK)
-        why = err.msg;
-    else if (taken != 0 && taken != 1)
-        why = "acc_taken not written";
-    else if (want_taken && !taken)
-        why = "the sums were not taken where they should be";
-    else if (!taken && !same_halves(b->c2, b->c, cn))
-        why = "not taken, and C differs from the plain launch";
-    else if (!taken && !all_zero_words(acc, cn))
-        why = "not taken, and the words were written";
     if (!why && taken) {
-        halves_to_host(b->c2, hp, cn);
-        for (size_t i = 0; i < cn && !why; i++)
-            if (!isnan(hp[i]))
-                why = "C written by a launch that took the sums";
         st = krn_int4_gemm_acc_reduce(acc, (uint16_t *)b->c2, n, m, n, NULL, &err);
         CK(cudaDeviceSynchronize());
         if (!why && st != INF_OK)
