@@ -451,11 +451,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     __syncthreads();
     const krn_cuda_attn_group grp = p.groups[it.group];
     if (tid == 0) {
-        int prev;
-        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
-                     : "=r"(prev)
-                     : "l"(p.group_done + it.group)
-                     : "memory");
+        const int prev = krncuda::arrive_acq_rel(p.group_done + it.group);
         s_last = prev == grp.n_splits - 1;
         if (s_last)
             p.group_done[it.group] = 0; /* every item counted: ready for the next launch */

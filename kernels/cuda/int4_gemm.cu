@@ -198,21 +198,6 @@ __device__ __forceinline__ int partial_slot(int b, int t, const Params &p, int g
     return t == first_tile ? 2 * b : 2 * b + 1;
 }
 
-/* Arrival on a split-K counter: one thread, after a block barrier that
- * follows every thread's partial stores. acq_rel at gpu scope: the release
- * covers the block's stores (cumulative through the barrier), the acquire
- * lets the last arriver read the others' partials after the next barrier.
- * Replaces a __threadfence() in all 256 threads. */
-__device__ __forceinline__ int arrive_acq_rel(int *counter)
-{
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
-                 : "=r"(old)
-                 : "l"(counter)
-                 : "memory");
-    return old;
-}
-
 /* Tile geometry of one configuration, shared by the kernel and the host.
  *   MB   16-row m blocks per tile (BM = 16 MB)
  *   NWN  warps along N; the other KW = 8 / NWN warps split the k tile
@@ -371,7 +356,7 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
         __syncthreads();
         if (tid == 0) {
             int *counter = p.counters + partial_slot(cf, t, p, grid);
-            const int old = arrive_acq_rel(counter);
+            const int old = krncuda::arrive_acq_rel(counter);
             const bool last = old == cl - cf;
             if (last)
                 *counter = 0; /* ready for the next launch */

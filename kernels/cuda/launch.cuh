@@ -140,6 +140,22 @@ __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b
 #endif
 }
 
+/* Arrival on a split-K (or split-attention) counter: one thread, after a
+ * block barrier that follows every thread's partial stores. acq_rel at gpu
+ * scope: the release covers the block's stores (cumulative through the
+ * barrier), the acquire lets the last arriver read the others' partials
+ * after the next barrier. Replaces a __threadfence() in every thread.
+ * Returns the count before this arrival. */
+__device__ __forceinline__ int arrive_acq_rel(int *counter)
+{
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                 : "=r"(old)
+                 : "l"(counter)
+                 : "memory");
+    return old;
+}
+
 /* SiLU(g) * u in fp32 with the precise expf, the arithmetic of every
  * SiLU·mul (krn_cuda_silu_mul, the INT4 GEMM's GLU output). */
 __device__ __forceinline__ float silu_mul(float g, float u)

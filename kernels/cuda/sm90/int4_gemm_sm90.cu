@@ -360,11 +360,7 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
     }
     consumer_sync<NT>();
     if (tid == 0) {
-        int old;
-        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
-                     : "=r"(old)
-                     : "l"(p.counters + b_first)
-                     : "memory");
+        const int old = krncuda::arrive_acq_rel(p.counters + b_first);
         *s_last = old == b_last - b_first;
     }
     consumer_sync<NT>();
