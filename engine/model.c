@@ -952,6 +952,14 @@ static inf_status_t body(eng_model_t *m, struct eng_attn_params *ap, int32_t T, 
 static const int32_t k_buckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128};
 #define N_BUCKETS ((int32_t)(sizeof k_buckets / sizeof k_buckets[0]))
 
+int32_t eng_model_graph_bucket(int32_t rows)
+{
+    for (int32_t i = 0; i < N_BUCKETS; i++)
+        if (rows <= k_buckets[i])
+            return rows < 1 ? -1 : k_buckets[i];
+    return -1;
+}
+
 /* The bucket of a decode batch of T tokens, or -1. */
 static int32_t bucket_of(const eng_model_t *m, int32_t T)
 {

@@ -33,6 +33,11 @@ enum eng_graphs {
     ENG_GRAPHS_EAGER, /* the same padded steps, ops run as they come (tests) */
 };
 
+/* The rows a decode-only step of `rows` tokens is padded to under
+ * ENG_GRAPHS_ON / ENG_GRAPHS_EAGER (its bucket), or -1 above the largest.
+ * Thread: any. */
+int32_t eng_model_graph_bucket(int32_t rows);
+
 struct eng_model_opts {
     enum eng_quant quant;
     int32_t group_size; /* 32, 64, 128 (default), 256; 0 = per-channel */

@@ -617,10 +617,7 @@ int main(int argc, char **argv)
             prompt = 0;
         }
     }
-    static const int32_t buckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128};
-    bool bucket = false;
-    for (size_t i = 0; i < sizeof buckets / sizeof buckets[0]; i++)
-        bucket |= g_batch == buckets[i];
+    const bool bucket = g_batch <= MAX_BATCH && eng_model_graph_bucket(g_batch) == g_batch;
     if (!dir || prompt < 1 || prompt > 512 || steps < 8 || !bucket ||
         (g_batch > 1 && !step_only) || prompt + steps + 16 > MAX_BLOCKS * ENG_KV_BLOCK) {
         fprintf(stderr,

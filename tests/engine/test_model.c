@@ -335,6 +335,20 @@ static void check_against_naive(const struct tm_spec *sp)
     drop_model();
 }
 
+/* The decode-graph buckets: a step is padded to the next of 1, 2, 4, 8, 16,
+ * 24, 32, 48, 64, 96, 128 rows; nothing above 128 or below 1. */
+START_TEST(graph_buckets)
+{
+    static const int32_t want[][2] = {{1, 1},   {2, 2},   {3, 4},    {5, 8},    {8, 8},
+                                      {9, 16},  {17, 24}, {24, 24},  {25, 32},  {33, 48},
+                                      {49, 64}, {65, 96}, {97, 128}, {128, 128}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_int_eq(eng_model_graph_bucket(want[i][0]), want[i][1]);
+    ck_assert_int_eq(eng_model_graph_bucket(129), -1);
+    ck_assert_int_eq(eng_model_graph_bucket(0), -1);
+}
+END_TEST
+
 START_TEST(fp32_llama_matches_naive)
 {
     check_against_naive(&LLAMA);
@@ -929,6 +943,7 @@ static Suite *suite(void)
     tcase_add_test(t, greedy_rows_match_positions);
     tcase_add_test(t, bad_batches_refused);
     tcase_add_test(t, scheduler_lm_adapter);
+    tcase_add_test(t, graph_buckets);
     suite_add_tcase(s, t);
     return s;
 }
