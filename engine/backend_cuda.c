@@ -767,18 +767,17 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
                "copy");
             a = xs;
         }
-        /* An o or down projection of a fixed-shape decode step (at most
-         * ACC_MAX_M rows): its sums may stay as fixed point for the RMSNorm
-         * that adds it to the residual. */
-        const bool defer = c->defer_acc && c->fx_active && !tmp && !b16 && y_direct &&
-                           rows == m && m <= ACC_MAX_M && n == c->norm_dim &&
-                           x.buf != c->norm_out &&
+        /* A linear of a fixed-shape decode step, in one launch, whose sums
+         * fit a word buffer: an o or down projection (at most ACC_MAX_M
+         * rows) may leave them as fixed point for the RMSNorm that adds it
+         * to the residual; the gate/up linear (at most GLU_ACC_MAX_M) ends
+         * with them and SiLU·mul is taken from them right after (the words
+         * are zeroed again). */
+        const bool words = c->fx_active && y_direct && rows == m &&
                            (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes / 2;
-        /* The gate/up linear of such a step: its sums as words, SiLU·mul
-         * from them right after (the words are zeroed again). */
-        const bool glu_words = c->glu_acc && c->fx_active && tmp && y_direct && rows == m &&
-                               m <= GLU_ACC_MAX_M &&
-                               (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes / 2;
+        const bool defer = words && c->defer_acc && !tmp && !b16 && m <= ACC_MAX_M &&
+                           n == c->norm_dim && x.buf != c->norm_out;
+        const bool glu_words = words && c->glu_acc && tmp && m <= GLU_ACC_MAX_M;
         const int32_t ab = c->acc_next;
         if (defer || glu_words) { /* words a linear that did not take the sums left */
             inf_status_t zs = acc_zero(c, ab, err);
