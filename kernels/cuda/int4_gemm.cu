@@ -248,10 +248,11 @@ template <int NW> __device__ __forceinline__ void lds_words(const uint32_t *p, u
  * sharing each column slice (shared memory, warp order), then either write C
  * (the block did the whole k range) or publish an fp32 partial and, if last
  * to arrive, reduce every contributor's partial in block order into C; with
- * ACC (KRN_INT4_GEMM_ACC64) add the block's sums into p.acc instead, with no
+ * ACC (KRN_INT4_GEMM_ACC64) add the block's sums into x.acc instead, with no
  * arrival. Leaves acc zeroed. Called by all threads of the block. */
 template <int MB, int NWN, int NF, int KPW, int STAGES, bool GLU, bool ACC>
-__device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF][4], float4 *red,
+__device__ __forceinline__ void finish_tile(const Params &p, const AccParams &x,
+                                            float (&acc)[MB][NF][4], float4 *red,
                                             volatile int *flag, int m_tile, int n_tile, int b,
                                             int grid)
 {
@@ -303,7 +304,7 @@ __device__ __forceinline__ void finish_tile(const Params &p, float (&acc)[MB][NF
                     for (int h = 0; h < 2; h++) {
                         const int r = mb * 16 + g8 + 8 * h;
                         const int col = n_tile * BN + col0 + f * 8;
-                        long long *dst = p.acc + (int64_t)(m_tile * BM + r) * p.n + col;
+                        long long *dst = x.acc + (int64_t)(m_tile * BM + r) * p.n + col;
                         if (r < rows && col < p.n)
                             krncuda::acc64_add(dst, acc[mb][f][2 * h]);
                         if (r < rows && col + 1 < p.n)
@@ -511,7 +512,7 @@ __device__ __forceinline__ void unswap_acc(const float (&sa)[NF / 2][4], float (
 template <int MB, int NWN, int NF, int KPW, int STAGES, int BPS, bool ZP, bool AVEC, bool SW,
           bool GLU, bool ACC>
 __global__ void __launch_bounds__(kThreads, BPS)
-    int4_gemm_kernel(const Params p) /* by value: sizes, pointers, tiling */
+    int4_gemm_kernel(const Params p, const AccParams x) /* by value: sizes, pointers, tiling */
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     static_assert(!SW || MB == 1, "swapped operands: one 16-row tile");
@@ -717,9 +718,9 @@ __global__ void __launch_bounds__(kThreads, BPS)
     /* ACC: zero the words another launch left for its (finished) reader,
      * spread over the grid, once the kernel before is done. */
     if constexpr (ACC)
-        for (long long idx = (long long)blockIdx.x * kThreads + tid; idx < p.acc_clear_n;
+        for (long long idx = (long long)blockIdx.x * kThreads + tid; idx < x.acc_clear_n;
              idx += (long long)gridDim.x * kThreads)
-            p.acc_clear[idx] = 0;
+            x.acc_clear[idx] = 0;
 
     /* This warp's k steps and word range inside the tile. */
     const int ks0 = KPW * kw;
@@ -856,7 +857,7 @@ __global__ void __launch_bounds__(kThreads, BPS)
                 for (int j = 0; j < NW; j++)
                     zero4(sacc[j]);
             }
-            finish_tile<MB, NWN, NF, KPW, STAGES, GLU, ACC>(p, acc, red, flag, c_m, c_n, b, grid);
+            finish_tile<MB, NWN, NF, KPW, STAGES, GLU, ACC>(p, x, acc, red, flag, c_m, c_n, b, grid);
         }
         if (++c_kk == p.k_tiles) {
             c_kk = 0;
@@ -955,7 +956,7 @@ __global__ void __launch_bounds__(kDqThreads)
 
 /* ---- explicit configuration list ---------------------------------------- */
 
-typedef void (*KernelFn)(const Params);
+typedef void (*KernelFn)(const Params, const AccParams);
 
 struct Config {
     const char *name;
@@ -1449,6 +1450,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
      * more than kAcc64MaxParts contributions (blocks hold units / grid or one
      * more, in stripes). */
     KernelFn fn = plain;
+    AccParams x = {};
     long long grid = 0;
     /* With GLU the words are the gate and up sums in the weight's column
      * order (krn_int4_gemm_acc_reduce_glu finishes them). */
@@ -1462,9 +1464,9 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         use_acc = (p.k_tiles + per_block - 1) / per_block + 1 <= krncuda::kAcc64MaxParts;
         if (use_acc) {
             fn = c.acc[zp][sw];
-            p.acc = reinterpret_cast<long long *>(args->acc);
-            p.acc_clear = reinterpret_cast<long long *>(args->acc_clear);
-            p.acc_clear_n = args->acc_clear ? args->acc_clear_words : 0;
+            x.acc = reinterpret_cast<long long *>(args->acc);
+            x.acc_clear = reinterpret_cast<long long *>(args->acc_clear);
+            x.acc_clear_n = args->acc_clear ? args->acc_clear_words : 0;
         }
     }
     if (!use_acc) {
@@ -1479,7 +1481,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
     /* Programmatic dependent launch: the kernel may start while the previous
      * one in the stream drains; it waits (griddepcontrol.wait) before it
      * reads A or writes anything. Also inside stream capture. */
-    e = krncuda::launch_pdl(fn, dim3((unsigned)grid), dim3(kThreads), (size_t)c.smem, stream, p);
+    e = krncuda::launch_pdl(fn, dim3((unsigned)grid), dim3(kThreads), (size_t)c.smem, stream, p, x);
     if (e == cudaSuccess)
         e = cudaGetLastError();
     if (e != cudaSuccess)

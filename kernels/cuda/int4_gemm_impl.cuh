@@ -28,8 +28,20 @@ struct Params {
     int m_tiles, n_tiles, k_tiles;
     int units;     /* m_tiles * n_tiles * k_tiles (<= 2^30) */
     int slot_rows; /* rows stored per partial tile: min(BM, m) */
-    long long *acc; /* KRN_INT4_GEMM_ACC64: [m][n] fixed-point sums (acc64.cuh) */
-    long long *acc_clear; /* and acc_clear_n words to zero after the wait */
+};
+/* At most 128 bytes. nvcc keeps a by-value kernel argument of up to 128
+ * bytes in registers, loaded once, but reads a larger one from the constant
+ * bank at every use: with two more fields (144 bytes) every wgmma kernel
+ * ran 5-10 % slower at M = 32-256 and the mma.sync kernel about 2 % at
+ * M = 1 (docs/gemm-notes.md, version 43). Add a field only in place of
+ * another, or as a kernel's separate argument (AccParams). */
+static_assert(sizeof(Params) <= 128, "Params must stay within 128 bytes (see above)");
+
+/* KRN_INT4_GEMM_ACC64 (the sm_80 kernel's second argument): the fixed-point
+ * sums (acc64.cuh) and the words of another launch to zero after the wait. */
+struct AccParams {
+    long long *acc;       /* [m][n] */
+    long long *acc_clear; /* acc_clear_n words, or nullptr */
     long long acc_clear_n;
 };
 
