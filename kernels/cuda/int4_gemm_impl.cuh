@@ -29,12 +29,13 @@ struct Params {
     int units;     /* m_tiles * n_tiles * k_tiles (<= 2^30) */
     int slot_rows; /* rows stored per partial tile: min(BM, m) */
 };
-/* At most 128 bytes. nvcc keeps a by-value kernel argument of up to 128
- * bytes in registers, loaded once, but reads a larger one from the constant
- * bank at every use: with two more fields (144 bytes) every wgmma kernel
- * ran 5-10 % slower at M = 32-256 and the mma.sync kernel about 2 % at
- * M = 1 (docs/gemm-notes.md, version 43). Add a field only in place of
- * another, or as a kernel's separate argument (AccParams). */
+/* At most 128 bytes. nvcc loads the fields of a by-value kernel argument
+ * of up to 128 bytes once (15 ld.param in the PTX of the 128-token wgmma
+ * kernel), but those of a larger one again at most uses (538 at 144 bytes):
+ * with two more fields every wgmma kernel ran 5-10 % slower at M = 32-256
+ * and the mma.sync kernel about 3 % at M = 1 (docs/gemm-notes.md, version
+ * 43). Add a field only in place of another, or as a kernel's separate
+ * argument (AccParams). */
 static_assert(sizeof(Params) <= 128, "Params must stay within 128 bytes (see above)");
 
 /* KRN_INT4_GEMM_ACC64 (the sm_80 kernel's second argument): the fixed-point
