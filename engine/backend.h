@@ -254,7 +254,9 @@ struct eng_backend_iface {
      *     recorded: the caller runs the ops again);
      *   graph_finish().
      * The recorded work must read and write the same buffers at every
-     * replay: only their contents change. */
+     * replay: only their contents change. The graphs are the backend's,
+     * one a bucket, until it is destroyed: a backend records the steps of
+     * one model (a second model on it would replay the first one's). */
     inf_status_t (*graph_prepare)(struct eng_backend *be, const struct eng_attn_params *p,
                                   int32_t bucket, bool *have, struct inf_err *err);
     inf_status_t (*graph_record)(struct eng_backend *be, int32_t bucket, bool begin,
