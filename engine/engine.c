@@ -516,6 +516,21 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
     st = eng_sched_create(&sc, &eng->lm, eng->detok, outbox_push, eng, &eng->sched, err);
     if (st != INF_OK)
         goto fail_lm;
+    /* A device model warms up before serving, so that the first requests do
+     * not pay the lazy set-up (kernel loading, decode-graph recording):
+     * INT4SERVE_WARMUP=0 skips it (diagnosis). */
+    if (eng->lm.warm_up && env_int("INT4SERVE_WARMUP", 1) != 0) {
+        const uint64_t t0 = inf_now_ns();
+        int32_t n_graphs = 0, n_prompt = 0;
+        st = eng->lm.warm_up(eng->lm.self, eng->cfg.max_batch, eng->cfg.max_batched_tokens,
+                             &n_graphs, &n_prompt, err);
+        if (st != INF_OK) {
+            inf_log(ERROR, "warm-up before serving failed: %s", err ? err->msg : "");
+            goto fail_sched;
+        }
+        inf_log(INFO, "warm-up: decode graphs of %d batch sizes, prefill of %d tokens, in %.0f ms",
+                n_graphs, n_prompt, (double)(inf_now_ns() - t0) / 1e6);
+    }
 
     eng->inbox = inf_queue_create(0);
     eng->outbox = inf_queue_create(0);
@@ -557,6 +572,7 @@ fail_mutex:
 fail_queues:
     inf_queue_destroy(eng->outbox);
     inf_queue_destroy(eng->inbox);
+fail_sched:
     eng_sched_destroy(eng->sched);
 fail_lm:
     eng->lm.destroy(eng->lm.self);

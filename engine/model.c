@@ -1125,6 +1125,102 @@ bool eng_model_can_sample(const eng_model_t *m)
     return m->samples != NULL;
 }
 
+/* One greedy step of b, its n_rows sampled rows wanting nothing else. */
+static inf_status_t warm_step(eng_model_t *m, const struct eng_batch *b, int32_t n_rows,
+                              struct eng_sample_row *rows, struct eng_sample_out *out,
+                              struct inf_err *err)
+{
+    for (int32_t i = 0; i < n_rows; i++)
+        rows[i] = (struct eng_sample_row){
+            .logit_row = i, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    return eng_model_forward_sample(m, b, rows, n_rows, out, err);
+}
+
+inf_status_t eng_model_warm_up(eng_model_t *m, int32_t max_rows, int32_t prompt_tokens,
+                               int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err)
+{
+    *n_graphs = 0;
+    *n_prompt = 0;
+    if (!m->samples)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not sample",
+                           eng_backend_name(m->be));
+    const int32_t n_blocks = m->opts.n_kv_blocks;
+    /* the prompt: within the step budget, the positions, the planned block
+     * table and the pool */
+    int32_t p = prompt_tokens;
+    if (p > m->opts.max_tokens)
+        p = m->opts.max_tokens;
+    if (p > m->cfg.max_pos)
+        p = m->cfg.max_pos;
+    if (m->opts.max_seq_blocks > 0 && p > m->opts.max_seq_blocks * ENG_KV_BLOCK)
+        p = m->opts.max_seq_blocks * ENG_KV_BLOCK;
+    if ((int64_t)p > (int64_t)n_blocks * ENG_KV_BLOCK)
+        p = n_blocks * ENG_KV_BLOCK;
+    const int32_t n = p > k_buckets[N_BUCKETS - 1] ? p : k_buckets[N_BUCKETS - 1];
+    int32_t *tok = calloc((size_t)n, sizeof *tok), *pos = calloc((size_t)n, sizeof *pos),
+            *slot = calloc((size_t)n, sizeof *slot), *bt = calloc((size_t)n, sizeof *bt);
+    uint8_t *want = calloc((size_t)n, 1);
+    struct eng_sample_row *rows = calloc(k_buckets[N_BUCKETS - 1], sizeof *rows);
+    struct eng_sample_out *out = calloc(k_buckets[N_BUCKETS - 1], sizeof *out);
+    inf_status_t s = INF_OK;
+    if (!tok || !pos || !slot || !bt || !want || !rows || !out) {
+        s = inf_err_set(err, INF_E_NOMEM, "out of memory for the warm-up");
+        goto done;
+    }
+    /* Prefills first: one sequence of 128 tokens (or fewer), then of p. They
+     * run eagerly, so whatever an op sets up on its first call is in place
+     * before the decode steps record their graphs. */
+    for (int32_t k = 0; k < 2 && p > 0; k++) {
+        const int32_t P = k == 0 && p > 128 ? 128 : p;
+        for (int32_t t = 0; t < P; t++) {
+            pos[t] = t;
+            slot[t] = 0;
+            want[t] = t == P - 1;
+        }
+        const int32_t nb = (P + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
+        for (int32_t j = 0; j < nb; j++)
+            bt[j] = j;
+        const struct eng_batch b = {.n_tokens = P, .tokens = tok, .pos = pos, .slot = slot,
+                                    .want_logits = want, .n_logits = 1, .block_table = bt,
+                                    .n_slots = 1, .max_blocks = nb};
+        if ((s = warm_step(m, &b, 1, rows, out, err)))
+            goto done;
+        *n_prompt = P;
+        if (P == p)
+            break;
+    }
+    /* Decode steps: B sequences of one token at position 0, sequence k in
+     * block k; each bucket records its graph and replays it (*n_graphs
+     * counts the recorded ones: a bucket whose recording failed runs eagerly
+     * from then on, logged by decode_graph). */
+    for (int32_t i = 0; i < N_BUCKETS && m->graph_rows > 0; i++) {
+        const int32_t B = k_buckets[i];
+        if (B > max_rows || B > m->graph_rows || B > n_blocks || B > m->cap_samples)
+            break;
+        for (int32_t t = 0; t < B; t++) {
+            pos[t] = 0;
+            slot[t] = t;
+            bt[t] = t;
+            want[t] = 1;
+        }
+        const struct eng_batch b = {.n_tokens = B, .tokens = tok, .pos = pos, .slot = slot,
+                                    .want_logits = want, .n_logits = B, .block_table = bt,
+                                    .n_slots = B, .max_blocks = 1};
+        if ((s = warm_step(m, &b, B, rows, out, err)))
+            goto done;
+        *n_graphs += !m->graph_failed[i];
+    }
+done:
+    free(tok);
+    free(pos);
+    free(slot);
+    free(bt);
+    free(want);
+    free(rows);
+    free(out);
+    return s;
+}
+
 inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
                                       const struct eng_sample_row *rows, int32_t n_rows,
                                       struct eng_sample_out *out, struct inf_err *err)

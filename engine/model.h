@@ -127,6 +127,19 @@ inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
                                       const struct eng_sample_row *rows, int32_t n_rows,
                                       struct eng_sample_out *out, struct inf_err *err);
 
+/* Run, once before serving, what the first requests would otherwise set up
+ * lazily: the prefill of one sequence of 128 tokens, then of prompt_tokens
+ * (each capped by the step budget, the positions and the pool), then one
+ * greedy decode step of every decode-graph bucket up to max_rows rows
+ * (recording its graph). It writes KV blocks 0 to max(max_rows,
+ * prompt_tokens / 16); they are free afterwards (any later owner writes a
+ * position before reading it). *n_graphs: graphs recorded; *n_prompt: the
+ * longest prefill. Errors:
+ * INF_E_UNSUPPORTED (the backend does not sample), INF_E_NOMEM, those of
+ * eng_model_forward_sample. */
+inf_status_t eng_model_warm_up(eng_model_t *m, int32_t max_rows, int32_t prompt_tokens,
+                               int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err);
+
 /* The scheduler's view (engine/model_lm.c): fill lm (struct eng_lm of
  * engine/scheduler_impl.h) with a CPU backend and the model of
  * cfg->model_dir loaded per cfg (quantize, group_size (-1 per-channel),

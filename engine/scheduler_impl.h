@@ -51,6 +51,12 @@ struct eng_lm {
     inf_status_t (*forward_sample)(void *self, const struct eng_batch *b,
                                    const struct eng_sample_row *rows, int32_t n_rows,
                                    struct eng_sample_out *out, struct inf_err *err);
+    /* Optional: run once before serving what the first steps would set up
+     * lazily (decode graphs, kernel loading; engine/model.h
+     * eng_model_warm_up), with the KV pool reserved and still empty. NULL:
+     * nothing to warm. */
+    inf_status_t (*warm_up)(void *self, int32_t max_rows, int32_t prompt_tokens,
+                            int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err);
     void (*destroy)(void *self);
 };
 

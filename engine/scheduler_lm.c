@@ -77,6 +77,13 @@ static inf_status_t model_forward_sample(void *self, const struct eng_batch *b,
     return eng_model_forward_sample(x->m, b, rows, n_rows, out, err);
 }
 
+static inf_status_t model_warm_up(void *self, int32_t max_rows, int32_t prompt_tokens,
+                                  int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_warm_up(x->m, max_rows, prompt_tokens, n_graphs, n_prompt, err);
+}
+
 static void model_destroy(void *self)
 {
     struct model_lm *x = self;
@@ -156,6 +163,7 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     lm->forward = model_forward;
     /* Backends that sample on the device return only token ids and logprobs. */
     lm->forward_sample = eng_model_can_sample(x->m) ? model_forward_sample : NULL;
+    lm->warm_up = eng_model_can_sample(x->m) ? model_warm_up : NULL;
     lm->destroy = model_destroy;
     return INF_OK;
 

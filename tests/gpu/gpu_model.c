@@ -172,6 +172,80 @@ static void test_logits(const char *name, const char *dir, struct eng_backend *c
     eng_model_destroy(mg);
 }
 
+/* eng_model_warm_up on a model with decode graphs (8 slots: buckets 1 to 8),
+ * then the same 256 positions as test_logits (prefill chunks, then decode
+ * steps, all in slot 0, whose blocks the warm-up wrote) on it and on a fresh
+ * model of the same checkpoint: the logits bit for bit the same, so nothing
+ * the warm-up left (KV contents, recorded graphs) reaches a later step. Each
+ * model on a backend of its own: recorded graphs are the backend's. */
+static void test_warm_up(const char *name, const char *dir)
+{
+    struct inf_err err = {0};
+    struct eng_backend *bw = NULL, *bf = NULL;
+    struct eng_backend_cuda_opts go = {.device = 0};
+    if (eng_backend_cuda_create(&go, &bw, &err) != INF_OK ||
+        eng_backend_cuda_create(&go, &bf, &err) != INF_OK) {
+        fprintf(stderr, "FATAL: %s\n", err.msg);
+        exit(2);
+    }
+    eng_model_t *mw = NULL, *mf = NULL;
+    struct eng_model_opts o;
+    eng_model_opts_default(&o);
+    o.max_tokens = 256;
+    o.n_kv_blocks = 4 * MAXB;
+    o.max_slots = 8;
+    o.max_seq_blocks = MAXB;
+    if (eng_model_load(dir, bw, &o, &mw, &err) != INF_OK ||
+        eng_model_load(dir, bf, &o, &mf, &err) != INF_OK) {
+        fprintf(stderr, "FATAL loading %s: %s\n", dir, err.msg);
+        exit(2);
+    }
+    int32_t ng = -1, np = -1;
+    inf_status_t st = eng_model_warm_up(mw, 128, 200, &ng, &np, &err);
+    g_checks++;
+    if (st != INF_OK || ng != 4 || np != 200) {
+        g_fail++;
+        printf("FAIL %s warm-up: %s, %d graphs (want 4), prefill %d (want 200)\n", name,
+               st == INF_OK ? "ok" : err.msg, ng, np);
+    } else {
+        printf("ok   %s warm-up: %d decode graphs, prefill of %d tokens\n", name, ng, np);
+    }
+    int32_t V = eng_model_config(mw)->vocab;
+    enum { L = 256 };
+    int32_t toks[L];
+    for (int32_t i = 0; i < L; i++)
+        toks[i] = (int32_t)(rnd() % (uint64_t)V);
+    float *lw = malloc((size_t)L * V * sizeof(float)), *lf = malloc((size_t)L * V * sizeof(float));
+    const int32_t *tp[1] = {toks};
+    int32_t slots[1] = {0};
+    int32_t chunks[3] = {100, 92, 1};
+    for (int32_t c = 0, p = 0; p < L; c++) {
+        int32_t n = c < 2 ? chunks[c] : 1;
+        st = step(mw, 1, slots, tp, &p, &n, lw + (int64_t)p * V, &err);
+        if (st == INF_OK)
+            st = step(mf, 1, slots, tp, &p, &n, lf + (int64_t)p * V, &err);
+        if (st != INF_OK) {
+            fprintf(stderr, "FATAL %s forward at %d: %s\n", name, p, err.msg);
+            exit(2);
+        }
+        p += n;
+    }
+    g_checks++;
+    if (memcmp(lw, lf, (size_t)L * V * sizeof(float)) != 0) {
+        g_fail++;
+        printf("FAIL %s: logits after the warm-up differ from a fresh model's\n", name);
+    } else {
+        printf("ok   %s: logits after the warm-up bit for bit a fresh model's (256 positions)\n",
+               name);
+    }
+    free(lw);
+    free(lf);
+    eng_model_destroy(mw);
+    eng_model_destroy(mf);
+    eng_backend_destroy(bw);
+    eng_backend_destroy(bf);
+}
+
 /* Greedy generation of n_seq prompts; seq i joins at step join[i] (0 =
  * first step). out[i][0..GEN) receives the generated tokens and
  * rows + (i * GEN + g) * vocab the logit row that chose token g. */
@@ -441,6 +515,7 @@ int main(int argc, char **argv)
     for (int32_t i = 0; i < nm; i++) {
         test_logits(names[i], dirs[i], cpu, gpu);
         test_batch(names[i], dirs[i], gpu);
+        test_warm_up(names[i], dirs[i]);
     }
     eng_backend_destroy(gpu);
     eng_backend_destroy(cpu);
