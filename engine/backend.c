@@ -87,6 +87,49 @@ inf_status_t eng_buf_download(struct eng_backend *be, const struct eng_buf *src,
     return be->iface->buf_download(be, src, off, dst, bytes, err);
 }
 
+bool eng_backend_can_feed(const struct eng_backend *be)
+{
+    return be->iface->token_feed && be->iface->download_start && be->iface->download_wait;
+}
+
+inf_status_t eng_op_token_feed(struct eng_backend *be, struct eng_buf *tok,
+                               const struct eng_buf *feed, const struct eng_buf *samples, int32_t n,
+                               struct inf_err *err)
+{
+    if (!eng_backend_can_feed(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not feed tokens",
+                           be->iface->name);
+    if (n < 0 || !tok || !feed || !samples || (size_t)n * 4 > tok->size ||
+        (size_t)n * 4 > feed->size)
+        return inf_err_set(err, INF_E_INVALID, "token_feed: %d tokens exceed the buffers", n);
+    if (n == 0)
+        return INF_OK;
+    return be->iface->token_feed(be, tok, feed, samples, n, err);
+}
+
+inf_status_t eng_buf_download_start(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                    size_t bytes, int slot, struct inf_err *err)
+{
+    if (!eng_backend_can_feed(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no queued downloads",
+                           be->iface->name);
+    if (!src || off > src->size || bytes > src->size - off || (slot != 0 && slot != 1))
+        return inf_err_set(err, INF_E_INVALID,
+                           "queued download of %zu bytes at %zu (slot %d) out of range", bytes, off,
+                           slot);
+    return be->iface->download_start(be, src, off, bytes, slot, err);
+}
+
+inf_status_t eng_buf_download_wait(struct eng_backend *be, int slot, void *dst, struct inf_err *err)
+{
+    if (!eng_backend_can_feed(be))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no queued downloads",
+                           be->iface->name);
+    if (slot != 0 && slot != 1)
+        return inf_err_set(err, INF_E_INVALID, "queued download slot %d", slot);
+    return be->iface->download_wait(be, slot, dst, err);
+}
+
 inf_status_t eng_buf_from_host(struct eng_backend *be, const void *src, size_t bytes,
                                struct eng_buf **out, struct inf_err *err)
 {

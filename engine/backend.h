@@ -239,6 +239,22 @@ struct eng_backend_iface {
     inf_status_t (*sample)(struct eng_backend *be, const struct eng_buf *logits,
                            int32_t n_logit_rows, int32_t vocab, const struct eng_sample_row *rows,
                            int32_t n, struct eng_buf *out, int32_t out_first, struct inf_err *err);
+    /* Optional (with sample; all three or none): the next step fed from
+     * this one's results before they are back, engine/batch.h's feed.
+     * token_feed: where feed[i] >= 0 (int32, i < n), tok[i] = the token
+     * of samples[feed[i]] (struct eng_sample_out; 0 where that token is
+     * -1). Queued. */
+    inf_status_t (*token_feed)(struct eng_backend *be, struct eng_buf *tok,
+                               const struct eng_buf *feed, const struct eng_buf *samples, int32_t n,
+                               struct inf_err *err);
+    /* download_start queues a download of bytes of src at off into the
+     * backend's own host memory of slot (0 or 1) and returns;
+     * download_wait waits for that download (not for what was queued
+     * after it) and copies its bytes to dst. Errors as buf_download's,
+     * answered by download_wait. A slot holds one download at a time. */
+    inf_status_t (*download_start)(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                   size_t bytes, int slot, struct inf_err *err);
+    inf_status_t (*download_wait)(struct eng_backend *be, int slot, void *dst, struct inf_err *err);
     /* Optional (all four or none): decode steps as recorded, replayed
      * graphs. A decode step padded to `bucket` rows goes:
      *   graph_prepare(p, bucket, &have): validates p (the step's decode
@@ -286,6 +302,17 @@ inf_status_t eng_buf_alloc(struct eng_backend *be, size_t bytes, struct eng_buf 
 void eng_buf_free(struct eng_backend *be, struct eng_buf *buf); /* NULL is a no-op */
 inf_status_t eng_buf_upload(struct eng_backend *be, struct eng_buf *dst, size_t off,
                             const void *src, size_t bytes, struct inf_err *err);
+/* The optional feed ops (struct eng_backend_iface's token_feed,
+ * download_start, download_wait); INF_E_UNSUPPORTED where the backend has
+ * none (eng_backend_can_feed). */
+bool eng_backend_can_feed(const struct eng_backend *be);
+inf_status_t eng_op_token_feed(struct eng_backend *be, struct eng_buf *tok,
+                               const struct eng_buf *feed, const struct eng_buf *samples, int32_t n,
+                               struct inf_err *err);
+inf_status_t eng_buf_download_start(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                    size_t bytes, int slot, struct inf_err *err);
+inf_status_t eng_buf_download_wait(struct eng_backend *be, int slot, void *dst,
+                                   struct inf_err *err);
 inf_status_t eng_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
                               void *dst, size_t bytes, struct inf_err *err);
 /* Allocate and upload in one call. */

@@ -175,6 +175,13 @@ struct cu_ctx {
     /* pinned staging */
     uint8_t *staging;
     size_t staging_used;
+    /* queued downloads (download_start / download_wait): per slot pinned
+     * memory, the error flag word first (at 0) and the bytes at 256, and an
+     * event after the copies */
+    uint8_t *land[2];
+    size_t land_cap[2], land_bytes[2];
+    cudaEvent_t land_ev[2];
+    bool land_busy[2];
     /* RoPE frequencies now on the device */
     bool inv_valid;
     struct eng_rope_params inv_params;
@@ -488,6 +495,19 @@ static inf_status_t cu_buf_upload(struct eng_backend *be, struct eng_buf *dst, s
     return stage_upload(c, (uint8_t *)dst->ptr + off, src, bytes, err);
 }
 
+/* The error flag a download brought back: INF_OK, or the kernel's
+ * complaint (the flag is cleared on the device). */
+static inf_status_t bad_flag(struct cu_ctx *c, int32_t f, struct inf_err *err)
+{
+    if (!f)
+        return INF_OK;
+    CU(c, cudaMemsetAsync(c->d_bad, 0, sizeof(int32_t), c->stream), "clear error flag");
+    return inf_err_set(err, INF_E_INVALID, "a kernel met an out-of-range %s",
+                       (f & KRN_CUDA_BAD_ID)    ? "token id"
+                       : (f & KRN_CUDA_BAD_ROW) ? "row index"
+                                                : "block table entry");
+}
+
 static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
                                     void *dst, size_t bytes, struct inf_err *err)
 {
@@ -514,14 +534,78 @@ static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf
         return st;
     if (land)
         memcpy(dst, land, bytes);
-    if (*flag) {
-        int32_t f = *flag;
-        CU(c, cudaMemsetAsync(c->d_bad, 0, sizeof(int32_t), c->stream), "clear error flag");
-        return inf_err_set(err, INF_E_INVALID, "a kernel met an out-of-range %s",
-                           (f & KRN_CUDA_BAD_ID)    ? "token id"
-                           : (f & KRN_CUDA_BAD_ROW) ? "row index"
-                                                    : "block table entry");
+    return bad_flag(c, *flag, err);
+}
+
+static inf_status_t cu_download_start(struct eng_backend *be, const struct eng_buf *src, size_t off,
+                                      size_t bytes, int slot, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    if (c->capturing)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "a download while recording a graph");
+    if (c->land_busy[slot])
+        return inf_err_set(err, INF_E_INVALID, "download slot %d is still in use", slot);
+    if (256 + bytes > c->land_cap[slot]) {
+        if (c->land[slot]) {
+            CU(c, cudaFreeHost(c->land[slot]), "free pinned memory");
+            c->land[slot] = NULL;
+            c->land_cap[slot] = 0;
+        }
+        size_t cap = 256 + (bytes < 4096 ? 4096 : bytes * 2);
+        CU(c, cudaHostAlloc((void **)&c->land[slot], cap, cudaHostAllocDefault), "pinned memory");
+        c->land_cap[slot] = cap;
     }
+    if (!c->land_ev[slot])
+        CU(c, cudaEventCreateWithFlags(&c->land_ev[slot], cudaEventDisableTiming), "event");
+    CU(c,
+       cudaMemcpyAsync(c->land[slot], c->d_bad, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream),
+       "download");
+    if (bytes)
+        CU(c,
+           cudaMemcpyAsync(c->land[slot] + 256, (const uint8_t *)src->ptr + off, bytes,
+                           cudaMemcpyDeviceToHost, c->stream),
+           "download");
+    CU(c, cudaEventRecord(c->land_ev[slot], c->stream), "event record");
+    c->land_bytes[slot] = bytes;
+    c->land_busy[slot] = true;
+    return INF_OK;
+}
+
+static inf_status_t cu_download_wait(struct eng_backend *be, int slot, void *dst,
+                                     struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    if (!c->land_busy[slot])
+        return inf_err_set(err, INF_E_INVALID, "download slot %d holds no download", slot);
+    c->land_busy[slot] = false;
+    /* With the other slot idle nothing of a later step is queued: wait for
+     * the whole stream, which recycles the staging ring too. */
+    if (c->land_busy[slot ^ 1]) {
+        CU(c, cudaEventSynchronize(c->land_ev[slot]), "event synchronize");
+    } else {
+        inf_status_t st = cu_sync(c, err);
+        if (st != INF_OK)
+            return st;
+    }
+    memcpy(dst, c->land[slot] + 256, c->land_bytes[slot]);
+    return bad_flag(c, *(const int32_t *)c->land[slot], err);
+}
+
+static inf_status_t cu_token_feed(struct eng_backend *be, struct eng_buf *tok,
+                                  const struct eng_buf *feed, const struct eng_buf *samples,
+                                  int32_t n, struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    const size_t row = sizeof(struct krn_cuda_sample_out);
+    _Static_assert(sizeof(struct krn_cuda_sample_out) % 4 == 0, "int32 stride");
+    KRN(c, krn_cuda_token_feed(
+               (int32_t *)tok->ptr, (const int32_t *)feed->ptr,
+               (const int32_t *)samples->ptr + offsetof(struct krn_cuda_sample_out, token) / 4,
+               (int64_t)(row / 4), (int32_t)(samples->size / row), n, c->d_bad, c->stream, lep_));
+    written(tok);
     return INF_OK;
 }
 
@@ -1642,6 +1726,12 @@ static void ctx_free(struct cu_ctx *c)
             (void)cudaGraphExecDestroy(c->graph_exec[i]);
         if (c->staging)
             (void)cudaFreeHost(c->staging);
+        for (int i = 0; i < 2; i++) {
+            if (c->land[i])
+                (void)cudaFreeHost(c->land[i]);
+            if (c->land_ev[i])
+                (void)cudaEventDestroy(c->land_ev[i]);
+        }
         if (c->stream)
             (void)cudaStreamDestroy(c->stream);
     }
@@ -1683,6 +1773,9 @@ static const struct eng_backend_iface cuda_iface = {
     .mem_info = cu_mem_info,
     .sample_reserve = cu_sample_reserve,
     .sample = cu_sample,
+    .token_feed = cu_token_feed,
+    .download_start = cu_download_start,
+    .download_wait = cu_download_wait,
     .graph_prepare = cu_graph_prepare,
     .graph_record = cu_graph_record,
     .graph_launch = cu_graph_launch,

@@ -23,4 +23,10 @@ struct eng_batch {
     const int32_t *block_table;  /* [n_slots][max_blocks] physical block ids, -1 unused */
     int32_t n_slots;             /* rows of block_table */
     int32_t max_blocks;          /* columns of block_table */
+    /* NULL, or [n_tokens]: -1, or the index of a sampled row of the step
+     * submitted just before this one (struct eng_lm's submit), whose token
+     * is this token's id (tokens[i] is then ignored: the id is read on the
+     * device, where that step sampled it). Only a model that samples on
+     * its device takes it. */
+    const int32_t *feed;
 };

@@ -191,6 +191,7 @@ struct eng_stats {
     uint64_t preemptions_total;
     uint64_t steps_total;
     uint64_t batched_steps_total;   /* steps that ran more than one sequence */
+    uint64_t steps_ahead_total;     /* decode steps queued before the step before them was back */
     int32_t max_running_seen;
     bool failed;                    /* sticky device error: /health answers 503 */
 };

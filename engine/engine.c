@@ -512,6 +512,9 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         .max_model_len = eng->cfg.max_model_len,
         .kv_blocks = (int32_t)(kv_tokens / ENG_KV_BLOCK),
         .seed = eng->cfg.seed,
+        /* INT4SERVE_OVERLAP=0: every step planned only once the one before
+         * is back (diagnosis) */
+        .no_overlap = env_int("INT4SERVE_OVERLAP", 1) == 0,
     };
     st = eng_sched_create(&sc, &eng->lm, eng->detok, outbox_push, eng, &eng->sched, err);
     if (st != INF_OK)

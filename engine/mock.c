@@ -3,9 +3,18 @@
 #define INF_LOG_MODULE "eng"
 #include "engine/mock.h"
 
+#include "engine/backend.h"
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A submitted step's results (device sampling). */
+struct mock_out {
+    struct eng_sample_out *out;
+    int32_t n, cap;
+};
 
 struct mock {
     int32_t vocab, max_len;
@@ -14,6 +23,15 @@ struct mock {
     int32_t n_blocks;
     /* [n_blocks * ENG_KV_BLOCK] (token + 1) << 32 | position; 0 = never written */
     uint64_t *kv;
+    /* device sampling: the results of the last two submitted steps; last:
+     * the newest one's index; n_pending of them not collected yet */
+    struct mock_out res[2];
+    int32_t last, n_pending;
+    int64_t n_submitted;
+    float *lg; /* [cap_lg] logits of a step */
+    size_t cap_lg;
+    int32_t *toks; /* [cap_toks] a step's tokens, fed ones resolved */
+    int32_t cap_toks;
 };
 
 static uint64_t mix64(uint64_t x)
@@ -154,12 +172,139 @@ static inf_status_t mock_forward(void *self, const struct eng_batch *b, float *l
     return INF_OK;
 }
 
+/* Sample row r of logits lg (edited) as mock.h describes. */
+static struct eng_sample_out mock_sample(int32_t vocab, float *lg, const struct eng_sample_row *r)
+{
+    for (int32_t i = 0; i < r->n_ban; i++)
+        lg[r->ban[i]] = -INFINITY;
+    for (int32_t i = 0; i < r->n_bias; i++)
+        lg[r->bias_ids[i]] += r->bias_vals[i];
+    const float t = r->temperature > 0.0f ? r->temperature : 1.0f;
+    float mx = -INFINITY;
+    int32_t am = -1;
+    for (int32_t v = 0; v < vocab; v++)
+        if (lg[v] > mx) {
+            mx = lg[v];
+            am = v;
+        }
+    struct eng_sample_out o = {.token = -1};
+    if (am < 0)
+        return o; /* every token excluded */
+    double sum = 0.0;
+    for (int32_t v = 0; v < vocab; v++)
+        sum += exp((double)(lg[v] - mx) / t);
+    int32_t pick = am;
+    if (r->temperature > 0.0f) {
+        double acc = 0.0, target = r->u * sum;
+        for (int32_t v = 0; v < vocab; v++) {
+            double p = exp((double)(lg[v] - mx) / t);
+            if (p == 0.0)
+                continue;
+            pick = v;
+            acc += p;
+            if (acc > target)
+                break;
+        }
+    }
+    o.token = pick;
+    o.logprob = (float)((double)(lg[pick] - mx) / t - log(sum));
+    return o;
+}
+
+static inf_status_t mock_submit(void *self, const struct eng_batch *b,
+                                const struct eng_sample_row *rows, int32_t n_rows,
+                                struct inf_err *err)
+{
+    struct mock *m = self;
+    if (m->n_pending == 2)
+        return inf_err_set(err, INF_E_INTERNAL, "mock: a third step submitted before a collect");
+    const struct mock_out *prev = m->n_submitted > 0 ? &m->res[m->last] : NULL;
+    if (b->n_tokens > m->cap_toks) {
+        int32_t *t = realloc(m->toks, sizeof *t * (size_t)b->n_tokens);
+        if (!t)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory");
+        m->toks = t;
+        m->cap_toks = b->n_tokens;
+    }
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        m->toks[i] = b->tokens[i];
+        if (!b->feed || b->feed[i] < 0)
+            continue;
+        if (!prev || b->feed[i] >= prev->n)
+            return inf_err_set(err, INF_E_INTERNAL, "mock: token %d fed from row %d of %d", i,
+                               b->feed[i], prev ? prev->n : 0);
+        int32_t t = prev->out[b->feed[i]].token;
+        m->toks[i] = t >= 0 ? t : 0; /* that row failed: its request ends, the row is dropped */
+    }
+    size_t need = (size_t)b->n_logits * (size_t)m->vocab;
+    if (need > m->cap_lg) {
+        float *lg = realloc(m->lg, sizeof *lg * need);
+        if (!lg)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory");
+        m->lg = lg;
+        m->cap_lg = need;
+    }
+    struct eng_batch fb = *b;
+    fb.tokens = m->toks;
+    fb.feed = NULL;
+    inf_status_t st = mock_forward(m, &fb, m->lg, err);
+    if (st != INF_OK)
+        return st;
+    int32_t slot = m->n_submitted > 0 ? m->last ^ 1 : 0;
+    struct mock_out *o = &m->res[slot];
+    if (n_rows > o->cap) {
+        struct eng_sample_out *p = realloc(o->out, sizeof *p * (size_t)n_rows);
+        if (!p)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory");
+        o->out = p;
+        o->cap = n_rows;
+    }
+    for (int32_t i = 0; i < n_rows; i++) {
+        if (rows[i].logit_row < 0 || rows[i].logit_row >= b->n_logits)
+            return inf_err_set(err, INF_E_INTERNAL, "mock: sampled row %d: logits row %d", i,
+                               rows[i].logit_row);
+        o->out[i] =
+            mock_sample(m->vocab, m->lg + (size_t)rows[i].logit_row * (size_t)m->vocab, &rows[i]);
+    }
+    o->n = n_rows;
+    m->last = slot;
+    m->n_pending++;
+    m->n_submitted++;
+    return INF_OK;
+}
+
+static inf_status_t mock_collect(void *self, struct eng_sample_out *out, struct inf_err *err)
+{
+    struct mock *m = self;
+    if (m->n_pending == 0)
+        return inf_err_set(err, INF_E_INTERNAL, "mock: collect without a submitted step");
+    const struct mock_out *o = &m->res[m->n_pending == 2 ? m->last ^ 1 : m->last];
+    memcpy(out, o->out, sizeof *out * (size_t)o->n);
+    m->n_pending--;
+    return INF_OK;
+}
+
+static inf_status_t mock_forward_sample(void *self, const struct eng_batch *b,
+                                        const struct eng_sample_row *rows, int32_t n_rows,
+                                        struct eng_sample_out *out, struct inf_err *err)
+{
+    struct mock *m = self;
+    if (m->n_pending > 0)
+        return inf_err_set(err, INF_E_INTERNAL, "mock: forward_sample with a step submitted");
+    inf_status_t st = mock_submit(self, b, rows, n_rows, err);
+    return st != INF_OK ? st : mock_collect(self, out, err);
+}
+
 static void mock_destroy(void *self)
 {
     struct mock *m = self;
     if (!m)
         return;
     free(m->kv);
+    free(m->res[0].out);
+    free(m->res[1].out);
+    free(m->lg);
+    free(m->toks);
     free(m);
 }
 
@@ -190,6 +335,11 @@ inf_status_t eng_mock_create(const struct eng_mock_config *cfg, struct eng_lm *l
     lm->eos_ids[0] = ENG_MOCK_EOS;
     lm->kv_reserve = mock_kv_reserve;
     lm->forward = mock_forward;
+    if (cfg->device_sampling) {
+        lm->forward_sample = mock_forward_sample;
+        lm->submit = mock_submit;
+        lm->collect = mock_collect;
+    }
     lm->destroy = mock_destroy;
     return INF_OK;
 }

@@ -37,6 +37,13 @@ struct eng_mock_config {
     int32_t max_len;      /* 0 = 4096 */
     int32_t fail_at_step; /* test hook: forward call number n (from 1) and every later one
                            * fail with INF_E_DEVICE; 0 = never */
+    /* Sample "on the device" as a GPU model does (struct eng_lm's
+     * forward_sample, submit and collect, with the batch's feed): greedy,
+     * or by temperature from the row's draw u over the whole softmax;
+     * ban and logit_bias applied; top-k, top-p, min-p, penalties and top
+     * logprobs ignored (the token's own logprob is given). Submitted
+     * steps are computed at once and their results kept until collected. */
+    bool device_sampling;
 };
 
 /* Fill lm with a new mock model (lm->destroy frees it).

@@ -70,6 +70,12 @@ struct eng_model {
     struct eng_buf *samples;
     struct eng_sample_row *host_rows;
     int32_t cap_samples;
+    /* steps in two halves (eng_model_sample_submit): the batch's feed on the
+     * device and its host copy, padded; the download slot the next submit
+     * takes, and how many are submitted and not collected */
+    struct eng_buf *feed;
+    int32_t *host_feed;
+    int sub_next, n_sub;
     /* decode graphs: rows of the largest bucket (0: none), padded tables,
      * buckets whose recording failed */
     int32_t graph_rows;
@@ -583,6 +589,13 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
         m->host_rows = malloc((size_t)m->cap_samples * sizeof *m->host_rows);
         if (!m->host_rows)
             return inf_err_set(err, INF_E_NOMEM, "out of memory for sampling rows");
+        if (eng_backend_can_feed(m->be)) {
+            if ((s = alloc_act(m, &m->feed, T, 4, err)))
+                return s;
+            m->host_feed = malloc((size_t)T * sizeof(int32_t));
+            if (!m->host_feed)
+                return inf_err_set(err, INF_E_NOMEM, "out of memory for the token feed");
+        }
     }
     if (m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0 &&
         (s = alloc_act(m, &m->bt, (int64_t)m->opts.max_slots * m->opts.max_seq_blocks, 4, err)))
@@ -761,15 +774,16 @@ void eng_model_destroy(eng_model_t *m)
     lin_free(be, &m->lm_head);
     eng_buf_free(be, m->embed);
     eng_buf_free(be, m->final_norm);
-    struct eng_buf *bufs[] = {m->x,       m->xn,    m->d,  m->qkv,    m->att, m->gu,
-                              m->h,       m->lx,    m->lo, m->tok,    m->pos, m->seq_dec,
-                              m->seq_pre, m->lrows, m->bt, m->samples};
+    struct eng_buf *bufs[] = {m->x,       m->xn,    m->d,  m->qkv,     m->att, m->gu,
+                              m->h,       m->lx,    m->lo, m->tok,     m->pos, m->seq_dec,
+                              m->seq_pre, m->lrows, m->bt, m->samples, m->feed};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         eng_buf_free(be, bufs[i]);
     free(m->host_seq_dec);
     free(m->host_seq_pre);
     free(m->host_lrows);
     free(m->host_rows);
+    free(m->host_feed);
     free(m->pad_tok);
     free(m->pad_pos);
     free(m->pad_bt);
@@ -975,6 +989,23 @@ static int32_t bucket_of(const eng_model_t *m, int32_t T)
  * shape, then the recorded graph of the bucket replayed (recorded on its
  * first use), or the ops run as they come (graphs off, or a recording that
  * failed). Leaves the logits of every row in lo. */
+/* b's feed (engine/batch.h), after its tokens went up to m->tok: the fed
+ * ones are overwritten on the device from the last step's samples. n: the
+ * tokens uploaded (b's, padded). */
+static inf_status_t apply_feed(eng_model_t *m, const struct eng_batch *b, int32_t n,
+                               struct inf_err *err)
+{
+    if (!b->feed)
+        return INF_OK;
+    if (!m->feed)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not feed tokens",
+                           eng_backend_name(m->be));
+    for (int32_t t = 0; t < n; t++)
+        m->host_feed[t] = t < b->n_tokens ? b->feed[t] : -1;
+    inf_status_t s = eng_buf_upload(m->be, m->feed, 0, m->host_feed, (size_t)n * 4, err);
+    return s != INF_OK ? s : eng_op_token_feed(m->be, m->tok, m->feed, m->samples, n, err);
+}
+
 static inf_status_t decode_graph(eng_model_t *m, const struct eng_batch *b, int32_t bi,
                                  int32_t n_dec, struct inf_err *err)
 {
@@ -991,6 +1022,7 @@ static inf_status_t decode_graph(eng_model_t *m, const struct eng_batch *b, int3
                 j < b->max_blocks ? b->block_table[(int64_t)k * b->max_blocks + j] : -1;
     inf_status_t s;
     if ((s = eng_buf_upload(be, m->tok, 0, m->pad_tok, (size_t)B * 4, err)) ||
+        (s = apply_feed(m, b, B, err)) ||
         (s = eng_buf_upload(be, m->pos, 0, m->pad_pos, (size_t)B * 4, err)) ||
         (s = eng_buf_upload(be, m->seq_dec, 0, m->host_seq_dec, (size_t)n_dec * 12, err)) ||
         (s = eng_buf_upload(be, m->bt, 0, m->pad_bt, (size_t)b->n_slots * (size_t)S * 4, err)))
@@ -1076,6 +1108,7 @@ static inf_status_t forward_hidden(eng_model_t *m, const struct eng_batch *b, in
         return decode_graph(m, b, bi, n_dec, err);
     }
     if ((s = eng_buf_upload(be, m->tok, 0, b->tokens, (size_t)T * 4, err)) ||
+        (s = apply_feed(m, b, T, err)) ||
         (s = eng_buf_upload(be, m->pos, 0, b->pos, (size_t)T * 4, err)) ||
         (s = eng_buf_upload(be, m->seq_dec, 0, m->host_seq_dec, (size_t)n_dec * 12, err)) ||
         (s = eng_buf_upload(be, m->seq_pre, 0, m->host_seq_pre, (size_t)n_pre * 12, err)) ||
@@ -1221,9 +1254,10 @@ done:
     return s;
 }
 
-inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
-                                      const struct eng_sample_row *rows, int32_t n_rows,
-                                      struct eng_sample_out *out, struct inf_err *err)
+/* A step and its sampling, queued: the results in m->samples. */
+static inf_status_t sample_queue(eng_model_t *m, const struct eng_batch *b,
+                                 const struct eng_sample_row *rows, int32_t n_rows,
+                                 struct inf_err *err)
 {
     const struct eng_model_config *c = &m->cfg;
     if (!m->samples)
@@ -1243,11 +1277,8 @@ inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
     inf_status_t s = forward_hidden(m, b, &n_lr, &in_lo, err);
     if (s != INF_OK)
         return s;
-    if (in_lo) {
-        if ((s = eng_op_sample(m->be, m->lo, n_lr, c->vocab, rows, n_rows, m->samples, 0, err)))
-            return s;
-        return eng_buf_download(m->be, m->samples, 0, out, (size_t)n_rows * sizeof *out, err);
-    }
+    if (in_lo)
+        return eng_op_sample(m->be, m->lo, n_lr, c->vocab, rows, n_rows, m->samples, 0, err);
     int32_t i0 = 0;
     for (int32_t r0 = 0; r0 < n_lr && i0 < n_rows; r0 += LOGIT_ROWS) {
         int32_t nr = n_lr - r0 < LOGIT_ROWS ? n_lr - r0 : LOGIT_ROWS;
@@ -1265,6 +1296,54 @@ inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
             return s;
         i0 = i1;
     }
+    return INF_OK;
+}
+
+inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
+                                      const struct eng_sample_row *rows, int32_t n_rows,
+                                      struct eng_sample_out *out, struct inf_err *err)
+{
+    if (m->n_sub > 0)
+        return inf_err_set(err, INF_E_INVALID, "a step submitted is not collected yet");
+    inf_status_t s = sample_queue(m, b, rows, n_rows, err);
     /* the step's one synchronization */
-    return eng_buf_download(m->be, m->samples, 0, out, (size_t)n_rows * sizeof *out, err);
+    return s != INF_OK
+               ? s
+               : eng_buf_download(m->be, m->samples, 0, out, (size_t)n_rows * sizeof *out, err);
+}
+
+bool eng_model_can_submit(const eng_model_t *m)
+{
+    return m->feed != NULL;
+}
+
+inf_status_t eng_model_sample_submit(eng_model_t *m, const struct eng_batch *b,
+                                     const struct eng_sample_row *rows, int32_t n_rows,
+                                     struct inf_err *err)
+{
+    if (!m->feed)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s does not submit steps",
+                           eng_backend_name(m->be));
+    if (m->n_sub == 2)
+        return inf_err_set(err, INF_E_INVALID, "two steps submitted are not collected yet");
+    inf_status_t s = sample_queue(m, b, rows, n_rows, err);
+    if (s == INF_OK)
+        s = eng_buf_download_start(
+            m->be, m->samples, 0, (size_t)n_rows * sizeof(struct eng_sample_out), m->sub_next, err);
+    if (s != INF_OK)
+        return s;
+    m->sub_next ^= 1;
+    m->n_sub++;
+    return INF_OK;
+}
+
+inf_status_t eng_model_sample_collect(eng_model_t *m, struct eng_sample_out *out,
+                                      struct inf_err *err)
+{
+    if (m->n_sub == 0)
+        return inf_err_set(err, INF_E_INVALID, "no step submitted");
+    /* the oldest: with two in flight the slot the next submit would take */
+    int slot = m->n_sub == 2 ? m->sub_next : m->sub_next ^ 1;
+    m->n_sub--;
+    return eng_buf_download_wait(m->be, slot, out, err);
 }

@@ -127,6 +127,22 @@ inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
                                       const struct eng_sample_row *rows, int32_t n_rows,
                                       struct eng_sample_out *out, struct inf_err *err);
 
+/* A step in two halves (struct eng_lm's submit and collect,
+ * engine/scheduler_impl.h), on a backend that samples and feeds tokens
+ * (eng_model_can_submit): submit queues forward_sample's work and a
+ * download of its results and returns; b may carry a feed
+ * (engine/batch.h) naming rows of the step submitted just before. collect
+ * waits for the oldest step submitted and not collected (not for a later
+ * one) and writes its out[n_rows]. At most two are in flight;
+ * eng_model_forward_sample refuses while any is. Errors: INF_E_UNSUPPORTED,
+ * INF_E_INVALID (order), those of eng_model_forward_sample. */
+bool eng_model_can_submit(const eng_model_t *m);
+inf_status_t eng_model_sample_submit(eng_model_t *m, const struct eng_batch *b,
+                                     const struct eng_sample_row *rows, int32_t n_rows,
+                                     struct inf_err *err);
+inf_status_t eng_model_sample_collect(eng_model_t *m, struct eng_sample_out *out,
+                                      struct inf_err *err);
+
 /* Run, once before serving, what the first requests would otherwise set up
  * lazily: the prefill of one sequence of 128 tokens, then of prompt_tokens
  * (each capped by the step budget, the positions and the pool), then one

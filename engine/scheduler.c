@@ -174,6 +174,12 @@ struct eng_sched {
     int32_t *st_row;              /* [max_batch] first row of st_seq[k] */
     struct eng_sample_hist *hist; /* penalty histories of a step (grows) */
     size_t hist_cap;
+    /* the decode step queued ahead (queue_ahead), in flight behind the one
+     * being collected */
+    struct seq **ah_seq; /* [max_batch] its sequences, a sampled row each, in
+                          * row order; NULL where one has ended since */
+    int32_t n_ah;        /* its rows; 0: none queued */
+    int32_t *b_feed;     /* [max_batch] */
 
     uint64_t dequeued;
     struct eng_stats stats;
@@ -303,6 +309,12 @@ static void seq_drop(eng_sched_t *s, struct seq *q)
     else
         wait_remove(s, q);
     seq_release_blocks(s, q);
+    /* A step queued ahead may still hold q: its row is discarded. Its KV
+     * writes land in blocks freed here, which any later owner rewrites
+     * after it (one stream: later steps run after it). */
+    for (int32_t k = 0; k < s->n_ah; k++)
+        if (s->ah_seq[k] == q)
+            s->ah_seq[k] = NULL;
     q->r->ch[q->choice].seq = NULL;
     free(q->tok);
     free(q->blocks);
@@ -852,9 +864,9 @@ static int32_t plan_step(eng_sched_t *s)
 
 /* The step's sampled rows, in batch order: one per sequence ending its
  * chunk, n for a request forking its choices (choice j's row at
- * st_row[k] + j); then the forward that samples them on the device. */
-static inf_status_t forward_sample(eng_sched_t *s, const struct eng_batch *batch, int32_t n_step,
-                                   struct inf_err *err)
+ * st_row[k] + j), into s->rows; *n_rows_out of them. */
+static inf_status_t fill_rows(eng_sched_t *s, int32_t n_step, int32_t *n_rows_out,
+                              struct inf_err *err)
 {
     size_t n_hist = 0;
     for (int32_t k = 0; k < n_step; k++) {
@@ -899,11 +911,206 @@ static inf_status_t forward_sample(eng_sched_t *s, const struct eng_batch *batch
         }
         lrow++;
     }
-    return s->lm->forward_sample(s->lm->self, batch, s->rows, n_rows, s->picks, err);
+    *n_rows_out = n_rows;
+    return INF_OK;
+}
+
+/* Whether q's token sampled in the step in flight is its last by length. */
+static bool ends_by_length(const eng_sched_t *s, const struct seq *q)
+{
+    return q->r->ch[q->choice].n_gen + 1 >= q->r->req->max_tokens ||
+           q->len + 1 >= s->cfg.max_model_len;
+}
+
+/* Whether q, decoding in the step in flight (its token at position
+ * q->len - 1) and not ending there by length, can be in the step queued
+ * behind it: its next token, at q->len, is fed on the device from the step
+ * in flight, so nothing that token changes on the host may be needed to
+ * build the step (penalty histories; the fork of n > 1 choices). An EOS or
+ * a stop string cannot be known ahead: that row is simply discarded. */
+static bool ahead_fits(const struct seq *q)
+{
+    const struct sreq *r = q->r;
+    const struct choice *c = &r->ch[q->choice];
+    return r->failed == INF_OK && r->forked && !c->ended && q->len - q->n_computed == 1 &&
+           eng_sampler_hist_len(c->smp) == 0;
+}
+
+/* Queue the next decode step behind the one in flight (st_seq[0..n_step),
+ * submitted, not collected), so that the device runs it while the host
+ * takes the one in flight's results: when every running sequence decodes
+ * in the step in flight, nothing waits for admission, none needs the host's
+ * view of its new token (ahead_fits), and the pool has their next blocks.
+ * Sequences that end by length in the step in flight are left out; one that
+ * ends otherwise wastes its row (seq_drop clears it from ah_seq). */
+static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *err)
+{
+    if (s->cfg.no_overlap || !s->lm->submit || s->whead)
+        return INF_OK;
+    int32_t live = 0, n = 0, need = 0, cols = 1;
+    for (int32_t k = 0; k < n_step; k++) {
+        const struct seq *q = s->st_seq[k];
+        if (!q)
+            continue;
+        live++;
+        if (s->st_chunk[k] != 1 || q->len - q->n_computed != 1)
+            return INF_OK; /* a prefill chunk in flight */
+        if (ends_by_length(s, q))
+            continue; /* left out */
+        if (!ahead_fits(q))
+            return INF_OK;
+        int32_t nb = q->len / ENG_KV_BLOCK + 1;
+        need += nb > q->n_blocks ? nb - q->n_blocks : 0;
+        cols = nb > cols ? nb : cols;
+        n++;
+    }
+    if (n == 0 || live != s->n_running || need > eng_kv_cache_free_blocks(s->kv))
+        return INF_OK;
+    int32_t j = 0;
+    for (int32_t k = 0; k < n_step; k++) {
+        struct seq *q = s->st_seq[k];
+        if (!q || ends_by_length(s, q))
+            continue;
+        struct choice *c = &q->r->ch[q->choice];
+        seq_grow(s, q, q->len + 1);
+        s->b_tok[j] = 0;
+        s->b_feed[j] = s->st_row[k];
+        s->b_pos[j] = q->len;
+        s->b_slot[j] = j;
+        s->b_want[j] = 1;
+        int32_t *row = s->b_table + (size_t)j * (size_t)cols;
+        for (int32_t b = 0; b < cols; b++)
+            row[b] = b < q->n_blocks ? q->blocks[b] : -1;
+        struct eng_sample_row *sr = &s->rows[j];
+        memset(sr, 0, sizeof *sr);
+        eng_sampler_fill_row(c->smp, sr, NULL); /* no history: ahead_fits */
+        sr->logit_row = j;
+        if (c->n_gen + 1 < q->r->req->min_tokens) {
+            sr->ban = s->lm->eos_ids;
+            sr->n_ban = s->lm->n_eos;
+        }
+        s->ah_seq[j++] = q;
+    }
+    const struct eng_batch batch = {
+        .n_tokens = n,
+        .tokens = s->b_tok,
+        .pos = s->b_pos,
+        .slot = s->b_slot,
+        .want_logits = s->b_want,
+        .n_logits = n,
+        .block_table = s->b_table,
+        .n_slots = n,
+        .max_blocks = cols,
+        .feed = s->b_feed,
+    };
+    inf_status_t st = s->lm->submit(s->lm->self, &batch, s->rows, n, err);
+    if (st != INF_OK)
+        return st;
+    s->n_ah = n;
+    s->stats.steps_ahead_total++;
+    return INF_OK;
+}
+
+/* The results of the step st_seq[0..n_step) are in (picks when sampled on
+ * the device, else logits): advance, sample, send events. Entries of NULL
+ * are sequences that ended after the step was queued. */
+static inf_status_t finish_step(eng_sched_t *s, int32_t n_step, bool dev)
+{
+    inf_status_t st;
+    s->stats.steps_total++;
+    if (n_step > 1)
+        s->stats.batched_steps_total++;
+    if (s->n_running > s->stats.max_running_seen)
+        s->stats.max_running_seen = s->n_running;
+
+    /* Advance, sample, and send events. A sequence ended here is freed, so
+     * everything needed from st_seq[k] is read before its callback. */
+    int32_t row = 0;
+    for (int32_t k = 0; k < n_step; k++) {
+        struct seq *q = s->st_seq[k];
+        if (!q)
+            continue;
+        struct sreq *r = q->r;
+        /* Scoring rows come first (they precede the chunk's last token).
+         * Only a prefill of choice 0 before the fork has them, so r is the
+         * only request of this sequence in the step and still alive. */
+        int32_t prows = plp_rows(q, q->n_computed, s->st_chunk[k]);
+        if (prows > 0) {
+            int32_t plo = q->n_computed > r->n_plp ? q->n_computed : r->n_plp;
+            for (int32_t i = 0; i < prows; i++, row++)
+                plp_score(s, r, plo + i, s->logits + (size_t)row * (size_t)s->lm->vocab);
+            r->n_plp = plo + prows;
+        }
+        q->n_computed += s->st_chunk[k];
+        if (q->n_computed != q->len)
+            continue;
+        float *lg = dev ? NULL : s->logits + (size_t)row * (size_t)s->lm->vocab;
+        row++;
+        if (r->failed != INF_OK)
+            continue;
+        if (r->want_plp && !r->plp_sent) {
+            st = emit_prompt(s, r);
+            if (st != INF_OK) {
+                r->failed = st;
+                continue;
+            }
+        }
+        const struct eng_sample_out *picks = dev ? &s->picks[s->st_row[k]] : NULL;
+        if (!r->forked && r->req->n > 1)
+            st = fork_choices(s, q, lg, picks);
+        else {
+            r->forked = true;
+            st = dev ? accept_pick(s, q, picks) : sample_and_accept(s, q, lg);
+        }
+        if (st != INF_OK) {
+            inf_log(WARN, "req=%llu ended: %s", (unsigned long long)r->req->id, inf_status_str(st));
+            r->failed = st;
+        }
+    }
+    /* Requests that failed in the loop above are ended only now: their other
+     * sequences may still have been in st_seq (or in the step queued ahead,
+     * which then discards their rows). */
+    for (struct sreq *r = s->reqs, *next; r; r = next) {
+        next = r->next;
+        if (r->failed != INF_OK)
+            req_error(s, r, r->failed,
+                      r->failed == INF_E_NOMEM
+                          ? "out of memory"
+                          : "every token is excluded by the sampling settings");
+    }
+    return INF_OK;
+}
+
+/* The step queued ahead becomes the step in flight: queue the next one
+ * behind it when possible, then collect it and take its results. */
+static inf_status_t step_ahead(eng_sched_t *s, struct inf_err *err)
+{
+    const int32_t n = s->n_ah;
+    struct seq **t = s->st_seq;
+    s->st_seq = s->ah_seq;
+    s->ah_seq = t;
+    s->n_ah = 0;
+    s->step_no++;
+    for (int32_t k = 0; k < n; k++) {
+        s->st_chunk[k] = 1;
+        s->st_row[k] = k;
+        if (s->st_seq[k])
+            s->st_seq[k]->sched_step = s->step_no;
+    }
+    inf_status_t st = queue_ahead(s, n, err);
+    if (st == INF_OK)
+        st = s->lm->collect(s->lm->self, s->picks, err);
+    if (st != INF_OK) {
+        s->n_ah = 0; /* the model is unusable: nothing is collected again */
+        return st;
+    }
+    return finish_step(s, n, true);
 }
 
 inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
 {
+    if (s->n_ah > 0)
+        return step_ahead(s, err);
     if (eng_sched_idle(s))
         return INF_OK;
     s->step_no++;
@@ -949,72 +1156,31 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         .max_blocks = cols,
     };
     /* Sampling on the device when the model can and no prompt position is
-     * scored (scoring needs the whole logits rows on the host). */
+     * scored (scoring needs the whole logits rows on the host); when the
+     * model takes a step in two halves, the next decode step is queued
+     * between them. */
     const bool dev = s->lm->forward_sample != NULL && n_logits == n_end;
-    inf_status_t st = dev ? forward_sample(s, &batch, n_step, err)
-                          : s->lm->forward(s->lm->self, &batch, s->logits, err);
+    inf_status_t st;
+    if (dev) {
+        int32_t n_rows = 0;
+        st = fill_rows(s, n_step, &n_rows, err);
+        if (st == INF_OK && s->lm->submit) {
+            st = s->lm->submit(s->lm->self, &batch, s->rows, n_rows, err);
+            if (st == INF_OK)
+                st = queue_ahead(s, n_step, err);
+            if (st == INF_OK)
+                st = s->lm->collect(s->lm->self, s->picks, err);
+            if (st != INF_OK)
+                s->n_ah = 0; /* the model is unusable: nothing is collected again */
+        } else if (st == INF_OK) {
+            st = s->lm->forward_sample(s->lm->self, &batch, s->rows, n_rows, s->picks, err);
+        }
+    } else {
+        st = s->lm->forward(s->lm->self, &batch, s->logits, err);
+    }
     if (st != INF_OK)
         return st;
-
-    s->stats.steps_total++;
-    if (n_step > 1)
-        s->stats.batched_steps_total++;
-    if (s->n_running > s->stats.max_running_seen)
-        s->stats.max_running_seen = s->n_running;
-
-    /* Advance, sample, and send events. A sequence ended here is freed, so
-     * everything needed from st_seq[k] is read before its callback. */
-    int32_t row = 0;
-    for (int32_t k = 0; k < n_step; k++) {
-        struct seq *q = s->st_seq[k];
-        struct sreq *r = q->r;
-        /* Scoring rows come first (they precede the chunk's last token).
-         * Only a prefill of choice 0 before the fork has them, so r is the
-         * only request of this sequence in the step and still alive. */
-        int32_t prows = plp_rows(q, q->n_computed, s->st_chunk[k]);
-        if (prows > 0) {
-            int32_t plo = q->n_computed > r->n_plp ? q->n_computed : r->n_plp;
-            for (int32_t i = 0; i < prows; i++, row++)
-                plp_score(s, r, plo + i, s->logits + (size_t)row * (size_t)s->lm->vocab);
-            r->n_plp = plo + prows;
-        }
-        q->n_computed += s->st_chunk[k];
-        if (q->n_computed != q->len)
-            continue;
-        float *lg = dev ? NULL : s->logits + (size_t)row * (size_t)s->lm->vocab;
-        row++;
-        if (r->failed != INF_OK)
-            continue;
-        if (r->want_plp && !r->plp_sent) {
-            st = emit_prompt(s, r);
-            if (st != INF_OK) {
-                r->failed = st;
-                continue;
-            }
-        }
-        const struct eng_sample_out *picks = dev ? &s->picks[s->st_row[k]] : NULL;
-        if (!r->forked && r->req->n > 1)
-            st = fork_choices(s, q, lg, picks);
-        else {
-            r->forked = true;
-            st = dev ? accept_pick(s, q, picks) : sample_and_accept(s, q, lg);
-        }
-        if (st != INF_OK) {
-            inf_log(WARN, "req=%llu ended: %s", (unsigned long long)r->req->id, inf_status_str(st));
-            r->failed = st;
-        }
-    }
-    /* Requests that failed in the loop above are ended only now: their other
-     * sequences may still have been in st_seq. */
-    for (struct sreq *r = s->reqs, *next; r; r = next) {
-        next = r->next;
-        if (r->failed != INF_OK)
-            req_error(s, r, r->failed,
-                      r->failed == INF_E_NOMEM
-                          ? "out of memory"
-                          : "every token is excluded by the sampling settings");
-    }
-    return INF_OK;
+    return finish_step(s, n_step, dev);
 }
 
 /* ---- requests ---------------------------------------------------------------------------- */
@@ -1218,7 +1384,7 @@ void eng_sched_fail_all(eng_sched_t *s, inf_status_t code, const char *msg)
 
 bool eng_sched_idle(const eng_sched_t *s)
 {
-    return s->n_running == 0 && s->n_waiting == 0;
+    return s->n_running == 0 && s->n_waiting == 0 && s->n_ah == 0;
 }
 
 void eng_sched_stats(const eng_sched_t *s, struct eng_stats *st)
@@ -1283,9 +1449,11 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
     s->rows = malloc(sizeof *s->rows * mb);
     s->picks = malloc(sizeof *s->picks * mb);
     s->st_row = malloc(sizeof *s->st_row * mb);
-    if (!s->running || !s->st_seq || !s->st_chunk || !s->b_tok || !s->b_pos || !s->b_slot ||
-        !s->b_want || !s->b_table || !s->logits || !s->scratch || !s->rows || !s->picks ||
-        !s->st_row) {
+    s->ah_seq = calloc(mb, sizeof *s->ah_seq);
+    s->b_feed = malloc(sizeof *s->b_feed * mb);
+    if (!s->ah_seq || !s->b_feed || !s->running || !s->st_seq || !s->st_chunk || !s->b_tok ||
+        !s->b_pos || !s->b_slot || !s->b_want || !s->b_table || !s->logits || !s->scratch ||
+        !s->rows || !s->picks || !s->st_row) {
         eng_sched_destroy(s);
         return inf_err_set(err, INF_E_NOMEM, "out of memory for the scheduler");
     }
@@ -1320,6 +1488,8 @@ void eng_sched_destroy(eng_sched_t *s)
     free(s->rows);
     free(s->picks);
     free(s->st_row);
+    free(s->ah_seq);
+    free(s->b_feed);
     free(s->hist);
     free(s);
 }

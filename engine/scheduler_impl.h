@@ -51,6 +51,16 @@ struct eng_lm {
     inf_status_t (*forward_sample)(void *self, const struct eng_batch *b,
                                    const struct eng_sample_row *rows, int32_t n_rows,
                                    struct eng_sample_out *out, struct inf_err *err);
+    /* Optional, with forward_sample: the same step in two halves, so that
+     * the next step can be queued while this one runs. submit() queues the
+     * step (b may have a feed, engine/batch.h) and returns; collect() waits
+     * for the oldest step submitted and not yet collected and writes its
+     * out[n_rows] (n_rows as submitted). At most two steps are submitted
+     * and not collected; a failed submit or collect leaves the model
+     * unusable (INF_E_DEVICE is sticky). NULL: forward_sample only. */
+    inf_status_t (*submit)(void *self, const struct eng_batch *b, const struct eng_sample_row *rows,
+                           int32_t n_rows, struct inf_err *err);
+    inf_status_t (*collect)(void *self, struct eng_sample_out *out, struct inf_err *err);
     /* Optional: run once before serving what the first steps would set up
      * lazily (decode graphs, kernel loading; engine/model.h
      * eng_model_warm_up), with the KV pool reserved and still empty. NULL:
@@ -84,6 +94,9 @@ struct eng_sched_config {
     int32_t max_model_len;      /* prompt + generated tokens of one sequence */
     int32_t kv_blocks;          /* physical blocks of ENG_KV_BLOCK tokens */
     uint64_t seed;              /* base of the seeds of requests without one */
+    /* Do not queue a decode step ahead (struct eng_lm's submit): each step
+     * is planned only once the one before is back. */
+    bool no_overlap;
 };
 
 /* Receives every event; takes ownership of ev. Called on the scheduler's thread. */

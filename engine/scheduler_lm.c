@@ -77,6 +77,20 @@ static inf_status_t model_forward_sample(void *self, const struct eng_batch *b,
     return eng_model_forward_sample(x->m, b, rows, n_rows, out, err);
 }
 
+static inf_status_t model_submit(void *self, const struct eng_batch *b,
+                                 const struct eng_sample_row *rows, int32_t n_rows,
+                                 struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_sample_submit(x->m, b, rows, n_rows, err);
+}
+
+static inf_status_t model_collect(void *self, struct eng_sample_out *out, struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_sample_collect(x->m, out, err);
+}
+
 static inf_status_t model_warm_up(void *self, int32_t max_rows, int32_t prompt_tokens,
                                   int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err)
 {
@@ -164,6 +178,10 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     /* Backends that sample on the device return only token ids and logprobs. */
     lm->forward_sample = eng_model_can_sample(x->m) ? model_forward_sample : NULL;
     lm->warm_up = eng_model_can_sample(x->m) ? model_warm_up : NULL;
+    if (eng_model_can_submit(x->m)) {
+        lm->submit = model_submit;
+        lm->collect = model_collect;
+    }
     lm->destroy = model_destroy;
     return INF_OK;
 

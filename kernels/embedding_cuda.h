@@ -32,6 +32,14 @@ inf_status_t krn_cuda_rows_gather(const uint16_t *x, int64_t ldx, int64_t x_rows
                                   const int32_t *idx, uint16_t *out, int64_t ldo, int32_t dim,
                                   int32_t m, int32_t *bad, void *stream, struct inf_err *err);
 
+/* The next step's token ids from this step's sampled ones, on the device:
+ * for i < n with feed[i] >= 0, tok[i] = src[feed[i] * stride] (the token of
+ * sampled row feed[i] of n_src; 0 where it is -1, no token). A feed past
+ * n_src writes 0 and sets KRN_CUDA_BAD_ROW. */
+inf_status_t krn_cuda_token_feed(int32_t *tok, const int32_t *feed, const int32_t *src,
+                                 int64_t stride, int32_t n_src, int32_t n, int32_t *bad,
+                                 void *stream, struct inf_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -97,6 +97,9 @@ char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st
                (double)st->steps_total);
     put_scalar(&b, "int4serve_engine_batched_steps_total", "counter",
                "Scheduler steps that ran more than one sequence.", (double)st->batched_steps_total);
+    put_scalar(&b, "int4serve_engine_steps_ahead_total", "counter",
+               "Decode steps queued on the device before the step before them was back.",
+               (double)st->steps_ahead_total);
     put_scalar(&b, "int4serve_engine_max_running", "gauge",
                "The largest number of sequences seen running in one step.", st->max_running_seen);
     put_scalar(&b, "int4serve_engine_failed", "gauge",

@@ -55,7 +55,38 @@ __global__ void gather_kernel(const __half *x, /* [x_rows] rows of stride ldx */
     }
 }
 
+__global__ void feed_kernel(int32_t *tok, const int32_t *feed, const int32_t *src, int64_t stride,
+                            int32_t n_src, int32_t n, int32_t *bad)
+{
+    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const int32_t f = feed[i];
+    if (f < 0)
+        return;
+    int32_t t = 0;
+    if (f < n_src)
+        t = src[f * stride];
+    else if (bad)
+        atomicOr(bad, KRN_CUDA_BAD_ROW);
+    tok[i] = t >= 0 ? t : 0;
+}
 } // namespace
+
+extern "C" inf_status_t krn_cuda_token_feed(int32_t *tok, const int32_t *feed, const int32_t *src,
+                                            int64_t stride, int32_t n_src, int32_t n, int32_t *bad,
+                                            void *stream, struct inf_err *err)
+{
+    if (n < 0 || n_src < 0 || stride < 1)
+        return inf_err_set(err, INF_E_INVALID, "token_feed: n=%d n_src=%d stride=%lld", n, n_src,
+                           (long long)stride);
+    if (n == 0)
+        return INF_OK;
+    const int threads = 128;
+    feed_kernel<<<(unsigned)((n + threads - 1) / threads), threads, 0,
+                  static_cast<cudaStream_t>(stream)>>>(tok, feed, src, stride, n_src, n, bad);
+    return krncuda::launched("token_feed", err);
+}
 
 extern "C" inf_status_t krn_cuda_embed(const void *table, bool table_f16, int32_t vocab,
                                        int32_t dim, const int32_t *ids, uint16_t *out,

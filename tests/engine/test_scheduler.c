@@ -129,6 +129,24 @@ static void outs_reset(void)
 }
 
 /* ---- harness ----------------------------------------------------------------------------- */
+/* The "overlap" test case runs tests again with the mock sampling on its
+ * "device" (eng_mock_config.device_sampling), so that the scheduler queues
+ * decode steps ahead (struct eng_lm's submit); g_no_overlap keeps it from
+ * doing so (the same sampling, one step at a time); g_fail_at injects a
+ * device failure. */
+static bool g_dev, g_no_overlap;
+static int32_t g_fail_at;
+
+static void overlap_setup(void)
+{
+    g_dev = true;
+}
+
+static void overlap_teardown(void)
+{
+    g_dev = false;
+}
+
 struct harness {
     struct eng_lm lm;
     eng_sched_t *s;
@@ -147,7 +165,8 @@ static void h_open_detok(struct harness *h, int32_t max_batch, int32_t budget, i
                          int32_t kv_blocks, const struct eng_detok_ops *detok)
 {
     outs_reset();
-    struct eng_mock_config mc = {.vocab = VOCAB, .max_len = max_len};
+    struct eng_mock_config mc = {
+        .vocab = VOCAB, .max_len = max_len, .fail_at_step = g_fail_at, .device_sampling = g_dev};
     struct inf_err err;
     ck_assert_int_eq(eng_mock_create(&mc, &h->lm, &err), INF_OK);
     struct eng_sched_config sc = {
@@ -156,6 +175,7 @@ static void h_open_detok(struct harness *h, int32_t max_batch, int32_t budget, i
         .max_model_len = max_len,
         .kv_blocks = kv_blocks,
         .seed = 7,
+        .no_overlap = g_no_overlap,
     };
     inf_status_t st = eng_sched_create(&sc, &h->lm, detok, collect, NULL, &h->s, &err);
     ck_assert_msg(st == INF_OK, "%s", err.msg);
@@ -348,7 +368,7 @@ START_TEST(mock_forward_reads_blocks)
     }
     want[19] = 1;
     int32_t table[2] = {5, 2};
-    struct eng_batch b = {20, toks, pos, slot, want, 1, table, 1, 2};
+    struct eng_batch b = {20, toks, pos, slot, want, 1, table, 1, 2, NULL};
     float got[VOCAB], ref[VOCAB];
     ck_assert_int_eq(lm.forward(lm.self, &b, got, &err), INF_OK);
     eng_mock_logits(VOCAB, toks, 20, ref);
@@ -357,7 +377,7 @@ START_TEST(mock_forward_reads_blocks)
     /* a decode at position 20 reads the 20 positions back */
     int32_t t1 = B('z'), p1 = 20, s1 = 0;
     uint8_t w1 = 1;
-    struct eng_batch d = {1, &t1, &p1, &s1, &w1, 1, table, 1, 2};
+    struct eng_batch d = {1, &t1, &p1, &s1, &w1, 1, table, 1, 2, NULL};
     ck_assert_int_eq(lm.forward(lm.self, &d, got, &err), INF_OK);
     int32_t all[21];
     memcpy(all, toks, sizeof toks);
@@ -372,7 +392,7 @@ START_TEST(mock_forward_reads_blocks)
             ck_assert_float_lt(ref[v] + 2.0f, ref[am] + 1e-6f);
     /* a table pointing at a block that was never written fails */
     int32_t fresh[2] = {7, 2};
-    struct eng_batch bad = {1, &t1, &p1, &s1, &w1, 1, fresh, 1, 2};
+    struct eng_batch bad = {1, &t1, &p1, &s1, &w1, 1, fresh, 1, 2, NULL};
     ck_assert_int_eq(lm.forward(lm.self, &bad, got, &err), INF_E_INTERNAL);
     lm.destroy(lm.self);
 }
@@ -1323,6 +1343,214 @@ START_TEST(sampling_settings_reach_the_sampler)
 }
 END_TEST
 
+/* ---- decode steps queued ahead (the "overlap" case) ------------------------------------- */
+START_TEST(overlap_queues_decode_steps_ahead)
+{
+    /* Greedy requests of different lengths decoding together, on the
+     * device-sampling mock: the scheduler queues each decode step behind
+     * the one in flight; outputs equal the reference. */
+    struct harness h;
+    h_open(&h, 8, 256, 512, 256);
+    enum { N = 8 };
+    int32_t p[N][40];
+    for (int k = 0; k < N; k++) {
+        mkprompt(p[k], 10 + 3 * k, (uint32_t)(300 + k));
+        struct eng_request *r = mkreq((uint64_t)k + 1, p[k], 10 + 3 * k, 20 + 9 * k);
+        r->sampling.ignore_eos = k % 2 == 0;
+        r->stream = k % 3 == 0;
+        add(&h, r);
+    }
+    int steps = h_run(&h, 1000);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    /* one step of prefills (each with its first token), then a decode step
+     * a token of the longest; each after the first decode step was queued
+     * ahead */
+    int32_t longest = 0;
+    for (int k = 0; k < N; k++)
+        longest = outs[k + 1].completion_tokens > longest ? outs[k + 1].completion_tokens : longest;
+    ck_assert_int_ge(longest, 74); /* request 7 (ignore_eos) */
+    ck_assert_int_eq(steps, longest);
+    ck_assert_uint_eq(st.steps_ahead_total, (uint64_t)steps - 2);
+    for (int k = 0; k < N; k++) {
+        struct ref ref;
+        ref_greedy(p[k], 10 + 3 * k, 20 + 9 * k, 0, k % 2 == 0, 512, &ref);
+        assert_matches(&outs[k + 1], 0, &ref);
+        ck_assert_int_eq(outs[k + 1].n_done, 1);
+        ck_assert(!outs[k + 1].event_after_end);
+        ref_free(&ref);
+    }
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+/* One run of a mixed workload (sampled with seeds, stop strings, min_tokens,
+ * logit_bias, penalties, n = 2, late arrivals) on the device-sampling mock;
+ * outs keeps the results. */
+static uint64_t mixed_run(bool overlap)
+{
+    g_no_overlap = !overlap;
+    struct harness h;
+    h_open(&h, 6, 64, 256, 64);
+    g_no_overlap = false;
+    enum { N = 14 };
+    static int32_t p[N][50];
+    int added = 0, steps = 0;
+    struct inf_err err;
+    while (added < N || !eng_sched_idle(h.s)) {
+        if (added < N && (steps % 7 == 0 || added < 4)) {
+            int k = added++;
+            int32_t n = 3 + (k * 11) % 45;
+            mkprompt(p[k], n, (uint32_t)(700 + k));
+            struct eng_request *r = mkreq((uint64_t)k + 1, p[k], n, 10 + (k * 13) % 50);
+            r->stream = k % 2 == 0;
+            if (k % 3 == 1) {
+                r->sampling.temperature = 0.8f;
+                r->sampling.seed = 1000 + k;
+                r->sampling.has_seed = true;
+            }
+            if (k % 4 == 2) {
+                r->n_stop = 1;
+                r->stop[0] = strdup(" ");
+            }
+            if (k % 5 == 3)
+                r->min_tokens = 8;
+            if (k == 5) {
+                r->sampling.n_logit_bias = 1;
+                r->sampling.logit_bias_ids = malloc(sizeof(int32_t));
+                r->sampling.logit_bias_vals = malloc(sizeof(float));
+                r->sampling.logit_bias_ids[0] = B('k');
+                r->sampling.logit_bias_vals[0] = 1.5f;
+            }
+            if (k == 9)
+                r->sampling.presence_penalty = 0.5f;
+            if (k == 11)
+                r->n = 2;
+            add(&h, r);
+        }
+        cur_step++;
+        ck_assert_msg(eng_sched_step(h.s, &err) == INF_OK, "step: %s", err.msg);
+        ck_assert_int_lt(++steps, 2000);
+    }
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    /* the results stay in outs; only the scheduler goes */
+    eng_sched_destroy(h.s);
+    h.lm.destroy(h.lm.self);
+    return st.steps_ahead_total;
+}
+
+START_TEST(overlap_matches_one_step_at_a_time)
+{
+    enum { N = 14 };
+    static struct req_out one[N + 1];
+    ck_assert_uint_eq(mixed_run(false), 0);
+    memcpy(one, outs, sizeof one);
+    memset(outs, 0, sizeof one); /* the texts and tokens now belong to one */
+    ck_assert_uint_gt(mixed_run(true), 20);
+    for (int k = 1; k <= N; k++) {
+        int nch = k == 12 ? 2 : 1;
+        ck_assert_int_eq(outs[k].n_done, 1);
+        ck_assert_int_eq(outs[k].n_error, 0);
+        ck_assert_int_eq(outs[k].completion_tokens, one[k].completion_tokens);
+        for (int c = 0; c < nch; c++) {
+            const struct ch_out *a = &one[k].ch[c], *b = &outs[k].ch[c];
+            ck_assert_int_eq(b->fin, a->fin);
+            ck_assert_int_eq(b->n_toks, a->n_toks);
+            for (int32_t i = 0; i < a->n_toks; i++)
+                ck_assert_int_eq(b->toks[i], a->toks[i]);
+            ck_assert_uint_eq(b->text.len, a->text.len);
+            ck_assert(memcmp(b->text.p ? b->text.p : "", a->text.p ? a->text.p : "", a->text.len) ==
+                      0);
+        }
+    }
+    for (int k = 0; k <= N; k++)
+        for (int c = 0; c < MAXC; c++) {
+            eng_strbuf_fini(&one[k].ch[c].text);
+            free(one[k].ch[c].toks);
+            free(one[k].ch[c].info);
+        }
+    outs_reset();
+}
+END_TEST
+
+START_TEST(overlap_cancel_while_a_step_is_ahead)
+{
+    /* Cancelling a request whose row is in the step queued ahead: its row
+     * is dropped, the others go on, every block comes back. */
+    struct harness h;
+    h_open(&h, 4, 64, 256, 64);
+    int32_t p[3][20];
+    for (int k = 0; k < 3; k++) {
+        mkprompt(p[k], 20, (uint32_t)(900 + k));
+        struct eng_request *r = mkreq((uint64_t)k + 1, p[k], 20, 40);
+        r->sampling.ignore_eos = true;
+        add(&h, r);
+    }
+    struct inf_err err;
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_gt(st.steps_ahead_total, 0);
+    eng_sched_cancel(h.s, 2);
+    ck_assert_int_eq(outs[2].n_done, 1);
+    ck_assert_int_eq(outs[2].ch[0].fin, ENG_FINISH_ABORT);
+    ck_assert_int_eq(outs[2].completion_tokens, 6);
+    h_run(&h, 1000);
+    ck_assert(!outs[2].event_after_end);
+    for (int k = 0; k < 3; k += 2) {
+        struct ref ref;
+        ref_greedy(p[k], 20, 40, 0, true, 256, &ref);
+        assert_matches(&outs[k + 1], 0, &ref);
+        ref_free(&ref);
+    }
+    /* everything cancelled with a step ahead: one more step collects it */
+    struct eng_request *r = mkreq(9, p[0], 20, 40);
+    r->sampling.ignore_eos = true;
+    add(&h, r);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+    eng_sched_abort_all(h.s);
+    ck_assert_int_eq(outs[9].ch[0].fin, ENG_FINISH_ABORT);
+    h_run(&h, 10);
+    ck_assert(eng_sched_idle(h.s));
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(overlap_device_failure)
+{
+    /* A device failure with a step queued ahead: the step fails, every
+     * request ends with an error, and the scheduler is idle again. */
+    g_fail_at = 8;
+    struct harness h;
+    h_open(&h, 4, 64, 256, 64);
+    g_fail_at = 0;
+    int32_t p[20];
+    mkprompt(p, 20, 77);
+    for (int k = 0; k < 3; k++) {
+        struct eng_request *r = mkreq((uint64_t)k + 1, p, 20, 40);
+        r->sampling.ignore_eos = true;
+        add(&h, r);
+    }
+    struct inf_err err;
+    inf_status_t st = INF_OK;
+    for (int i = 0; i < 20 && st == INF_OK; i++)
+        st = eng_sched_step(h.s, &err);
+    ck_assert_int_eq(st, INF_E_DEVICE);
+    eng_sched_fail_all(h.s, INF_E_DEVICE, "the engine failed");
+    ck_assert(eng_sched_idle(h.s));
+    for (int k = 1; k <= 3; k++)
+        ck_assert_int_eq(outs[k].n_error, 1);
+    h_close(&h);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("scheduler");
@@ -1359,6 +1587,28 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_running_and_queued);
     tcase_add_test(tc, cancel_n3_after_fork);
     tcase_add_test(tc, validation_names_the_field);
+    suite_add_tcase(s, tc);
+    /* the same scheduling with decode steps queued ahead */
+    tc = tcase_create("overlap");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, overlap_setup, overlap_teardown);
+    tcase_add_test(tc, overlap_queues_decode_steps_ahead);
+    tcase_add_test(tc, overlap_matches_one_step_at_a_time);
+    tcase_add_test(tc, overlap_cancel_while_a_step_is_ahead);
+    tcase_add_test(tc, overlap_device_failure);
+    tcase_add_test(tc, single_greedy_matches_reference);
+    tcase_add_test(tc, batch_of_128_matches_alone);
+    tcase_add_test(tc, chunked_prefill_interleaves_decodes);
+    tcase_add_test(tc, random_traffic_invariants);
+    tcase_add_test(tc, kv_exhaustion_preempts_and_recomputes);
+    tcase_add_test(tc, n3_shares_prompt_blocks);
+    tcase_add_test(tc, stop_string_across_tokens);
+    tcase_add_test(tc, stop_prefix_held_then_released);
+    tcase_add_test(tc, stop_string_multibyte);
+    tcase_add_test(tc, min_tokens_masks_eos_and_stops);
+    tcase_add_test(tc, max_tokens_and_context_limit);
+    tcase_add_test(tc, cancel_running_and_queued);
+    tcase_add_test(tc, cancel_n3_after_fork);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -18,7 +18,10 @@
  *   N_REQ / 10 requests differ at all in each mode.
  * The same greedy requests on the CPU backend are held to the same rule
  * against the GPU's alone tokens with CPU_TOL (fp32 against fp16
- * activations). Every accepted divergence is printed. Also: engine info
+ * activations). Every accepted divergence is printed. Decode steps are
+ * queued ahead of the step before (steps_ahead_total > 0), and an engine
+ * with INT4SERVE_OVERLAP=0 (none queued ahead) gives every request alone,
+ * greedy and seeded, the same tokens and logprobs bit for bit. Also: engine info
  * names the cuda backend; an engine of max_batch 128 x max_model_len 512
  * gets its whole KV pool from the GPU memory plan. Checkpoint: argv[1], else
  * made by int4serve-mkmodel ($INT4SERVE_MKMODEL or
@@ -336,7 +339,8 @@ int main(int argc, char **argv)
         }
     int fails = 0, checks = 1;
     fails += !test_compare();
-    static struct eng_token_info alone[N_REQ + 1][GEN], greedy[N_REQ + 1][GEN];
+    static struct eng_token_info alone[N_REQ + 1][GEN], greedy[N_REQ + 1][GEN],
+        seeded[N_REQ + 1][GEN];
 
     eng_engine_t *eng = open_engine(dir, ENG_BACKEND_CUDA);
     struct eng_info info;
@@ -383,8 +387,49 @@ int main(int argc, char **argv)
                "largest logprob difference %.3e (tol %.0e)\n",
                diverged <= MAX_DIVERGED ? "ok" : "FAIL", what, same, N_REQ, diverged, MAX_DIVERGED,
                worst, BATCH_TOL);
-        if (!g_sampled)
-            memcpy(greedy, alone, sizeof greedy);
+        memcpy(g_sampled ? seeded : greedy, alone, sizeof greedy);
+    }
+    g_sampled = false;
+    /* Decode steps were queued ahead (each fed its tokens on the device
+     * from the step before); one at a time (INT4SERVE_OVERLAP=0) a request
+     * alone runs the same steps, so its tokens and logprobs are the same
+     * bit for bit. */
+    {
+        struct eng_stats st;
+        eng_engine_stats(eng, &st);
+        checks++;
+        fails += st.steps_ahead_total == 0;
+        printf("%-4s decode steps queued ahead: %llu of %llu steps\n",
+               st.steps_ahead_total ? "ok" : "FAIL", (unsigned long long)st.steps_ahead_total,
+               (unsigned long long)st.steps_total);
+    }
+    eng_engine_destroy(eng);
+    setenv("INT4SERVE_OVERLAP", "0", 1);
+    eng = open_engine(dir, ENG_BACKEND_CUDA);
+    unsetenv("INT4SERVE_OVERLAP");
+    for (int mode = 0; mode < 2; mode++) {
+        g_sampled = mode == 1;
+        int same = 0;
+        for (int r = 0; r < N_REQ; r++) {
+            reset();
+            submit(eng, r);
+            wait_all(eng, 1);
+            const struct eng_token_info *a = g_sampled ? seeded[r + 1] : greedy[r + 1];
+            same += n_toks[r + 1] == GEN && memcmp(a, toks[r + 1], sizeof greedy[r + 1]) == 0;
+        }
+        checks++;
+        fails += same != N_REQ;
+        printf("%-4s %s alone, steps queued ahead against one at a time: %d of %d requests "
+               "identical (tokens and logprobs)\n",
+               same == N_REQ ? "ok" : "FAIL", g_sampled ? "seeded" : "greedy", same, N_REQ);
+    }
+    {
+        struct eng_stats st;
+        eng_engine_stats(eng, &st);
+        checks++;
+        fails += st.steps_ahead_total != 0;
+        printf("%-4s INT4SERVE_OVERLAP=0: %llu steps queued ahead\n",
+               st.steps_ahead_total ? "FAIL" : "ok", (unsigned long long)st.steps_ahead_total);
     }
     g_sampled = false;
     eng_engine_destroy(eng);

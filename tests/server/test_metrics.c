@@ -54,6 +54,7 @@ START_TEST(test_render)
                            .preemptions_total = 7,
                            .steps_total = 40,
                            .batched_steps_total = 30,
+                           .steps_ahead_total = 12,
                            .max_running_seen = 4};
     size_t len = 0;
     char *t = srv_metrics_render(&m, &st, &len);
@@ -68,6 +69,7 @@ START_TEST(test_render)
     ck_assert(has_line(t, "int4serve_generation_tokens_total 5678"));
     ck_assert(has_line(t, "int4serve_num_preemptions_total 7"));
     ck_assert(has_line(t, "int4serve_engine_batched_steps_total 30"));
+    ck_assert(has_line(t, "int4serve_engine_steps_ahead_total 12"));
     ck_assert(has_line(t, "int4serve_request_success_total{finished_reason=\"stop\"} 3"));
     ck_assert(has_line(t, "int4serve_request_success_total{finished_reason=\"length\"} 5"));
     ck_assert(has_line(t, "int4serve_request_success_total{finished_reason=\"abort\"} 1"));
