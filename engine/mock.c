@@ -279,7 +279,8 @@ static inf_status_t mock_collect(void *self, struct eng_sample_out *out, struct 
     if (m->n_pending == 0)
         return inf_err_set(err, INF_E_INTERNAL, "mock: collect without a submitted step");
     const struct mock_out *o = &m->res[m->n_pending == 2 ? m->last ^ 1 : m->last];
-    memcpy(out, o->out, sizeof *out * (size_t)o->n);
+    if (o->n > 0)
+        memcpy(out, o->out, sizeof *out * (size_t)o->n);
     m->n_pending--;
     return INF_OK;
 }
