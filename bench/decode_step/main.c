@@ -16,6 +16,10 @@
  *              events on the backend's stream (uploads, the replay, sampling);
  *   replay     the recorded graph launched back to back (GPU time of one
  *              replay) and launched then waited for, one at a time;
+ *   ahead      decode steps as the scheduler queues them ahead (each
+ *              submitted before the one before is collected, its tokens
+ *              fed on the device), against steps one at a time at the same
+ *              positions: wall time a step;
  *   prefill    the P-token prompt's prefill of one sequence (eager, its first
  *              token sampled and downloaded): the first one, then five more;
  *   ops        one decode step run eagerly with the stream held by a host
@@ -482,6 +486,54 @@ static void decode_steps(eng_model_t *m, struct seq *s, int32_t n, double *mean,
     free(t);
 }
 
+/* n decode steps as the scheduler queues them ahead: each submitted before
+ * the one before it is collected (eng_model_sample_submit), its tokens fed
+ * on the device from that step's samples. Mean wall time a step, in ms:
+ * what the device takes per step when the host never holds it. */
+static double ahead_steps(eng_model_t *m, struct seq *s, int32_t n)
+{
+    static int32_t pos[MAX_BATCH], slot[MAX_BATCH], tok[MAX_BATCH], feed[MAX_BATCH];
+    static uint8_t want[MAX_BATCH];
+    static struct eng_sample_row rows[MAX_BATCH];
+    static struct eng_sample_out out[MAX_BATCH];
+    struct inf_err err = {0};
+    for (int32_t i = 0; i < g_batch; i++) {
+        slot[i] = i;
+        want[i] = 1;
+        feed[i] = i;
+        tok[i] = s->next[i];
+        rows[i] = (struct eng_sample_row){
+            .logit_row = i, .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    }
+    struct eng_batch b = {.n_tokens = g_batch,
+                          .tokens = tok,
+                          .pos = pos,
+                          .slot = slot,
+                          .want_logits = want,
+                          .n_logits = g_batch,
+                          .block_table = &s->bt[0][0],
+                          .n_slots = g_batch,
+                          .max_blocks = MAX_BLOCKS};
+    uint64_t t0 = now_ns();
+    for (int32_t j = 0; j <= n; j++) {
+        if (j < n) {
+            for (int32_t i = 0; i < g_batch; i++)
+                pos[i] = s->pos[i] + j;
+            b.feed = j == 0 ? NULL : feed;
+            if (eng_model_sample_submit(m, &b, rows, g_batch, &err) != INF_OK)
+                die("submit", err.msg);
+        }
+        if (j > 0 && eng_model_sample_collect(m, out, &err) != INF_OK)
+            die("collect", err.msg);
+    }
+    const double ms = (double)(now_ns() - t0) / 1e6 / n;
+    for (int32_t i = 0; i < g_batch; i++) {
+        s->pos[i] += n;
+        s->next[i] = out[i].token >= 0 ? out[i].token : 1;
+    }
+    return ms;
+}
+
 /* The recorded graph of bucket g_batch replayed: back to back (ms of GPU per replay)
  * and one at a time with a wait (ms per launch + wait). */
 static void replays(struct eng_backend *be, double *b2b, double *one)
@@ -687,6 +739,21 @@ int main(int argc, char **argv)
     double b2b, one;
     replays(be1, &b2b, &one);
     printf("replay: %.3f ms back to back (GPU time), %.3f ms launch + wait\n", b2b, one);
+    if (eng_model_can_submit(ma)) {
+        /* one step at a time and queued ahead, alternating at the same
+         * positions (attention grows with them) */
+        for (int round = 0; round < 2; round++) {
+            int32_t na = 48;
+            if (sa.pos[0] + 2 * na > MAX_BLOCKS * ENG_KV_BLOCK) /* the KV room left */
+                break;
+            double pm, pmed;
+            decode_steps(ma, &sa, na, &pm, &pmed);
+            const double ah = ahead_steps(ma, &sa, na);
+            printf("positions %d..: one at a time %.3f ms a step (mean), queued ahead %.3f ms "
+                   "(%.0f tok/s), %d steps each\n",
+                   sa.pos[0] - 2 * na, pm, ah, 1e3 * g_batch / ah, na);
+        }
+    }
     {
         /* the prompt's prefill (one chunk, eager, its first token sampled
          * and downloaded), first and warm: the model's part of a TTFT */
