@@ -57,6 +57,7 @@
 #define DEFAULT_WORKSPACE ((size_t)64 << 20)
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 #define STAGING_BYTES ((size_t)16 << 20)
+#define UP_MAX 16                     /* buf_upload copies held for one batch */
 #define SHADOW_MAX ((size_t)16 << 20) /* buffers up to this size keep a host copy */
 #define GEMM_MAX_M 4096               /* rows per INT4 GEMM launch */
 #define ACC_MAX_M 16                  /* rows of a deferred linear (fixed-point sums) */
@@ -175,6 +176,15 @@ struct cu_ctx {
     /* pinned staging */
     uint8_t *staging;
     size_t staging_used;
+    /* buf_upload's copies, held until the next op that queues other work
+     * and then issued as one batch (cudaMemcpyBatchAsync): the small tables
+     * of a step go as one operation of the stream instead of one each.
+     * INT4SERVE_CUDA_UPLOAD_BATCH=0 issues each at once. */
+    bool up_batch;
+    int n_up;
+    void *up_dst[UP_MAX];
+    const void *up_src[UP_MAX];
+    size_t up_size[UP_MAX];
     /* queued downloads (download_start / download_wait): per slot pinned
      * memory, the error flag word first (at 0) and the bytes at 256, and an
      * event after the copies */
@@ -344,7 +354,33 @@ static inf_status_t acc_clean(struct cu_ctx *c, struct inf_err *err)
  * launch a held RoPE call unless keep_rope (the decode attention, which may
  * fuse it) and write held GEMM sums unless keep_acc (the RMSNorm, which may
  * read them). */
-static inf_status_t enter2(struct cu_ctx *c, bool keep_rope, bool keep_acc, struct inf_err *err)
+/* Issue the held buf_upload copies (in one batch when more than one). */
+static inf_status_t up_flush(struct cu_ctx *c, struct inf_err *err)
+{
+    const int n = c->n_up;
+    if (n == 0)
+        return INF_OK;
+    c->n_up = 0;
+    if (n == 1) {
+        CU(c,
+           cudaMemcpyAsync(c->up_dst[0], c->up_src[0], c->up_size[0], cudaMemcpyHostToDevice,
+                           c->stream),
+           "upload");
+        return INF_OK;
+    }
+    struct cudaMemcpyAttributes at;
+    memset(&at, 0, sizeof at);
+    at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t idx = 0;
+    CU(c,
+       cudaMemcpyBatchAsync(c->up_dst, c->up_src, c->up_size, (size_t)n, &at, &idx, 1, c->stream),
+       "batched upload");
+    return INF_OK;
+}
+
+/* keep_up: buf_upload's own entry, which adds to the held copies. */
+static inf_status_t enter3(struct cu_ctx *c, bool keep_rope, bool keep_acc, bool keep_up,
+                           struct inf_err *err)
 {
     if (c->failed)
         return inf_err_set(err, INF_E_DEVICE, "the CUDA backend failed earlier (%s)", c->fail_msg);
@@ -352,10 +388,22 @@ static inf_status_t enter2(struct cu_ctx *c, bool keep_rope, bool keep_acc, stru
     CU(c, cudaGetDevice(&cur), "cudaGetDevice");
     if (cur != c->device)
         CU(c, cudaSetDevice(c->device), "cudaSetDevice");
-    inf_status_t st = keep_acc ? INF_OK : acc_flush(c, err);
+    /* Held copies go before anything else is queued. buf_upload (keep_up)
+     * adds to them; the sums or RoPE its entry may flush below were held by
+     * an op before the first held copy (whose own entry flushed them), so
+     * queueing them now keeps the order. */
+    inf_status_t st = keep_up ? INF_OK : up_flush(c, err);
+    if (st != INF_OK)
+        return st;
+    st = keep_acc ? INF_OK : acc_flush(c, err);
     if (st == INF_OK && !keep_rope)
         st = rope_flush(c, err);
     return st;
+}
+
+static inf_status_t enter2(struct cu_ctx *c, bool keep_rope, bool keep_acc, struct inf_err *err)
+{
+    return enter3(c, keep_rope, keep_acc, false, err);
 }
 
 static inf_status_t enter(struct cu_ctx *c, bool keep_rope, struct inf_err *err)
@@ -440,8 +488,11 @@ static void cu_buf_free(struct eng_backend *be, struct eng_buf *buf)
         if (cudaSetDevice(c->device) == cudaSuccess)
             (void)acc_clean(c, &e);
     }
-    if (cudaSetDevice(c->device) == cudaSuccess)
+    if (cudaSetDevice(c->device) == cudaSuccess) {
+        struct inf_err e = {0};
+        (void)up_flush(c, &e);    /* a held copy may write it */
         (void)cudaFree(buf->ptr); /* implicitly waits for work that uses it */
+    }
     free(b->shadow);
     free(b);
 }
@@ -451,15 +502,18 @@ static inf_status_t cu_sync(struct cu_ctx *c, struct inf_err *err)
 {
     if (c->capturing)
         return inf_err_set(err, INF_E_UNSUPPORTED, "a synchronization while recording a graph");
+    inf_status_t st = up_flush(c, err);
+    if (st != INF_OK)
+        return st;
     CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
     c->staging_used = 0;
     return INF_OK;
 }
 
 /* Queue a host-to-device copy of src through the staging ring (src may be
- * reused at once). */
-static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, size_t bytes,
-                                 struct inf_err *err)
+ * reused at once); hold: add it to the held copies instead (up_flush). */
+static inf_status_t stage_upload2(struct cu_ctx *c, void *dst, const void *src, size_t bytes,
+                                  bool hold, struct inf_err *err)
 {
     /* A recorded copy would read the staging bytes of the recording at
      * every replay. */
@@ -467,6 +521,9 @@ static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, s
         return inf_err_set(err, INF_E_UNSUPPORTED, "an upload while recording a graph");
     if (bytes > STAGING_BYTES) {
         /* Large uploads happen while loading: a plain synchronous copy. */
+        inf_status_t st = up_flush(c, err);
+        if (st != INF_OK)
+            return st;
         CU(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
         return cu_sync(c, err);
     }
@@ -477,22 +534,41 @@ static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, s
     }
     uint8_t *s = c->staging + c->staging_used;
     memcpy(s, src, bytes);
-    CU(c, cudaMemcpyAsync(dst, s, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
     c->staging_used += (bytes + 255) / 256 * 256;
+    if (hold && c->n_up == UP_MAX) {
+        inf_status_t st = up_flush(c, err);
+        if (st != INF_OK)
+            return st;
+    }
+    if (hold) {
+        c->up_dst[c->n_up] = dst;
+        c->up_src[c->n_up] = s;
+        c->up_size[c->n_up++] = bytes;
+        return INF_OK;
+    }
+    CU(c, cudaMemcpyAsync(dst, s, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
     return INF_OK;
+}
+
+static inf_status_t stage_upload(struct cu_ctx *c, void *dst, const void *src, size_t bytes,
+                                 struct inf_err *err)
+{
+    return stage_upload2(c, dst, src, bytes, false, err);
 }
 
 static inf_status_t cu_buf_upload(struct eng_backend *be, struct eng_buf *dst, size_t off,
                                   const void *src, size_t bytes, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    inf_status_t en = enter3(c, false, false, c->up_batch, err);
+    if (en != INF_OK)
+        return en;
     struct cu_buf *b = cbuf(dst);
     if (!b->shadow && !b->shadow_dead && dst->size <= SHADOW_MAX)
         b->shadow = calloc(1, dst->size); /* on failure: simply no host copy */
     if (b->shadow)
         memcpy(b->shadow + off, src, bytes);
-    return stage_upload(c, (uint8_t *)dst->ptr + off, src, bytes, err);
+    return stage_upload2(c, (uint8_t *)dst->ptr + off, src, bytes, c->up_batch, err);
 }
 
 /* The error flag a download brought back: INF_OK, or the kernel's
@@ -1871,6 +1947,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
        "cudaMemset");
     CU(c, cudaHostAlloc((void **)&c->staging, STAGING_BYTES, cudaHostAllocDefault),
        "pinned staging");
+    const char *fu = getenv("INT4SERVE_CUDA_UPLOAD_BATCH");
+    c->up_batch = !(fu && strcmp(fu, "0") == 0);
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
     const char *fra = getenv("INT4SERVE_CUDA_ROPE_IN_ATTN");
