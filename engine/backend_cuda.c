@@ -1404,7 +1404,9 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                            "attention work list of %zu bytes exceeds the workspace's %zu",
                            list_bytes, c->list_bytes);
     if (lc->bytes != list_bytes || memcmp(lc->host, c->h_list, list_bytes) != 0) {
-        st = stage_upload(c, lc->dev, c->h_list, list_bytes, err);
+        /* graph_prepare's list joins the step's held table copies (the ops
+         * that read it enter after it, which issues them) */
+        st = stage_upload2(c, lc->dev, c->h_list, list_bytes, fixed != 0 && c->up_batch, err);
         if (st != INF_OK)
             return st;
         memcpy(lc->host, c->h_list, list_bytes);
@@ -1682,7 +1684,9 @@ static inf_status_t cu_graph_prepare(struct eng_backend *be, const struct eng_at
                                      int32_t bucket, bool *have, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    inf_status_t en = enter3(c, false, false, c->up_batch, err); /* copies stay held */
+    if (en != INF_OK)
+        return en;
     c->fx_active = false;
     inf_status_t st = attn_list(c, p, true, bucket, &c->fx, err);
     if (st != INF_OK)

@@ -1022,7 +1022,6 @@ static inf_status_t decode_graph(eng_model_t *m, const struct eng_batch *b, int3
                 j < b->max_blocks ? b->block_table[(int64_t)k * b->max_blocks + j] : -1;
     inf_status_t s;
     if ((s = eng_buf_upload(be, m->tok, 0, m->pad_tok, (size_t)B * 4, err)) ||
-        (s = apply_feed(m, b, B, err)) ||
         (s = eng_buf_upload(be, m->pos, 0, m->pad_pos, (size_t)B * 4, err)) ||
         (s = eng_buf_upload(be, m->seq_dec, 0, m->host_seq_dec, (size_t)n_dec * 12, err)) ||
         (s = eng_buf_upload(be, m->bt, 0, m->pad_bt, (size_t)b->n_slots * (size_t)S * 4, err)))
@@ -1031,7 +1030,9 @@ static inf_status_t decode_graph(eng_model_t *m, const struct eng_batch *b, int3
     ap.seqs = m->seq_dec;
     ap.n_seqs = n_dec;
     bool have = false;
-    if ((s = eng_graph_prepare(be, &ap, B, &have, err)))
+    /* the feed after the tables and the work list: a backend that holds a
+     * step's copies issues them together (engine/backend_cuda.c up_flush) */
+    if ((s = eng_graph_prepare(be, &ap, B, &have, err)) || (s = apply_feed(m, b, B, err)))
         return s;
     if (have && m->opts.decode_graphs == ENG_GRAPHS_ON) {
         s = eng_graph_launch(be, B, err);
