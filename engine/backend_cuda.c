@@ -584,6 +584,29 @@ static inf_status_t bad_flag(struct cu_ctx *c, int32_t f, struct inf_err *err)
                                                 : "block table entry");
 }
 
+/* Queue the copies of the error flag to flag and of bytes at src to dst;
+ * with both destinations pinned (pinned) and batching on, as one operation
+ * of the stream (cudaMemcpyBatchAsync). */
+static inf_status_t download_flagged(struct cu_ctx *c, void *flag, void *dst, const void *src,
+                                     size_t bytes, bool pinned, struct inf_err *err)
+{
+    void *dsts[2] = {flag, dst};
+    const void *srcs[2] = {c->d_bad, src};
+    size_t sizes[2] = {sizeof(int32_t), bytes};
+    if (pinned && c->up_batch && bytes) {
+        struct cudaMemcpyAttributes at;
+        memset(&at, 0, sizeof at);
+        at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t idx = 0;
+        CU(c, cudaMemcpyBatchAsync(dsts, srcs, sizes, 2, &at, &idx, 1, c->stream), "download");
+        return INF_OK;
+    }
+    for (int i = 0; i < (bytes ? 2 : 1); i++)
+        CU(c, cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDeviceToHost, c->stream),
+           "download");
+    return INF_OK;
+}
+
 static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
                                     void *dst, size_t bytes, struct inf_err *err)
 {
@@ -599,13 +622,10 @@ static inf_status_t cu_buf_download(struct eng_backend *be, const struct eng_buf
     }
     int32_t *flag = (int32_t *)(c->staging + flag_at);
     uint8_t *land = bytes <= STAGING_BYTES - flag_at - 256 ? c->staging + flag_at + 256 : NULL;
-    CU(c, cudaMemcpyAsync(flag, c->d_bad, sizeof *flag, cudaMemcpyDeviceToHost, c->stream),
-       "download");
-    CU(c,
-       cudaMemcpyAsync(land ? (void *)land : dst, (const uint8_t *)src->ptr + off, bytes,
-                       cudaMemcpyDeviceToHost, c->stream),
-       "download");
-    inf_status_t st = cu_sync(c, err);
+    inf_status_t st = download_flagged(c, flag, land ? (void *)land : dst,
+                                       (const uint8_t *)src->ptr + off, bytes, land != NULL, err);
+    if (st == INF_OK)
+        st = cu_sync(c, err);
     if (st != INF_OK)
         return st;
     if (land)
@@ -634,14 +654,10 @@ static inf_status_t cu_download_start(struct eng_backend *be, const struct eng_b
     }
     if (!c->land_ev[slot])
         CU(c, cudaEventCreateWithFlags(&c->land_ev[slot], cudaEventDisableTiming), "event");
-    CU(c,
-       cudaMemcpyAsync(c->land[slot], c->d_bad, sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream),
-       "download");
-    if (bytes)
-        CU(c,
-           cudaMemcpyAsync(c->land[slot] + 256, (const uint8_t *)src->ptr + off, bytes,
-                           cudaMemcpyDeviceToHost, c->stream),
-           "download");
+    inf_status_t st = download_flagged(c, c->land[slot], c->land[slot] + 256,
+                                       (const uint8_t *)src->ptr + off, bytes, true, err);
+    if (st != INF_OK)
+        return st;
     CU(c, cudaEventRecord(c->land_ev[slot], c->stream), "event record");
     c->land_bytes[slot] = bytes;
     c->land_busy[slot] = true;
