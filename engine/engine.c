@@ -451,6 +451,9 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
             .vocab = env_int("INT4SERVE_MOCK_VOCAB", 0),
             .max_len = cfg->max_model_len,
             .fail_at_step = env_int("INT4SERVE_MOCK_FAIL_STEP", 0),
+            /* test hook: sample "on the device", so that the scheduler
+             * queues decode steps ahead (engine/mock.h) */
+            .device_sampling = env_int("INT4SERVE_MOCK_DEVICE_SAMPLING", 0) != 0,
         };
         st = eng_mock_create(&mc, &eng->lm, err);
         if (st != INF_OK)

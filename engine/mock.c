@@ -4,6 +4,7 @@
 #include "engine/mock.h"
 
 #include "engine/backend.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -177,6 +178,23 @@ static struct eng_sample_out mock_sample(int32_t vocab, float *lg, const struct 
 {
     for (int32_t i = 0; i < r->n_ban; i++)
         lg[r->ban[i]] = -INFINITY;
+    /* logprobs: of the banned row before the bias, as the host sampler's */
+    double rmx = -INFINITY, rsum = 0.0;
+    for (int32_t v = 0; v < vocab; v++)
+        rmx = lg[v] > rmx ? lg[v] : rmx;
+    if (isfinite(rmx))
+        for (int32_t v = 0; v < vocab; v++)
+            rsum += exp((double)lg[v] - rmx);
+    const double lse = rmx + log(rsum);
+    struct eng_sample_out o = {.token = -1};
+    o.n_top = r->n_logprobs < vocab ? r->n_logprobs : vocab;
+    if (o.n_top > ENG_SAMPLE_TOP)
+        o.n_top = ENG_SAMPLE_TOP;
+    if (o.n_top > 0) {
+        eng_sampler_top_n(lg, vocab, o.n_top, o.top_ids);
+        for (int32_t i = 0; i < o.n_top; i++)
+            o.top_logprobs[i] = (float)((double)lg[o.top_ids[i]] - lse);
+    }
     for (int32_t i = 0; i < r->n_bias; i++)
         lg[r->bias_ids[i]] += r->bias_vals[i];
     const float t = r->temperature > 0.0f ? r->temperature : 1.0f;
@@ -187,7 +205,6 @@ static struct eng_sample_out mock_sample(int32_t vocab, float *lg, const struct 
             mx = lg[v];
             am = v;
         }
-    struct eng_sample_out o = {.token = -1};
     if (am < 0)
         return o; /* every token excluded */
     double sum = 0.0;
@@ -207,7 +224,11 @@ static struct eng_sample_out mock_sample(int32_t vocab, float *lg, const struct 
         }
     }
     o.token = pick;
-    o.logprob = (float)((double)(lg[pick] - mx) / t - log(sum));
+    float raw = lg[pick]; /* its value before the bias */
+    for (int32_t i = 0; i < r->n_bias; i++)
+        if (r->bias_ids[i] == pick)
+            raw -= r->bias_vals[i];
+    o.logprob = (float)((double)raw - lse);
     return o;
 }
 

@@ -23,7 +23,8 @@
  *
  * The engine's mock backend ignores model_dir; INT4SERVE_MOCK_VOCAB sets the
  * vocabulary, max_model_len the length, INT4SERVE_MOCK_FAIL_STEP the fault
- * hook below, and INT4SERVE_MIN_STEP_US (any backend) a minimum step time. */
+ * hook below, INT4SERVE_MOCK_DEVICE_SAMPLING=1 its device_sampling, and
+ * INT4SERVE_MIN_STEP_US (any backend) a minimum step time. */
 #include "engine/scheduler_impl.h"
 #include "engine/tokenizer.h"
 
@@ -40,8 +41,9 @@ struct eng_mock_config {
     /* Sample "on the device" as a GPU model does (struct eng_lm's
      * forward_sample, submit and collect, with the batch's feed): greedy,
      * or by temperature from the row's draw u over the whole softmax;
-     * ban and logit_bias applied; top-k, top-p, min-p, penalties and top
-     * logprobs ignored (the token's own logprob is given). Submitted
+     * ban and logit_bias applied; logprobs and top-n logprobs as the host
+     * sampler's (of the banned row before the bias); top-k, top-p, min-p
+     * and penalties ignored. Submitted
      * steps are computed at once and their results kept until collected. */
     bool device_sampling;
 };

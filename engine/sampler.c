@@ -202,9 +202,7 @@ void eng_sampler_fill_row(eng_sampler_t *s, struct eng_sample_row *row,
     }
 }
 
-/* Top-n of v by value (desc), lowest id on ties; n small, so an insertion
- * list is enough. */
-static void top_n(const float *v, int32_t vocab, int32_t n, int32_t *ids)
+void eng_sampler_top_n(const float *v, int32_t vocab, int32_t n, int32_t *ids)
 {
     int32_t have = 0;
     for (int32_t t = 0; t < vocab; t++) {
@@ -320,7 +318,7 @@ inf_status_t eng_sampler_sample(eng_sampler_t *s, const float *logits, struct en
     out->logprob = (float)((double)logits[tok] - lse);
     out->n_top = p->n_logprobs < V ? p->n_logprobs : V;
     if (out->n_top > 0) {
-        top_n(logits, V, out->n_top, out->top_ids);
+        eng_sampler_top_n(logits, V, out->n_top, out->top_ids);
         for (int32_t i = 0; i < out->n_top; i++)
             out->top_logprobs[i] = (float)((double)logits[out->top_ids[i]] - lse);
     }

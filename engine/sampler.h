@@ -86,6 +86,9 @@ struct eng_sample_row;
 struct eng_sample_hist;
 void eng_sampler_fill_row(eng_sampler_t *s, struct eng_sample_row *row,
                           struct eng_sample_hist *hist);
+/* The n ids of v's largest values in descending order, the lowest id first
+ * on ties (the top-n logprobs' order). n small: an insertion list. */
+void eng_sampler_top_n(const float *v, int32_t vocab, int32_t n, int32_t *ids);
 
 /* Choose a token from logits[vocab] (left unchanged). Does not accept it:
  * call eng_sampler_accept. Errors: INF_E_INVALID when every token is
