@@ -939,15 +939,16 @@ static bool ahead_fits(const struct seq *q)
 /* Queue the next decode step behind the one in flight (st_seq[0..n_step),
  * submitted, not collected), so that the device runs it while the host
  * takes the one in flight's results: when every running sequence decodes
- * in the step in flight, nothing waits for admission, none needs the host's
- * view of its new token (ahead_fits), and the pool has their next blocks.
+ * in the step in flight, no waiting sequence would find a slot, none needs
+ * the host's view of its new token (ahead_fits), and the pool has their
+ * next blocks.
  * Sequences that end by length in the step in flight are left out; one that
  * ends otherwise wastes its row (seq_drop clears it from ah_seq). */
 static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *err)
 {
-    if (s->cfg.no_overlap || !s->lm->submit || s->whead)
+    if (s->cfg.no_overlap || !s->lm->submit)
         return INF_OK;
-    int32_t live = 0, n = 0, need = 0, cols = 1;
+    int32_t live = 0, n = 0, need = 0, cols = 1, freed = 0;
     for (int32_t k = 0; k < n_step; k++) {
         const struct seq *q = s->st_seq[k];
         if (!q)
@@ -955,8 +956,10 @@ static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *
         live++;
         if (s->st_chunk[k] != 1 || q->len - q->n_computed != 1)
             return INF_OK; /* a prefill chunk in flight */
-        if (ends_by_length(s, q))
+        if (ends_by_length(s, q)) {
+            freed += q->reserve;
             continue; /* left out */
+        }
         if (!ahead_fits(q))
             return INF_OK;
         int32_t nb = q->len / ENG_KV_BLOCK + 1;
@@ -965,6 +968,11 @@ static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *
         n++;
     }
     if (n == 0 || live != s->n_running || need > eng_kv_cache_free_blocks(s->kv))
+        return INF_OK;
+    /* A waiting sequence that would find a slot once the step in flight is
+     * taken is admitted by a step planned as usual; one that would not (the
+     * batch full, a backlog) does not hold the decodes back. */
+    if (s->whead && s->reserved - freed + s->whead->reserve <= s->cfg.max_batch)
         return INF_OK;
     int32_t j = 0;
     for (int32_t k = 0; k < n_step; k++) {
