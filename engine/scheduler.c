@@ -862,6 +862,28 @@ static int32_t plan_step(eng_sched_t *s)
     return n_step;
 }
 
+/* Row of the sampled rows for choice c of r whose next token is its
+ * n_gen-th (from 0): its settings, the draw, the penalty history (into
+ * hist), logits row lrow, and EOS banned before min_tokens. */
+static void sample_row(const eng_sched_t *s, const struct sreq *r, struct choice *c, int32_t n_gen,
+                       int32_t lrow, struct eng_sample_hist *hist, struct eng_sample_row *row)
+{
+    memset(row, 0, sizeof *row);
+    eng_sampler_fill_row(c->smp, row, hist);
+    row->logit_row = lrow;
+    if (n_gen < r->req->min_tokens) {
+        row->ban = s->lm->eos_ids;
+        row->n_ban = s->lm->n_eos;
+    }
+}
+
+/* q's row of a block table of cols columns (-1 past its blocks). */
+static void table_row(const struct seq *q, int32_t cols, int32_t *row)
+{
+    for (int32_t b = 0; b < cols; b++)
+        row[b] = b < q->n_blocks ? q->blocks[b] : -1;
+}
+
 /* The step's sampled rows, in batch order: one per sequence ending its
  * chunk, n for a request forking its choices (choice j's row at
  * st_row[k] + j), into s->rows; *n_rows_out of them. */
@@ -900,14 +922,8 @@ static inf_status_t fill_rows(eng_sched_t *s, int32_t n_step, int32_t *n_rows_ou
         for (int32_t j = 0; j < n; j++) {
             struct choice *c = &r->ch[n > 1 ? j : q->choice];
             struct eng_sample_row *row = &s->rows[n_rows++];
-            memset(row, 0, sizeof *row);
-            eng_sampler_fill_row(c->smp, row, s->hist + at);
+            sample_row(s, r, c, c->n_gen, lrow, s->hist + at, row);
             at += (size_t)row->n_hist;
-            row->logit_row = lrow;
-            if (c->n_gen < r->req->min_tokens) {
-                row->ban = s->lm->eos_ids;
-                row->n_ban = s->lm->n_eos;
-            }
         }
         lrow++;
     }
@@ -932,8 +948,7 @@ static bool ahead_fits(const struct seq *q)
 {
     const struct sreq *r = q->r;
     const struct choice *c = &r->ch[q->choice];
-    return r->failed == INF_OK && r->forked && !c->ended && q->len - q->n_computed == 1 &&
-           eng_sampler_hist_len(c->smp) == 0;
+    return r->failed == INF_OK && r->forked && !c->ended && eng_sampler_hist_len(c->smp) == 0;
 }
 
 /* Queue the next decode step behind the one in flight (st_seq[0..n_step),
@@ -986,17 +1001,9 @@ static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *
         s->b_pos[j] = q->len;
         s->b_slot[j] = j;
         s->b_want[j] = 1;
-        int32_t *row = s->b_table + (size_t)j * (size_t)cols;
-        for (int32_t b = 0; b < cols; b++)
-            row[b] = b < q->n_blocks ? q->blocks[b] : -1;
-        struct eng_sample_row *sr = &s->rows[j];
-        memset(sr, 0, sizeof *sr);
-        eng_sampler_fill_row(c->smp, sr, NULL); /* no history: ahead_fits */
-        sr->logit_row = j;
-        if (c->n_gen + 1 < q->r->req->min_tokens) {
-            sr->ban = s->lm->eos_ids;
-            sr->n_ban = s->lm->n_eos;
-        }
+        table_row(q, cols, s->b_table + (size_t)j * (size_t)cols);
+        /* its token after the one in flight; no history (ahead_fits) */
+        sample_row(s, q->r, c, c->n_gen + 1, j, NULL, &s->rows[j]);
         s->ah_seq[j++] = q;
     }
     const struct eng_batch batch = {
@@ -1148,9 +1155,7 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
             n_logits += s->b_want[nt];
             nt++;
         }
-        int32_t *row = s->b_table + (size_t)k * (size_t)cols;
-        for (int32_t b = 0; b < cols; b++)
-            row[b] = b < q->n_blocks ? q->blocks[b] : -1;
+        table_row(q, cols, s->b_table + (size_t)k * (size_t)cols);
     }
     struct eng_batch batch = {
         .n_tokens = nt,
