@@ -179,13 +179,7 @@ static struct eng_sample_out mock_sample(int32_t vocab, float *lg, const struct 
     for (int32_t i = 0; i < r->n_ban; i++)
         lg[r->ban[i]] = -INFINITY;
     /* logprobs: of the banned row before the bias, as the host sampler's */
-    double rmx = -INFINITY, rsum = 0.0;
-    for (int32_t v = 0; v < vocab; v++)
-        rmx = lg[v] > rmx ? lg[v] : rmx;
-    if (isfinite(rmx))
-        for (int32_t v = 0; v < vocab; v++)
-            rsum += exp((double)lg[v] - rmx);
-    const double lse = rmx + log(rsum);
+    const double lse = eng_sampler_log_sum_exp(lg, vocab);
     struct eng_sample_out o = {.token = -1};
     o.n_top = r->n_logprobs < vocab ? r->n_logprobs : vocab;
     if (o.n_top > ENG_SAMPLE_TOP)

@@ -202,6 +202,18 @@ void eng_sampler_fill_row(eng_sampler_t *s, struct eng_sample_row *row,
     }
 }
 
+double eng_sampler_log_sum_exp(const float *v, int32_t n)
+{
+    double mx = -INFINITY;
+    for (int32_t t = 0; t < n; t++)
+        mx = v[t] > mx ? v[t] : mx;
+    double sum = 0.0;
+    if (isfinite(mx))
+        for (int32_t t = 0; t < n; t++)
+            sum += exp((double)v[t] - mx);
+    return mx + log(sum);
+}
+
 void eng_sampler_top_n(const float *v, int32_t vocab, int32_t n, int32_t *ids)
 {
     int32_t have = 0;
@@ -235,14 +247,7 @@ inf_status_t eng_sampler_sample(eng_sampler_t *s, const float *logits, struct en
     float *w = s->w;
 
     /* 1. raw log-softmax for logprobs */
-    double mx = -INFINITY;
-    for (int32_t t = 0; t < V; t++)
-        mx = logits[t] > mx ? logits[t] : mx;
-    double sum = 0.0;
-    if (isfinite(mx))
-        for (int32_t t = 0; t < V; t++)
-            sum += exp((double)logits[t] - mx);
-    double lse = mx + log(sum);
+    const double lse = eng_sampler_log_sum_exp(logits, V);
 
     /* 2-3. bias and penalties */
     memcpy(w, logits, (size_t)V * sizeof(float));

@@ -86,6 +86,10 @@ struct eng_sample_row;
 struct eng_sample_hist;
 void eng_sampler_fill_row(eng_sampler_t *s, struct eng_sample_row *row,
                           struct eng_sample_hist *hist);
+/* log(sum(exp(v[i]))) over v[0..n), in double, from the largest value
+ * (-inf when every value is -inf): the raw log-softmax's normalizer of the
+ * logprobs. */
+double eng_sampler_log_sum_exp(const float *v, int32_t n);
 /* The n ids of v's largest values in descending order, the lowest id first
  * on ties (the top-n logprobs' order). n small: an insertion list. */
 void eng_sampler_top_n(const float *v, int32_t vocab, int32_t n, int32_t *ids);

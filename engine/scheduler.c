@@ -714,13 +714,7 @@ static int32_t plp_clamp(const eng_sched_t *s, const struct seq *q, int32_t chun
 static void plp_score(const eng_sched_t *s, struct sreq *r, int32_t p, const float *lg)
 {
     int32_t V = s->lm->vocab, tok = r->req->prompt[p + 1];
-    double mx = -INFINITY, sum = 0.0;
-    for (int32_t v = 0; v < V; v++)
-        mx = lg[v] > mx ? lg[v] : mx;
-    if (isfinite(mx))
-        for (int32_t v = 0; v < V; v++)
-            sum += exp((double)lg[v] - mx);
-    double lse = mx + log(sum);
+    const double lse = eng_sampler_log_sum_exp(lg, V);
     struct eng_token_info *ti = &r->plp[p + 1];
     memset(ti, 0, sizeof *ti);
     ti->id = tok;
