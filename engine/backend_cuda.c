@@ -43,6 +43,7 @@
 #include "kernels/norm_cuda.h"
 #include "kernels/rope.h"
 #include "kernels/rope_cuda.h"
+#include "kernels/gemv_cuda.h"
 #include "kernels/sample_cuda.h"
 
 #include <cublas_v2.h>
@@ -181,6 +182,9 @@ struct cu_ctx {
      * of a step go as one operation of the stream instead of one each.
      * INT4SERVE_CUDA_UPLOAD_BATCH=0 issues each at once. */
     bool up_batch;
+    /* fp16 linears of one row (KRN_GEMV_MAX_M) by krn_cuda_gemv_f16
+     * instead of cuBLAS; INT4SERVE_CUDA_GEMV=0: cuBLAS always */
+    bool gemv;
     int n_up;
     void *up_dst[UP_MAX];
     const void *up_src[UP_MAX];
@@ -1041,14 +1045,26 @@ static inf_status_t cu_linear_fp(struct eng_backend *be, const struct eng_buf *w
     const float one = 1.0f, zero = 0.0f;
     const size_t ysz = y_f32 ? 4 : 2;
     if (wdt == ENG_W_F16) {
+        /* One row (a batch-1 decode step's lm_head, an unquantized model's
+         * linears): the weight-streaming kernel where it takes the shape
+         * (kernels/cuda/gemv.cu says where it is faster than cuBLAS). */
+        inf_status_t gs = INF_E_UNSUPPORTED;
+        if (c->gemv && m <= KRN_GEMV_MAX_M) {
+            struct inf_err ge = {0};
+            gs = krn_cuda_gemv_f16(w->ptr, n, k, dptr(x, 2), x.ld, dptr(y, ysz), y_f32, y.ld, m,
+                                   c->stream, &ge);
+            if (gs != INF_OK && gs != INF_E_UNSUPPORTED)
+                return kst(c, gs, &ge, err);
+        }
         /* Row-major y[m][n] = x[m][k] W[n][k]^T is column-major
          * Y(n x m) = W^T(n x k) X(k x m): W is read transposed. */
-        BLAS(c,
-             cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w->ptr, CUDA_R_16F, k,
-                          dptr(x, 2), CUDA_R_16F, ld_int(x.ld, k), &zero, dptr(y, ysz),
-                          y_f32 ? CUDA_R_32F : CUDA_R_16F, ld_int(y.ld, n), CUBLAS_COMPUTE_32F,
-                          CUBLAS_GEMM_DEFAULT),
-             "cublasGemmEx");
+        if (gs != INF_OK)
+            BLAS(c,
+                 cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w->ptr, CUDA_R_16F,
+                              k, dptr(x, 2), CUDA_R_16F, ld_int(x.ld, k), &zero, dptr(y, ysz),
+                              y_f32 ? CUDA_R_32F : CUDA_R_16F, ld_int(y.ld, n), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
         if (bias)
             KRN(c, krn_cuda_bias_add(dptr(y, ysz), y_f32, ld_int(y.ld, n), bias->ptr, n, m,
                                      c->stream, lep_));
@@ -1969,6 +1985,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
        "pinned staging");
     const char *fu = getenv("INT4SERVE_CUDA_UPLOAD_BATCH");
     c->up_batch = !(fu && strcmp(fu, "0") == 0);
+    const char *fg = getenv("INT4SERVE_CUDA_GEMV");
+    c->gemv = !(fg && strcmp(fg, "0") == 0);
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
     const char *fra = getenv("INT4SERVE_CUDA_ROPE_IN_ATTN");

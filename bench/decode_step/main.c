@@ -2,7 +2,7 @@
  * on the CUDA backend.
  *
  *   int4serve-bench-decode-step --model DIR [--prompt P] [--steps N] [--no-engine]
- *       [--step-only] [--batch B]
+ *       [--step-only] [--batch B] [--fp16]
  *
  * B sequences (default 1; B a decode-graph bucket, above 1 with --step-only):
  * each a P-token prompt (default 128) prefilled, then N decode steps
@@ -35,7 +35,8 @@
  *              token after the first, against the model-level step; the
  *              difference is the scheduler's host time between steps.
  * --no-engine skips the engine part; --step-only runs the step and replay
- * parts alone (one model load).
+ * parts alone (one model load); --fp16 loads the model unquantized
+ * (quantization none: every linear fp16).
  * Checkpoints come from int4serve-mkmodel (e.g. --preset llama2-7b, with
  * --layers L for a quick per-layer measurement). */
 #include "common/inf.h"
@@ -443,6 +444,8 @@ static void prefill(eng_model_t *m, struct seq *s, int32_t prompt)
     }
 }
 
+static bool g_fp16; /* --fp16: the checkpoint's weights as they are (quantization none) */
+
 static eng_model_t *load(const char *dir, struct eng_backend *be, enum eng_graphs g)
 {
     struct eng_model_opts o;
@@ -452,6 +455,8 @@ static eng_model_t *load(const char *dir, struct eng_backend *be, enum eng_graph
     o.max_slots = g_batch;
     o.max_seq_blocks = MAX_BLOCKS;
     o.decode_graphs = g;
+    if (g_fp16)
+        o.quant = ENG_QUANT_NONE;
     eng_model_t *m = NULL;
     struct inf_err err = {0};
     uint64_t t0 = now_ns();
@@ -641,7 +646,7 @@ int main(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"steps", required_argument, 0, 'n'}, {"no-engine", no_argument, 0, 'E'},
         {"step-only", no_argument, 0, 'S'},   {"batch", required_argument, 0, 'b'},
-        {0, 0, 0, 0}};
+        {"fp16", no_argument, 0, 'F'},        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -664,6 +669,9 @@ int main(int argc, char **argv)
         case 'b':
             g_batch = atoi(optarg);
             break;
+        case 'F':
+            g_fp16 = true;
+            break;
         default:
             dir = NULL;
             prompt = 0;
@@ -674,7 +682,7 @@ int main(int argc, char **argv)
         (g_batch > 1 && !step_only) || prompt + steps + 16 > MAX_BLOCKS * ENG_KV_BLOCK) {
         fprintf(stderr,
                 "usage: int4serve-bench-decode-step --model DIR [--prompt P (1..512)] "
-                "[--steps N (8.., P + N <= %d)] [--no-engine] [--step-only]\n"
+                "[--steps N (8.., P + N <= %d)] [--no-engine] [--step-only] [--fp16]\n"
                 "       [--batch B (a graph bucket: 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128; "
                 "above 1 with --step-only)]\n",
                 MAX_BLOCKS * ENG_KV_BLOCK - 16);

@@ -89,15 +89,6 @@ __global__ void copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ d
  * linear's weight bytes takes with nothing else to do. pdl: launched with
  * programmatic dependent launch, reading before griddepcontrol.wait (as the
  * GEMM prefetches its first stages), so consecutive launches may overlap. */
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 __global__ void read_kernel(const uint4 *__restrict__ src, int64_t n, uint32_t *sink, int pdl)
 {
     if (pdl)
@@ -106,13 +97,14 @@ __global__ void read_kernel(const uint4 *__restrict__ src, int64_t n, uint32_t *
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     uint32_t x = 0;
     for (; i + 3 * stride < n; i += 4 * stride) {
-        const uint4 a = ld_stream(src + i), b = ld_stream(src + i + stride);
-        const uint4 c = ld_stream(src + i + 2 * stride), d = ld_stream(src + i + 3 * stride);
+        const uint4 a = krncuda::ld_stream(src + i), b = krncuda::ld_stream(src + i + stride);
+        const uint4 c = krncuda::ld_stream(src + i + 2 * stride),
+                    d = krncuda::ld_stream(src + i + 3 * stride);
         x ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
              d.z ^ d.w;
     }
     for (; i < n; i += stride) {
-        const uint4 a = ld_stream(src + i);
+        const uint4 a = krncuda::ld_stream(src + i);
         x ^= a.x ^ a.y ^ a.z ^ a.w;
     }
     if (pdl)

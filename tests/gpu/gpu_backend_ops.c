@@ -10,6 +10,7 @@
  *   embedding (fp32 table)                                  <= 1e-3 (fp16 rounding)
  *   rmsnorm_add, rope, silu_mul                             <= 2e-3
  *   linear_q4, linear_fp (fp16 and fp32 weights)            <= 3e-3
+ *     (fp16 at one row: kernels/cuda/gemv.cu, else cuBLAS)
  *   attention prefill and decode                            <= 3e-3
  * Each output is poisoned (0xff bytes: fp16 NaN) before the op, so an
  * element the GPU forgets to write fails the check. Shapes cover M = 1 and
@@ -1164,6 +1165,18 @@ int main(void)
     test_linear_then_norm(17, 4096, 4096, 128, false);
     test_linear_then_norm(3, 288, 768, 32, false); /* tiny */
     test_linear_fp(1, 1024, 288, true, true, false);
+    /* fp16 weights at one row: the weight-streaming kernel (gemv.cu):
+     * outputs not a multiple of its rows a block, one and several batches
+     * of chunks a thread, fp16 and fp32 out, bias; k % 8 != 0 and more rows
+     * go to cuBLAS */
+    test_linear_fp(1, 1001, 4096, true, true, false);
+    test_linear_fp(1, 1001, 4096, true, false, true);
+    test_linear_fp(1, 257, 11008, true, true, true);
+    test_linear_fp(1, 4099, 11008, true, false, false);
+    test_linear_fp(1, 32000, 4096, true, true, false);
+    test_linear_fp(1, 300, 100, true, true, false);
+    test_linear_fp(2, 1001, 4096, true, false, true);
+    test_linear_fp(4, 32000, 4096, true, true, false);
     test_linear_fp(32, 2048, 512, true, true, false);
     test_linear_fp(7, 768, 288, true, false, true);
     test_linear_fp(9, 500, 300, false, false, true);
