@@ -17,10 +17,17 @@ static inline float glu_half_step(float x)
  * path's fp16 g and u, ref = fp16(SiLU(g) u): the product's change (the
  * derivative of SiLU stays below 1.1) plus both outputs' rounding. A fixed
  * number of output steps is no bound: with |u| large and the output small,
- * one step of g moves the output by many of its own steps. */
-static inline float glu_step_bound(float g, float u, float ref)
+ * one step of g moves the output by many of its own steps. g_min, u_min:
+ * the least change of g and u to allow, where their sums may differ by
+ * more than a step of a small g or u (fp32 sums whose terms cancel). */
+static inline float glu_step_bound_floor(float g, float u, float ref, float g_min, float u_min)
 {
-    const float dg = glu_half_step(g), du = glu_half_step(u);
+    const float dg = fmaxf(glu_half_step(g), g_min), du = fmaxf(glu_half_step(u), u_min);
     const float silu = g / (1.0f + expf(-g));
     return 1.1f * fabsf(u) * dg + fabsf(silu) * du + 1.1f * dg * du + 2.0f * glu_half_step(ref);
+}
+
+static inline float glu_step_bound(float g, float u, float ref)
+{
+    return glu_step_bound_floor(g, u, ref, 0.0f, 0.0f);
 }
