@@ -1051,8 +1051,8 @@ static inf_status_t cu_linear_fp(struct eng_backend *be, const struct eng_buf *w
         inf_status_t gs = INF_E_UNSUPPORTED;
         if (c->gemv && m <= KRN_GEMV_MAX_M) {
             struct inf_err ge = {0};
-            gs = krn_cuda_gemv_f16(w->ptr, n, k, dptr(x, 2), x.ld, dptr(y, ysz), y_f32, y.ld, m,
-                                   c->stream, &ge);
+            gs = krn_cuda_gemv_f16(w->ptr, n, k, dptr(x, 2), ld_int(x.ld, k), dptr(y, ysz), y_f32,
+                                   ld_int(y.ld, n), m, c->stream, &ge);
             if (gs != INF_OK && gs != INF_E_UNSUPPORTED)
                 return kst(c, gs, &ge, err);
         }
