@@ -39,11 +39,11 @@
 #include "kernels/activation_cuda.h"
 #include "kernels/attn_cuda.h"
 #include "kernels/embedding_cuda.h"
+#include "kernels/gemv_cuda.h"
 #include "kernels/int4_gemm.h"
 #include "kernels/norm_cuda.h"
 #include "kernels/rope.h"
 #include "kernels/rope_cuda.h"
-#include "kernels/gemv_cuda.h"
 #include "kernels/sample_cuda.h"
 
 #include <cublas_v2.h>
