@@ -92,8 +92,10 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
                                         size_t dst_bytes, int32_t t0, int32_t t1,
                                         struct inf_err *err);
 
-/* Kernels: an mma.sync pipeline (sm_80 and newer), a Turing fallback, and on
- * Hopper a wgmma kernel chosen by shape for M > 16 (docs/gemm-notes.md). On
+/* Kernels: an mma.sync pipeline (sm_80 and newer), a Turing fallback, on
+ * Hopper a wgmma kernel chosen by shape for M > 16, and (sm_80 and newer) a
+ * one-round stream kernel for M <= 4 on weights one wave of its blocks holds
+ * (docs/gemm-notes.md). On
  * sm_90 launches use programmatic dependent launch: a GEMM may begin
  * streaming its weights while the previous kernel in the stream finishes; it
  * reads A and writes C and the workspace only after that kernel is done. */
@@ -120,10 +122,10 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
 #define KRN_INT4_GEMM_GLU 0x20u
 
 /* Fixed-point sums for the reader of C to finish (no bias, A rows
- * 16-byte aligned): where the launch runs the sm_80 kernel's 16-row tile (M
- * <= 16 on Hopper) on a weight of at least 256 tiles of 128 x 128 (smaller
- * ones give a row the same bits at every M) with at most 64 blocks sharing
- * an output, every block
+ * 16-byte aligned; 4-byte for the stream kernel): where the launch runs the
+ * sm_80 kernel's 16-row tile (M <= 16 on Hopper) or the stream kernel on a
+ * weight of at least 256 tiles of 128 x 128 (smaller ones give a row the
+ * same bits at every M) with at most 64 blocks sharing an output, every block
  * adds its fp32 partial of each output into args->acc (int64 [m][n], row
  * stride n, all zero on entry) with an integer atomic, so the sums are
  * exact in any order, and the kernel ends there: no arrival, no last

@@ -79,7 +79,9 @@
  * Arch     sm_80+ (mma.sync m16n8k16, cp.async, ldmatrix) — runs on Hopper;
  *          int4_gemm_sm75.cu is the Turing fallback; sm90/int4_gemm_sm90.cu is
  *          the Hopper wgmma kernel, which krn_int4_gemm() picks by shape
- *          (sm90_auto_choice) where it is faster.
+ *          (sm90_auto_choice) where it is faster; int4_gemm_stream.cu is
+ *          the one-round stream kernel it picks up to 4 rows where one wave
+ *          of its blocks holds the weight (stream_choice).
  */
 #include "kernels/cuda/acc64.cuh"
 #include "kernels/cuda/int4_gemm_impl.cuh"
@@ -146,35 +148,6 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void *p)
                  : "r"(smem_addr(p)));
 }
 
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* d = a b (the accumulator input is zero: the first k step of a chunk). */
-__device__ __forceinline__ void mma_16816_z(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                            uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-/* mma_16816, or mma_16816_z at a warp's first step of a k tile (a
- * compile-time constant once the steps are unrolled). */
-__device__ __forceinline__ void mma_chunk(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1, bool first)
-{
-    if (first)
-        mma_16816_z(d, a, b0, b1);
-    else
-        mma_16816(d, a, b0, b1);
-}
 
 /* First unit of block b: floor(b * U / G). */
 __device__ __forceinline__ int unit_start(int b, int units, int grid)
@@ -425,46 +398,6 @@ __device__ __forceinline__ void finish_tile(const Params &p, const AccParams &x,
                 acc[mb][f][e] = 0.0f;
 }
 
-/* fp16 pairs: (1024, 1024), (1, 1), (16, 16). */
-constexpr uint32_t kMagic1024 = 0x64006400u, kOne = 0x3C003C00u, kSixteen = 0x4C004C00u;
-
-template <typename T, int N> __device__ __forceinline__ void zero4(T (&v)[N])
-{
-#pragma unroll
-    for (int e = 0; e < N; e++)
-        v[e] = 0.0f;
-}
-
-/* A pair of activations over 16: exact (a power of two) for normal values. */
-__device__ __forceinline__ uint32_t sixteenth(uint32_t x)
-{
-    return as_u32(__hmul2(as_h2(x), __float2half2_rn(0.0625f)));
-}
-
-/* The two scales (and zeros: 8 when symmetric) of a word as fp32. */
-template <bool ZP>
-__device__ __forceinline__ void word_to_floats(uint32_t sw, uint32_t zw, float (&s)[2],
-                                               float (&z)[2])
-{
-    const float2 sf = __half22float2(as_h2(sw));
-    s[0] = sf.x;
-    s[1] = sf.y;
-    if (ZP) {
-        const float2 zf = __half22float2(as_h2(zw));
-        z[0] = zf.x;
-        z[1] = zf.y;
-    } else {
-        z[0] = z[1] = 8.0f;
-    }
-}
-
-/* acc + scale * (sum over the chunk of a (code - zero)), from the magic sum g
- * and the chunk's offset sums o (O) and sum (S) of the token. */
-__device__ __forceinline__ float scale_chunk(float g, float o, float sum, float z, float s,
-                                             float acc)
-{
-    return fmaf(s, fmaf(-z, sum, g - o), acc);
-}
 
 /* Swapped operands (SW, M <= 8): the warp's NW = NF / 2 accumulators of
  * W (16 columns) x tokens (8): element e of word j holds column 16 j + g +
@@ -1102,18 +1035,22 @@ int ceil_div(long long a, long long b)
 }
 
 /* Workspace: a fixed region of arrival counters (one per possible shared
- * tile: two per block, so 2 * kMaxGrid), then the fp32 partial tiles. Fixed,
- * so that no launch's partials land where another configuration or M keeps
- * its counters. */
+ * tile: two per block, so 2 * kMaxGrid; the stream kernel's, one per
+ * 64-column chunk, are the same zeroed ints), then the stream kernel's
+ * fixed-point words (kStreamWordBytes: m x n_pad int64, zero at rest), then
+ * the fp32 partial tiles. Fixed, so that no launch's partials land where
+ * another configuration or M keeps its counters or words. */
 constexpr int kMaxGrid = 2048;
 constexpr size_t kCounterBytes = 2 * kMaxGrid * sizeof(int);
+constexpr size_t kStreamWordBytes = (size_t)1 << 21;
+constexpr size_t kFixedBytes = kCounterBytes + kStreamWordBytes;
 
 /* Workspace bytes for config ci, m rows, `grid` blocks. */
 size_t workspace_need(const krn_int4_gemm_layout *, int ci, int m, long long grid)
 {
     const Config &c = kConfigs[ci];
     size_t slot_rows = (size_t)(m < c.bm ? m : c.bm);
-    return kCounterBytes + 2 * (size_t)grid * slot_rows * (size_t)c.bn * sizeof(float);
+    return kFixedBytes + 2 * (size_t)grid * slot_rows * (size_t)c.bn * sizeof(float);
 }
 
 bool layout_ok(const krn_int4_gemm_layout *l)
@@ -1180,7 +1117,7 @@ long long launch_grid(long long slots, const Params &p, uint32_t flags)
 }
 
 /* Point p's counters and partials into the caller's workspace, which must
- * hold `need` bytes (the counter region first). */
+ * hold `need` bytes (the counter and word regions first). */
 inf_status_t bind_workspace(Params &p, const krn_int4_gemm_args *args, size_t need,
                             struct inf_err *err)
 {
@@ -1189,7 +1126,7 @@ inf_status_t bind_workspace(Params &p, const krn_int4_gemm_args *args, size_t ne
                            args->workspace_bytes, need);
     unsigned char *ws = static_cast<unsigned char *>(args->workspace);
     p.counters = reinterpret_cast<int *>(ws);
-    p.partials = reinterpret_cast<float *>(ws + kCounterBytes);
+    p.partials = reinterpret_cast<float *>(ws + kFixedBytes);
     return INF_OK;
 }
 
@@ -1210,6 +1147,11 @@ static int sm90_count(void)
 }
 
 constexpr int kSm90First = kSm75Config + 1;
+/* the stream kernel's variants follow the sm_90a list */
+static int stream_first(void)
+{
+    return kSm90First + sm90_count();
+}
 /* The automatic choice on Hopper, from the H200 sweep over the Llama-2-7B
  * and Llama-3-8B shapes (docs/gemm-notes.md, version 13): the mma.sync
  * kernel up to M = 16 (where the weight stream is all there is); above it the
@@ -1254,9 +1196,52 @@ static int sm90_auto_choice(int m, const krn_int4_gemm_layout *lay)
     return -1;
 }
 
+/* The stream kernel's variant for this launch, or -1: M <= kStreamMaxM on a
+ * weight that is not tiny (whose rows keep one arithmetic at every M), A
+ * 4-byte aligned with k even (pairs of activations), no flag asking for the
+ * mma.sync kernel's own options, each word summing at most kAcc64MaxParts
+ * blocks, and (C and GLU outputs) the words within the workspace's region.
+ * *out: the fixed-point words where ACC64 asks for them and no bias is
+ * added, else C or the GLU output. The automatic choice takes it up to
+ * kStreamAutoMaxM rows where a variant's grid is one wave that fills the GPU
+ * (stream_auto_variant): on the H200 that is the 4096 x 4096 projections
+ * (docs/gemm-notes.md, version 48); INT4SERVE_GEMM_STREAM=0 in the
+ * environment turns it off (read once). */
+constexpr int kStreamAutoMaxM = 4;
+static int stream_choice(const krn_int4_gemm_args *args, const Params &p, bool glu, int dev,
+                         int sms, int *out)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *env = getenv("INT4SERVE_GEMM_STREAM");
+        off = env && env[0] == '0' && env[1] == '\0' ? 1 : 0;
+    }
+    const int forced = args->config - stream_first();
+    const bool is_forced = forced >= 0 && forced < stream_config_count();
+    if (!(args->config == -1 ? !off && p.m <= kStreamAutoMaxM : is_forced))
+        return -1;
+    const krn_int4_gemm_layout *lay = args->lay;
+    const uint32_t own = KRN_INT4_GEMM_NO_SWAP | KRN_INT4_GEMM_GRID_STRIPED;
+    if (p.m > kStreamMaxM || tiny_weight(lay) || (args->flags & own) || p.k % 2 ||
+        (uintptr_t)args->a % 4 || p.n_pad / 64 > 2 * kMaxGrid)
+        return -1;
+    if ((args->flags & KRN_INT4_GEMM_ACC64) && !p.bias) {
+        *out = kStreamOutAcc;
+    } else {
+        if ((size_t)p.m * p.n_pad * sizeof(long long) > kStreamWordBytes ||
+            args->workspace_bytes < kFixedBytes)
+            return -1;
+        *out = glu ? kStreamOutGlu : kStreamOutC;
+    }
+    const int vi = is_forced ? forced : stream_auto_variant(p, *out, dev, sms);
+    if (vi < 0 || stream_k_blocks(vi, p) > krncuda::kAcc64MaxParts)
+        return -1;
+    return vi;
+}
+
 extern "C" int krn_int4_gemm_config_count(void)
 {
-    return kNumConfigs + 1 + sm90_count();
+    return kNumConfigs + 1 + sm90_count() + stream_config_count();
 }
 
 extern "C" const char *krn_int4_gemm_config_name(int index)
@@ -1269,6 +1254,8 @@ extern "C" const char *krn_int4_gemm_config_name(int index)
     if (index >= kSm90First && index < kSm90First + sm90_count())
         return sm90_config_name(index - kSm90First);
 #endif
+    if (index >= stream_first() && index < stream_first() + stream_config_count())
+        return stream_config_name(index - stream_first());
     return NULL;
 }
 
@@ -1290,7 +1277,7 @@ extern "C" size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout
 #ifdef INT4SERVE_GEMM_SM90
     /* at most 2 resident blocks per SM for every sm_90a configuration */
     for (int ci = 0; ci < sm90_config_count(); ci++) {
-        size_t w = kCounterBytes + sm90_workspace(ci, 2LL * sms);
+        size_t w = kFixedBytes + sm90_workspace(ci, 2LL * sms);
         if (w > need)
             need = w;
     }
@@ -1330,7 +1317,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
                            "int4 gemm: misaligned pointer (weights need 16 bytes, fp16 2)");
     if (args->m > (1 << 24))
         return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: m=%d too large", (int)args->m);
-    if (args->config < -1 || args->config >= kSm90First + sm90_count())
+    if (args->config < -1 || args->config >= krn_int4_gemm_config_count())
         return inf_err_set(err, INF_E_UNSUPPORTED, "int4 gemm: no configuration %d",
                            (int)args->config);
 
@@ -1376,18 +1363,48 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         return INF_OK;
     }
 
+    /* M <= 8: the one-round stream kernel (int4_gemm_stream.cu), where it
+     * can run (stream_choice); a forced stream configuration it cannot run
+     * takes the automatic choice. */
+    {
+        int out = kStreamOutC;
+        const int vi = stream_choice(args, p, glu, dev, sms, &out);
+        if (vi >= 0) {
+            AccParams x = {};
+            if (out == kStreamOutAcc) {
+                x.acc = reinterpret_cast<long long *>(args->acc);
+                x.acc_clear = reinterpret_cast<long long *>(args->acc_clear);
+                x.acc_clear_n = args->acc_clear ? args->acc_clear_words : 0;
+            } else {
+                const inf_status_t st = bind_workspace(p, args, kFixedBytes, err);
+                if (st != INF_OK)
+                    return st;
+                p.partials = reinterpret_cast<float *>(static_cast<unsigned char *>(args->workspace) +
+                                                       kCounterBytes);
+            }
+            e = launch_stream(p, x, vi, out, stream);
+            if (e == cudaSuccess)
+                e = cudaGetLastError();
+            if (e != cudaSuccess)
+                return inf_err_set(err, INF_E_DEVICE, "int4 gemm (stream): %s",
+                                   cudaGetErrorString(e));
+            if (args->acc_taken)
+                *args->acc_taken = out == kStreamOutAcc;
+            return INF_OK;
+        }
+    }
+
 #ifdef INT4SERVE_GEMM_SM90
     /* Hopper: the wgmma kernel where the H200 sweep found it faster
      * (sm90_auto_choice), when it can run these operands (k % 8 == 0, A
      * 16-byte aligned); a forced sm_90a configuration it cannot run takes the
      * automatic sm_80 choice below. */
     const int auto90 = args->config == -1 ? sm90_auto_choice(p.m, lay) : -1;
-    const bool want90 = auto90 >= 0 || args->config >= kSm90First;
+    const bool forced90 = args->config >= kSm90First && args->config < stream_first();
+    const bool want90 = auto90 >= 0 || forced90;
     if (major == 9 && want90 && sm90_supported(p) &&
-        (!glu || sm90_glu_available(args->config >= kSm90First ? args->config - kSm90First
-                                                                : auto90,
-                                    p))) {
-        const int c9 = args->config >= kSm90First ? args->config - kSm90First : auto90;
+        (!glu || sm90_glu_available(forced90 ? args->config - kSm90First : auto90, p))) {
+        const int c9 = forced90 ? args->config - kSm90First : auto90;
         sm90_tiling(p, c9);
         const long long units9 = (long long)p.m_tiles * p.n_tiles * p.k_tiles;
         if (units9 > (1LL << 30))
@@ -1399,7 +1416,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
             return inf_err_set(err, INF_E_DEVICE, "int4 gemm (sm90): %s", cudaGetErrorString(e));
         const long long grid9 = launch_grid(slots9, p, args->flags);
         const inf_status_t st =
-            bind_workspace(p, args, kCounterBytes + sm90_workspace(c9, grid9), err);
+            bind_workspace(p, args, kFixedBytes + sm90_workspace(c9, grid9), err);
         if (st != INF_OK)
             return st;
         e = launch_sm90(p, c9, grid9, glu, stream);

@@ -66,6 +66,79 @@ __device__ __forceinline__ uint32_t as_u32(half2 x)
     return *reinterpret_cast<uint32_t *>(&x);
 }
 
+/* ---- mma.sync m16n8k16 (sm_80+) and the magic-number codes --------------- */
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* d = a b (the accumulator input is zero: the first k step of a chunk). */
+__device__ __forceinline__ void mma_16816_z(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                            uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+/* mma_16816, or mma_16816_z at a warp's first step of a k tile (a
+ * compile-time constant once the steps are unrolled). */
+__device__ __forceinline__ void mma_chunk(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1, bool first)
+{
+    if (first)
+        mma_16816_z(d, a, b0, b1);
+    else
+        mma_16816(d, a, b0, b1);
+}
+
+/* fp16 pairs: (1024, 1024), (1, 1), (16, 16). */
+constexpr uint32_t kMagic1024 = 0x64006400u, kOne = 0x3C003C00u, kSixteen = 0x4C004C00u;
+
+template <typename T, int N> __device__ __forceinline__ void zero4(T (&v)[N])
+{
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        v[e] = 0.0f;
+}
+
+/* A pair of activations over 16: exact (a power of two) for normal values. */
+__device__ __forceinline__ uint32_t sixteenth(uint32_t x)
+{
+    return as_u32(__hmul2(as_h2(x), __float2half2_rn(0.0625f)));
+}
+
+/* The two scales (and zeros: 8 when symmetric) of a word as fp32. */
+template <bool ZP>
+__device__ __forceinline__ void word_to_floats(uint32_t sw, uint32_t zw, float (&s)[2],
+                                               float (&z)[2])
+{
+    const float2 sf = __half22float2(as_h2(sw));
+    s[0] = sf.x;
+    s[1] = sf.y;
+    if (ZP) {
+        const float2 zf = __half22float2(as_h2(zw));
+        z[0] = zf.x;
+        z[1] = zf.y;
+    } else {
+        z[0] = z[1] = 8.0f;
+    }
+}
+
+/* acc + scale * (sum over the chunk of a (code - zero)), from the magic sum g
+ * and the chunk's offset sums o (O) and sum (S) of the token. */
+__device__ __forceinline__ float scale_chunk(float g, float o, float sum, float z, float s,
+                                             float acc)
+{
+    return fmaf(s, fmaf(-z, sum, g - o), acc);
+}
+
 /* Per-fragment constants of one scale group, in registers, for NF n8
  * fragments: the scale as a broadcast pair, 1024 + zero (for the low-nibble
  * pairs) and -(64 + zero) (for the high-nibble pairs, which carry 16 * code). */
@@ -232,6 +305,21 @@ __device__ __forceinline__ void store_frags_glu(const Params &p, int row, int co
                   acc[f + 1][2 * h + 1]);
 }
 
+/* The one-round stream kernel for M <= kStreamMaxM (int4_gemm_stream.cu):
+ * outputs C, GLU C (both through the workspace's words, p.partials, and
+ * counters) or the caller's fixed-point words (ACC64). */
+constexpr int kStreamMaxM = 8;
+constexpr int kStreamOutC = 0, kStreamOutGlu = 1, kStreamOutAcc = 2;
+int stream_config_count();
+const char *stream_config_name(int i);
+/* Blocks along k (contributions to each word) of variant vi for p's k_pad. */
+int stream_k_blocks(int vi, const Params &p);
+/* The automatic variant for p with output out, or -1: the largest block
+ * whose grid fills at least 3/4 of the SMs and fits them in one wave (every
+ * block resident at once, every load issued at the start). */
+int stream_auto_variant(const Params &p, int out, int dev, int sms);
+/* Launch variant vi with output out, programmatic dependent launch allowed. */
+cudaError_t launch_stream(Params p, const AccParams &x, int vi, int out, cudaStream_t stream);
 /* The sm_75 fallback launcher (int4_gemm_sm75.cu). */
 cudaError_t launch_sm75(const Params &p, bool glu, cudaStream_t stream);
 

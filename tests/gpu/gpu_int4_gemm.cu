@@ -972,10 +972,14 @@ static void run_cases(const struct wcase *cases, int n_cases, bool glu, const ch
 
 /* The plain launch at M value i of a case: automatic choice, and in turn the
  * forced sm_75 fallback, A one element off, the striped grid, unswapped
- * operands. */
+ * operands; up to 8 rows every stream-kernel variant (the automatic choice
+ * takes them up to 4 rows on some weights only). */
 static void plain_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
 {
     check_case(dw, b, m, -1, 0, i % 2 == 0, 0, rng, "auto");
+    for (int c = 0; m <= 8 && c < krn_int4_gemm_config_count(); c++)
+        if (!strncmp(krn_int4_gemm_config_name(c), "stream", 6))
+            check_case(dw, b, m, c, 0, (i + c) % 2 == 0, 0, rng, krn_int4_gemm_config_name(c));
     if (i % 3 == 0)
         check_case(dw, b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, 0, rng, "sm75");
     if (i % 4 == 1)
@@ -1024,8 +1028,12 @@ static void glu_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t
     check_glu(dw, b, m, -1, 0, i % 2 == 1, rng, "auto");
     if (i % 2 == 0) { /* no bias: the fixed-point sums take none */
         const bool tiny = (int64_t)(dw->lay.n_pad / 128) * (dw->lay.k_pad / 128) < 256;
+        /* against the automatic launch's C and reference GLU just made */
         check_glu_acc(dw, b, m, g_major >= 8 && m <= 16 && !tiny);
     }
+    for (int c = 0; m <= 8 && c < krn_int4_gemm_config_count(); c++)
+        if (!strncmp(krn_int4_gemm_config_name(c), "stream", 6))
+            check_glu(dw, b, m, c, 0, (i + c) % 2 == 1, rng, krn_int4_gemm_config_name(c));
     if (i % 3 == 0)
         check_glu(dw, b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, rng, "sm75");
     if (i % 3 == 1)
@@ -1081,6 +1089,9 @@ int main(void)
         {100, 4096, 32, false, M_ALL, LEN(M_ALL), true},
         {100, 4096, 32, true, M_SOME, LEN(M_SOME), false},
         {14336, 4096, 128, false, M_BIG, LEN(M_BIG), false},
+        /* k neither a multiple of the group nor of 16 (the stream kernel's
+         * last activation pairs past k) */
+        {1000, 4096, 128, true, M_ACC, LEN(M_ACC), false},
     };
     static const struct wcase small[] = {
         {288, 288, 256, false, M_QUICK, LEN(M_QUICK), true},
@@ -1093,6 +1104,9 @@ int main(void)
         /* blocks with more units than pipeline stages, so the in-loop
          * prefetch and the split-K reduction run too */
         {16384, 1024, 128, false, M_DEEP, LEN(M_DEEP), false},
+        /* the stream kernel at M <= 8: groups of 64 (two a warp), zeros, k
+         * past the last full k16 step */
+        {1000, 4096, 64, true, M_ACC, LEN(M_ACC), false},
     };
     const struct wcase *cases = quick ? small : full;
     int n_cases = quick ? LEN(small) : LEN(full);
