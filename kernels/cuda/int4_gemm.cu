@@ -148,20 +148,6 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void *p)
                  : "r"(smem_addr(p)));
 }
 
-
-/* First unit of block b: floor(b * U / G). */
-__device__ __forceinline__ int unit_start(int b, int units, int grid)
-{
-    return (int)((long long)b * units / grid);
-}
-
-/* The block whose stripe holds unit u: the largest b with start(b) <= u,
- * i.e. ceil((u + 1) * G / U) - 1. */
-__device__ __forceinline__ int unit_block(int u, int units, int grid)
-{
-    return (int)((((long long)u + 1) * grid + units - 1) / units - 1);
-}
-
 /* Workspace slot of block b's partial of tile t: each block has at most two
  * shared tiles, the one its stripe starts in (slot 2b) and the one it ends in
  * (slot 2b + 1). */
@@ -397,7 +383,6 @@ __device__ __forceinline__ void finish_tile(const Params &p, const AccParams &x,
             for (int e = 0; e < 4; e++)
                 acc[mb][f][e] = 0.0f;
 }
-
 
 /* Swapped operands (SW, M <= 8): the warp's NW = NF / 2 accumulators of
  * W (16 columns) x tokens (8): element e of word j holds column 16 j + g +

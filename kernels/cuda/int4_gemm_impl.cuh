@@ -66,6 +66,20 @@ __device__ __forceinline__ uint32_t as_u32(half2 x)
     return *reinterpret_cast<uint32_t *>(&x);
 }
 
+/* Units striped over a grid of G blocks: the first unit of block b,
+ * floor(b * U / G). */
+__device__ __forceinline__ int unit_start(int b, int units, int grid)
+{
+    return (int)((long long)b * units / grid);
+}
+
+/* The block whose stripe holds unit u: the largest b with start(b) <= u,
+ * i.e. ceil((u + 1) * G / U) - 1. */
+__device__ __forceinline__ int unit_block(int u, int units, int grid)
+{
+    return (int)((((long long)u + 1) * grid + units - 1) / units - 1);
+}
+
 /* ---- mma.sync m16n8k16 (sm_80+) and the magic-number codes --------------- */
 
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,

@@ -75,11 +75,168 @@ __device__ __forceinline__ uint32_t ld_pair(const half *p)
     return __ldg(reinterpret_cast<const unsigned int *>(p));
 }
 
+/* Tokens 0-7 as the swapped mma's B fragments for the 8 k16 steps from
+ * ks0 (lane = 4 g + c: k 2c, 2c+1 and 2c+8, 2c+9 of token g), zero past M,
+ * past k and for a warp without steps (live false). */
+__device__ __forceinline__ void load_tokens(const Params &p, int ks0, bool live,
+                                            uint32_t (&tb)[kSteps][2])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const bool tok = live && g < p.m;
+    const int k0 = ks0 * 16 + 2 * c;
+    const half *ar = p.a + (int64_t)(tok ? g : 0) * p.k + k0;
+#pragma unroll
+    for (int s = 0; s < kSteps; s++) {
+        tb[s][0] = tok && k0 + 16 * s < p.k ? ld_pair(ar + 16 * s) : 0u;
+        tb[s][1] = tok && k0 + 16 * s + 8 < p.k ? ld_pair(ar + 16 * s + 8) : 0u;
+    }
+}
+
+/* One warp's 8 k16 steps of a 64-column chunk added into sacc: w the lane's
+ * code words, tb the tokens, sv / zv the lane's scales and zeros of the NGW
+ * groups the steps span. Element e of sacc[jj] is column 16 jj + g + 8 (e >>
+ * 1), token 2c + (e & 1). */
+template <int NGW, bool ZP>
+__device__ __forceinline__ void warp_steps(const uint4 (&w)[kSteps],
+                                           const uint32_t (&tb)[kSteps][2],
+                                           const uint4 (&sv)[NGW], const uint4 (&zv)[NGW],
+                                           float (&sacc)[4][4])
+{
+    constexpr int CL = kSteps / NGW; /* steps a chunk (one scale group's share) */
+    const uint32_t kOffsetRowsA[4] = {kMagic1024, kOne, kMagic1024, kSixteen};
+    float gacc[4][4], os[4];
+#pragma unroll
+    for (int s = 0; s < kSteps; s++) {
+        const bool first = s % CL == 0;
+        const uint32_t b0 = tb[s][0], b1 = sixteenth(tb[s][1]);
+        const uint32_t qw[4] = {w[s].x, w[s].y, w[s].z, w[s].w};
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            uint32_t bf[2][2];
+            magic_pair(qw[jj], bf);
+            const uint32_t wa[4] = {bf[0][0], bf[1][0], bf[0][1], bf[1][1]};
+            mma_chunk(gacc[jj], wa, b0, b1, first);
+        }
+        mma_chunk(os, kOffsetRowsA, b0, b1, first);
+        if (s % CL == CL - 1) {
+            const int gi = s / CL;
+            const uint32_t sw[4] = {sv[gi].x, sv[gi].y, sv[gi].z, sv[gi].w};
+            uint32_t zw[4] = {0u, 0u, 0u, 0u};
+            if (ZP) {
+                zw[0] = zv[gi].x;
+                zw[1] = zv[gi].y;
+                zw[2] = zv[gi].z;
+                zw[3] = zv[gi].w;
+            }
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                float sc[2], zc[2];
+                word_to_floats<ZP>(sw[jj], zw[jj], sc, zc);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sacc[jj][e] = scale_chunk(gacc[jj][e], os[e & 1], os[2 + (e & 1)], zc[e >> 1],
+                                              sc[e >> 1], sacc[jj][e]);
+            }
+        }
+    }
+}
+
+/* The block's sums of chunk j (every warp's sacc, summed in warp order
+ * through red: WARPS x 512 floats) added into the words: the caller's
+ * (ACC) or the workspace's. Called by every thread; begins with a barrier
+ * after the red stores, so red may be reused after the next barrier. */
+template <int WARPS, int OUT>
+__device__ __forceinline__ void add_words(const Params &p, const AccParams &x, int j,
+                                          const float (&sacc)[4][4], float *red)
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            red[(warp * 16 + jj * 4 + e) * 32 + lane] = sacc[jj][e];
+    __syncthreads();
+    long long *const words = reinterpret_cast<long long *>(p.partials);
+    for (int t = tid; t < 64 * p.m; t += WARPS * 32) {
+        const int tok = t >> 6, col = t & 63, r = col & 15;
+        const int at = ((col >> 4) * 4 + 2 * (r >> 3) + (tok & 1)) * 32 + 4 * (r & 7) + (tok >> 1);
+        float v = 0.0f;
+#pragma unroll
+        for (int ww = 0; ww < WARPS; ww++)
+            v += red[ww * 16 * 32 + at];
+        const int gcol = j * 64 + col;
+        if constexpr (OUT == kStreamOutAcc) {
+            if (gcol < p.n)
+                krncuda::acc64_add(x.acc + (int64_t)tok * p.n + gcol, v);
+        } else {
+            krncuda::acc64_add(words + (int64_t)tok * p.n_pad + gcol, v);
+        }
+    }
+}
+
+/* C and GLU outputs, after add_words: count this block's arrival on chunk
+ * j's counter (the barrier orders every thread's adds before thread 0's
+ * release); the last of the `arrivals` blocks converts the chunk's words,
+ * zeroes them and the counter, and writes C (+ bias) or SiLU(g) u of its
+ * four runs of 8 gate + 8 up columns. Called by every thread. */
+template <int WARPS, int OUT>
+__device__ __forceinline__ void finish_chunk(const Params &p, int j, int arrivals, int *last_flag)
+{
+    const int tid = threadIdx.x;
+    long long *const words = reinterpret_cast<long long *>(p.partials);
+    __syncthreads();
+    if (tid == 0) {
+        const int old = krncuda::arrive_acq_rel(p.counters + j);
+        const bool last = old == arrivals - 1;
+        if (last)
+            p.counters[j] = 0; /* ready for the next launch */
+        *last_flag = last;
+    }
+    __syncthreads();
+    if (!*last_flag)
+        return;
+    if constexpr (OUT == kStreamOutGlu) {
+        for (int t = tid; t < 32 * p.m; t += WARPS * 32) {
+            const int tok = t >> 5, o = t & 31;
+            const int gcol = j * 64 + (o >> 3) * 16 + (o & 7);
+            long long *wg = words + (int64_t)tok * p.n_pad + gcol;
+            const float gv = krncuda::acc64_value(__ldcg(wg));
+            const float uv = krncuda::acc64_value(__ldcg(wg + 8));
+            wg[0] = 0;
+            wg[8] = 0;
+            store_glu1(p, tok, gcol, gv, uv);
+        }
+    } else {
+        for (int t = tid; t < 64 * p.m; t += WARPS * 32) {
+            const int tok = t >> 6, gcol = j * 64 + (t & 63);
+            long long *wd = words + (int64_t)tok * p.n_pad + gcol;
+            float v = krncuda::acc64_value(__ldcg(wd));
+            *wd = 0;
+            if (gcol < p.n) {
+                if (p.bias)
+                    v += __half2float(p.bias[gcol]);
+                p.c[(int64_t)tok * p.n + gcol] = __float2half_rn(v);
+            }
+        }
+    }
+}
+
+/* ACC: zero another launch's words (already read), spread over the grid. */
+__device__ __forceinline__ void clear_words(const AccParams &x)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < x.acc_clear_n;
+         idx += stride)
+        x.acc_clear[idx] = 0;
+}
+
+typedef void (*StreamFn)(const Params, const AccParams);
+
 /*
- * The kernel. WARPS warps a block, registers capped so that MINB blocks
- * fit an SM (groups of 128 k or more; smaller groups hold more scales and
- * are not capped); NGW scale groups a warp's 8 steps span
- * (1: groups of 128 k or more, 2: 64, 4: 32); ZP asymmetric weights; OUT the
+ * The one-round kernel. WARPS warps a block, registers capped so that MINB
+ * blocks fit an SM (groups of 128 k or more; smaller groups hold more
+ * scales and are not capped); NGW scale groups a warp's 8 steps span (1:
+ * groups of 128 k or more, 2: 64, 4: 32); ZP asymmetric weights; OUT the
  * output (kStreamOutC, kStreamOutGlu, kStreamOutAcc). p.k_tiles is the
  * number of blocks along k; p.partials holds the C and GLU outputs' words
  * ([m][n_pad] int64) and p.counters their arrival counters (one a chunk).
@@ -89,12 +246,9 @@ __global__ void __launch_bounds__(WARPS * 32, NGW == 1 ? MINB : 1)
     int4_stream_kernel(const Params p, const AccParams x)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    constexpr int kThreadsB = WARPS * 32;
-    constexpr int CL = kSteps / NGW; /* steps a chunk (one scale group's share) */
     __shared__ float red[WARPS * 16 * 32];
     __shared__ int last_flag;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, c = lane & 3;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
     const int j = blockIdx.x / p.k_tiles, kb = blockIdx.x - j * p.k_tiles;
     const int ksteps = p.k_pad >> 4;
     const int ks0 = (kb * WARPS + warp) * kSteps;
@@ -119,163 +273,48 @@ __global__ void __launch_bounds__(WARPS * 32, NGW == 1 ? MINB : 1)
     krncuda::pdl_wait();
     krncuda::pdl_trigger();
 
-    /* ---- the tokens' B fragments (L2), then another launch's words ---- */
+    /* ---- the tokens (L2), another launch's words, the warp's steps ---- */
     uint32_t tb[kSteps][2];
-    {
-        const bool tok = live && g < p.m;
-        const int k0 = ks0 * 16 + 2 * c;
-        const half *ar = p.a + (int64_t)(tok ? g : 0) * p.k + k0;
-#pragma unroll
-        for (int s = 0; s < kSteps; s++) {
-            tb[s][0] = tok && k0 + 16 * s < p.k ? ld_pair(ar + 16 * s) : 0u;
-            tb[s][1] = tok && k0 + 16 * s + 8 < p.k ? ld_pair(ar + 16 * s + 8) : 0u;
-        }
-    }
+    load_tokens(p, ks0, live, tb);
     if constexpr (OUT == kStreamOutAcc)
-        for (long long idx = (long long)blockIdx.x * kThreadsB + tid; idx < x.acc_clear_n;
-             idx += (long long)gridDim.x * kThreadsB)
-            x.acc_clear[idx] = 0;
-
-    /* ---- the warp's 8 steps: element e of sacc[jj] is column 16 jj + g +
-     * 8 (e >> 1), token 2c + (e & 1) ---- */
+        clear_words(x);
     float sacc[4][4];
 #pragma unroll
     for (int jj = 0; jj < 4; jj++)
         zero4(sacc[jj]);
-    if (live) {
-        const uint32_t kOffsetRowsA[4] = {kMagic1024, kOne, kMagic1024, kSixteen};
-        float gacc[4][4], os[4];
-#pragma unroll
-        for (int s = 0; s < kSteps; s++) {
-            const bool first = s % CL == 0;
-            const uint32_t b0 = tb[s][0], b1 = sixteenth(tb[s][1]);
-            const uint32_t qw[4] = {w[s].x, w[s].y, w[s].z, w[s].w};
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++) {
-                uint32_t bf[2][2];
-                magic_pair(qw[jj], bf);
-                const uint32_t wa[4] = {bf[0][0], bf[1][0], bf[0][1], bf[1][1]};
-                mma_chunk(gacc[jj], wa, b0, b1, first);
-            }
-            mma_chunk(os, kOffsetRowsA, b0, b1, first);
-            if (s % CL == CL - 1) {
-                const int gi = s / CL;
-                const uint32_t sw[4] = {sv[gi].x, sv[gi].y, sv[gi].z, sv[gi].w};
-                uint32_t zw[4] = {0u, 0u, 0u, 0u};
-                if (ZP) {
-                    zw[0] = zv[gi].x;
-                    zw[1] = zv[gi].y;
-                    zw[2] = zv[gi].z;
-                    zw[3] = zv[gi].w;
-                }
-#pragma unroll
-                for (int jj = 0; jj < 4; jj++) {
-                    float sc[2], zc[2];
-                    word_to_floats<ZP>(sw[jj], zw[jj], sc, zc);
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        sacc[jj][e] = scale_chunk(gacc[jj][e], os[e & 1], os[2 + (e & 1)],
-                                                  zc[e >> 1], sc[e >> 1], sacc[jj][e]);
-                }
-            }
-        }
-    }
+    if (live)
+        warp_steps<NGW, ZP>(w, tb, sv, zv, sacc);
 
     /* ---- the block's sum of each output (warp order), into the words ---- */
-#pragma unroll
-    for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            red[(warp * 16 + jj * 4 + e) * 32 + lane] = sacc[jj][e];
-    __syncthreads();
-    long long *const words = reinterpret_cast<long long *>(p.partials);
-    for (int t = tid; t < 64 * p.m; t += kThreadsB) {
-        const int tok = t >> 6, col = t & 63, r = col & 15;
-        const int at = ((col >> 4) * 4 + 2 * (r >> 3) + (tok & 1)) * 32 + 4 * (r & 7) + (tok >> 1);
-        float v = 0.0f;
-#pragma unroll
-        for (int ww = 0; ww < WARPS; ww++)
-            v += red[ww * 16 * 32 + at];
-        const int gcol = j * 64 + col;
-        if constexpr (OUT == kStreamOutAcc) {
-            if (gcol < p.n)
-                krncuda::acc64_add(x.acc + (int64_t)tok * p.n + gcol, v);
-        } else {
-            krncuda::acc64_add(words + (int64_t)tok * p.n_pad + gcol, v);
-        }
-    }
-    if constexpr (OUT != kStreamOutAcc) {
-        /* Count the arrival (the barrier orders every thread's adds before
-         * thread 0's release); the last block of the chunk finishes it. */
-        __syncthreads();
-        if (tid == 0) {
-            const int old = krncuda::arrive_acq_rel(p.counters + j);
-            const bool last = old == p.k_tiles - 1;
-            if (last)
-                p.counters[j] = 0; /* ready for the next launch */
-            last_flag = last;
-        }
-        __syncthreads();
-        if (!last_flag)
-            return;
-        if constexpr (OUT == kStreamOutGlu) {
-            /* 4 runs of 8 gate columns, each followed by its 8 up columns */
-            for (int t = tid; t < 32 * p.m; t += kThreadsB) {
-                const int tok = t >> 5, o = t & 31;
-                const int gcol = j * 64 + (o >> 3) * 16 + (o & 7);
-                long long *wg = words + (int64_t)tok * p.n_pad + gcol;
-                const float gv = krncuda::acc64_value(__ldcg(wg));
-                const float uv = krncuda::acc64_value(__ldcg(wg + 8));
-                wg[0] = 0;
-                wg[8] = 0;
-                store_glu1(p, tok, gcol, gv, uv);
-            }
-        } else {
-            for (int t = tid; t < 64 * p.m; t += kThreadsB) {
-                const int tok = t >> 6, gcol = j * 64 + (t & 63);
-                long long *wd = words + (int64_t)tok * p.n_pad + gcol;
-                float v = krncuda::acc64_value(__ldcg(wd));
-                *wd = 0;
-                if (gcol < p.n) {
-                    if (p.bias)
-                        v += __half2float(p.bias[gcol]);
-                    p.c[(int64_t)tok * p.n + gcol] = __float2half_rn(v);
-                }
-            }
-        }
-    }
+    add_words<WARPS, OUT>(p, x, j, sacc, red);
+    if constexpr (OUT != kStreamOutAcc)
+        finish_chunk<WARPS, OUT>(p, j, p.k_tiles, &last_flag);
 #else
     __trap(); /* never launched: the dispatcher takes it on sm_80 and newer only */
 #endif
 }
 
-typedef void (*StreamFn)(const Params, const AccParams);
-
-/* [NGW 1/2/4][zp][out] of one WARPS, MINB. */
-template <int WARPS, int MINB> struct StreamSet {
-    static StreamFn get(int ngw_i, int zp, int out)
-    {
-        static const StreamFn fns[3][2][3] = {{{int4_stream_kernel<WARPS, MINB, 1, false, 0>,
-                                                int4_stream_kernel<WARPS, MINB, 1, false, 1>,
-                                                int4_stream_kernel<WARPS, MINB, 1, false, 2>},
-                                               {int4_stream_kernel<WARPS, MINB, 1, true, 0>,
-                                                int4_stream_kernel<WARPS, MINB, 1, true, 1>,
-                                                int4_stream_kernel<WARPS, MINB, 1, true, 2>}},
-                                              {{int4_stream_kernel<WARPS, MINB, 2, false, 0>,
-                                                int4_stream_kernel<WARPS, MINB, 2, false, 1>,
-                                                int4_stream_kernel<WARPS, MINB, 2, false, 2>},
-                                               {int4_stream_kernel<WARPS, MINB, 2, true, 0>,
-                                                int4_stream_kernel<WARPS, MINB, 2, true, 1>,
-                                                int4_stream_kernel<WARPS, MINB, 2, true, 2>}},
-                                              {{int4_stream_kernel<WARPS, MINB, 4, false, 0>,
-                                                int4_stream_kernel<WARPS, MINB, 4, false, 1>,
-                                                int4_stream_kernel<WARPS, MINB, 4, false, 2>},
-                                               {int4_stream_kernel<WARPS, MINB, 4, true, 0>,
-                                                int4_stream_kernel<WARPS, MINB, 4, true, 1>,
-                                                int4_stream_kernel<WARPS, MINB, 4, true, 2>}}};
-        return fns[ngw_i][zp][out];
-    }
+/* The kernels of one variant by (NGW, ZP, OUT). */
+template <int WARPS, int MINB> struct OneRound {
+    template <int NGW, bool ZP, int OUT>
+    static constexpr StreamFn fn = int4_stream_kernel<WARPS, MINB, NGW, ZP, OUT>;
 };
+#define I4S_OUTS(K, NGW, ZP)                                                                       \
+    {                                                                                              \
+        K::template fn<NGW, ZP, 0>, K::template fn<NGW, ZP, 1>, K::template fn<NGW, ZP, 2>         \
+    }
+#define I4S_NGW(K, NGW)                                                                            \
+    {                                                                                              \
+        I4S_OUTS(K, NGW, false), I4S_OUTS(K, NGW, true)                                            \
+    }
+/* [NGW 1/2/4][zp][out] of variant K. */
+template <class K> StreamFn pick(int ngw_i, int zp, int out)
+{
+    static const StreamFn fns[3][2][3] = {I4S_NGW(K, 1), I4S_NGW(K, 2), I4S_NGW(K, 4)};
+    return fns[ngw_i][zp][out];
+}
+#undef I4S_NGW
+#undef I4S_OUTS
 static_assert(kStreamOutC == 0 && kStreamOutGlu == 1 && kStreamOutAcc == 2, "table order");
 
 struct StreamVariant {
@@ -286,9 +325,9 @@ struct StreamVariant {
 /* The compiled variants, largest block first (the automatic choice's
  * order). */
 const StreamVariant kStreamVariants[] = {
-    {"stream w16 k2048 b1", 16, StreamSet<16, 1>::get},
-    {"stream w8 k1024 b3", 8, StreamSet<8, 3>::get},
-    {"stream w4 k512 b6", 4, StreamSet<4, 6>::get},
+    {"stream w16 k2048 b1", 16, pick<OneRound<16, 1>>},
+    {"stream w8 k1024 b3", 8, pick<OneRound<8, 3>>},
+    {"stream w4 k512 b6", 4, pick<OneRound<4, 6>>},
 };
 constexpr int kStreamCount = (int)(sizeof kStreamVariants / sizeof kStreamVariants[0]);
 
@@ -345,9 +384,9 @@ cudaError_t launch_stream(Params p, const AccParams &x, int vi, int out, cudaStr
     const int warps = kStreamVariants[vi].warps;
     p.k_tiles = stream_k_blocks(vi, p);
     p.n_tiles = p.n_pad / 64;
-    const StreamFn fn = stream_fn(p, vi, out);
     const long long grid = (long long)p.n_tiles * p.k_tiles;
-    return krncuda::launch_pdl(fn, dim3((unsigned)grid), dim3(warps * 32), 0, stream, p, x);
+    return krncuda::launch_pdl(stream_fn(p, vi, out), dim3((unsigned)grid), dim3(warps * 32), 0,
+                               stream, p, x);
 }
 
 } // namespace int4gemm

@@ -285,16 +285,6 @@ __device__ __forceinline__ int slot_of(int bb, int t, const Params &p, int grid)
     return t == first ? 2 * bb : 2 * bb + 1;
 }
 
-__device__ __forceinline__ int stripe_start(int b, int units, int grid)
-{
-    return (int)((long long)b * units / grid);
-}
-
-__device__ __forceinline__ int block_of_unit(int u, int units, int grid)
-{
-    return (int)((((long long)u + 1) * grid + units - 1) / units - 1);
-}
-
 __device__ __forceinline__ void store_c(const Params &p, int row, int col, float v)
 {
     if (row < p.m && col < p.n) {
@@ -340,8 +330,8 @@ __device__ __forceinline__ void tile_epilogue(const Params &p, const float (&out
                                               int tid, int *s_last)
 {
     const int t = nt * p.m_tiles + mt;
-    const int b_first = block_of_unit(t * p.k_tiles, p.units, grid);
-    const int b_last = block_of_unit(t * p.k_tiles + p.k_tiles - 1, p.units, grid);
+    const int b_first = unit_block(t * p.k_tiles, p.units, grid);
+    const int b_last = unit_block(t * p.k_tiles + p.k_tiles - 1, p.units, grid);
     if (b_first == b_last) {
         if (has)
             store_values<NV, BN, GLU>(p, out, pos, tn, mt, nt);
@@ -421,8 +411,8 @@ __global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
      * asynchronous */
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);
     const int grid = gridDim.x, b = blockIdx.x;
-    const int u_begin = stripe_start(b, p.units, grid);
-    const int n_units = stripe_start(b + 1, p.units, grid) - u_begin;
+    const int u_begin = unit_start(b, p.units, grid);
+    const int n_units = unit_start(b + 1, p.units, grid) - u_begin;
     const bool zp = p.zeros != nullptr;
 
     if (tid == 0) {
