@@ -18,7 +18,9 @@
  *          weights and their scales do not depend on the kernel before. The
  *          grid is (n_pad / 64) x ceil(k_pad / (WARPS x 128)) blocks, in
  *          weight order; no persistent loop, no shared-memory ring, no
- *          barrier until the block's sum.
+ *          barrier until the block's sum. Variants (kStreamVariants): 16
+ *          warps (one block an SM at 128 registers), 8 (three at 80), 4
+ *          (six at 80); forced configurations run up to 8 rows.
  * Tokens   after the wait each lane reads its B fragments straight from
  *          global memory (L2): tokens 0-7 as the n8 B operand of the
  *          swapped mma (the weights are the A operand, 16 columns an mma),
