@@ -1101,6 +1101,16 @@ long long launch_grid(long long slots, const Params &p, uint32_t flags)
     return grid;
 }
 
+/* The caller's fixed-point words and the words to zero (KRN_INT4_GEMM_ACC64). */
+AccParams acc_params_of(const krn_int4_gemm_args *args)
+{
+    AccParams x = {};
+    x.acc = reinterpret_cast<long long *>(args->acc);
+    x.acc_clear = reinterpret_cast<long long *>(args->acc_clear);
+    x.acc_clear_n = args->acc_clear ? args->acc_clear_words : 0;
+    return x;
+}
+
 /* Point p's counters and partials into the caller's workspace, which must
  * hold `need` bytes (the counter and word regions first). */
 inf_status_t bind_workspace(Params &p, const krn_int4_gemm_args *args, size_t need,
@@ -1357,15 +1367,11 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         if (vi >= 0) {
             AccParams x = {};
             if (out == kStreamOutAcc) {
-                x.acc = reinterpret_cast<long long *>(args->acc);
-                x.acc_clear = reinterpret_cast<long long *>(args->acc_clear);
-                x.acc_clear_n = args->acc_clear ? args->acc_clear_words : 0;
-            } else {
-                const inf_status_t st = bind_workspace(p, args, kFixedBytes, err);
-                if (st != INF_OK)
-                    return st;
-                p.partials = reinterpret_cast<float *>(static_cast<unsigned char *>(args->workspace) +
-                                                       kCounterBytes);
+                x = acc_params_of(args);
+            } else { /* the workspace's counters and words (stream_choice checked its size) */
+                unsigned char *ws = static_cast<unsigned char *>(args->workspace);
+                p.counters = reinterpret_cast<int *>(ws);
+                p.partials = reinterpret_cast<float *>(ws + kCounterBytes);
             }
             e = launch_stream(p, x, vi, out, stream);
             if (e == cudaSuccess)
@@ -1466,9 +1472,7 @@ extern "C" inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, str
         use_acc = (p.k_tiles + per_block - 1) / per_block + 1 <= krncuda::kAcc64MaxParts;
         if (use_acc) {
             fn = c.acc[zp][sw];
-            x.acc = reinterpret_cast<long long *>(args->acc);
-            x.acc_clear = reinterpret_cast<long long *>(args->acc_clear);
-            x.acc_clear_n = args->acc_clear ? args->acc_clear_words : 0;
+            x = acc_params_of(args);
         }
     }
     if (!use_acc) {

@@ -351,16 +351,22 @@ int stream_k_blocks(int vi, const Params &p)
     return (p.k_pad / 16 + per - 1) / per;
 }
 
+/* The NGW table index of p's scale groups: 1 group a warp's 8 steps (groups
+ * of 128 k or more), 2 (64) or 4 (32). */
+static int ngw_index(const Params &p)
+{
+    return p.gshift >= 3 ? 0 : p.gshift == 2 ? 1 : 2;
+}
+
 static StreamFn stream_fn(const Params &p, int vi, int out)
 {
-    const int ngw_i = p.gshift >= 3 ? 0 : p.gshift == 2 ? 1 : 2;
-    return kStreamVariants[vi].get(ngw_i, p.zeros ? 1 : 0, out);
+    return kStreamVariants[vi].get(ngw_index(p), p.zeros ? 1 : 0, out);
 }
 
 int stream_auto_variant(const Params &p, int out, int dev, int sms)
 {
     static int occ_cache[16][kStreamCount][3][2][3]; /* racing writers agree */
-    const int ngw_i = p.gshift >= 3 ? 0 : p.gshift == 2 ? 1 : 2;
+    const int ngw_i = ngw_index(p);
     const int zp = p.zeros ? 1 : 0;
     const long long chunks = p.n_pad / 64;
     for (int vi = 0; vi < kStreamCount; vi++) {
