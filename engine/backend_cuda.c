@@ -185,6 +185,9 @@ struct cu_ctx {
     /* fp16 linears of one row (KRN_GEMV_MAX_M) by krn_cuda_gemv_f16
      * instead of cuBLAS; INT4SERVE_CUDA_GEMV=0: cuBLAS always */
     bool gemv;
+    /* launches of plain greedy rows by krn_cuda_sample_greedy (many blocks
+     * a row, nothing uploaded); INT4SERVE_CUDA_GREEDY=0: krn_cuda_sample */
+    bool greedy;
     int n_up;
     void *up_dst[UP_MAX];
     const void *up_src[UP_MAX];
@@ -1593,6 +1596,8 @@ static inf_status_t cu_sample_reserve(struct eng_backend *be, int32_t vocab, str
         return inf_err_set(err, INF_E_NOMEM, "out of GPU memory for the sampling workspace");
     }
     CU(c, e, "cudaMalloc");
+    /* the greedy kernel's arrival counters start at zero */
+    CU(c, cudaMemset(c->sample_ws, 0, need), "cudaMemset");
     c->sample_ws_bytes = need;
     c->sample_vocab = vocab;
     return INF_OK;
@@ -1632,6 +1637,22 @@ static inf_status_t cu_sample(struct eng_backend *be, const struct eng_buf *logi
                            c->sample_vocab, vocab);
     for (int32_t r0 = 0; r0 < n; r0 += SAMPLE_ROWS) {
         int32_t nr = n - r0 < SAMPLE_ROWS ? n - r0 : SAMPLE_ROWS;
+        struct krn_cuda_sample_out *o = (struct krn_cuda_sample_out *)out->ptr + out_first + r0;
+        /* rows that are all plain greedy: the kernel of many blocks a row,
+         * their logits rows passed by value */
+        bool plain = c->greedy;
+        struct krn_cuda_greedy_rows gr;
+        for (int32_t i = 0; i < nr && plain; i++) {
+            const struct eng_sample_row *r = &rows[r0 + i];
+            plain = r->temperature == 0.0f && r->n_ban == 0 && r->n_bias == 0 && r->n_hist == 0 &&
+                    r->n_logprobs <= 0;
+            gr.row[i] = r->logit_row;
+        }
+        if (plain) {
+            KRN(c, krn_cuda_sample_greedy(logits->ptr, vocab, &gr, nr, c->sample_ws,
+                                          c->sample_ws_bytes, o, c->stream, lep_));
+            continue;
+        }
         size_t n_list = 0;
         for (int32_t i = 0; i < nr; i++) {
             const struct eng_sample_row *r = &rows[r0 + i];
@@ -1695,9 +1716,7 @@ static inf_status_t cu_sample(struct eng_backend *be, const struct eng_buf *logi
         if (st != INF_OK)
             return st;
         KRN(c, krn_cuda_sample(logits->ptr, vocab, d_rows, nr, any_sort, d_ints, d_vals,
-                               c->sample_ws, c->sample_ws_bytes,
-                               (struct krn_cuda_sample_out *)out->ptr + out_first + r0, c->stream,
-                               lep_));
+                               c->sample_ws, c->sample_ws_bytes, o, c->stream, lep_));
     }
     written(out);
     return INF_OK;
@@ -1987,6 +2006,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     c->up_batch = !(fu && strcmp(fu, "0") == 0);
     const char *fg = getenv("INT4SERVE_CUDA_GEMV");
     c->gemv = !(fg && strcmp(fg, "0") == 0);
+    const char *fgr = getenv("INT4SERVE_CUDA_GREEDY");
+    c->greedy = !(fgr && strcmp(fgr, "0") == 0);
     const char *fr = getenv("INT4SERVE_CUDA_FUSE_ROPE_KV");
     c->fuse_rope_kv = !(fr && strcmp(fr, "0") == 0);
     const char *fra = getenv("INT4SERVE_CUDA_ROPE_IN_ATTN");

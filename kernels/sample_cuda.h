@@ -63,9 +63,29 @@ struct krn_cuda_sample_out {
     float top_logprobs[KRN_SAMPLE_TOP];
 };
 
+/* Logits rows of a greedy launch (passed by value: nothing to upload). */
+#define KRN_SAMPLE_GREEDY_ROWS 32
+struct krn_cuda_greedy_rows {
+    int32_t row[KRN_SAMPLE_GREEDY_ROWS];
+};
+
 /* Workspace bytes for up to max_rows rows of vocab per call (0 when the
  * sort library cannot size it). */
 size_t krn_cuda_sample_workspace(int32_t max_rows, int32_t vocab);
+
+/* Plain greedy rows (temperature 0, no bans, bias, penalties or top-n): for
+ * i < n_rows (at most KRN_SAMPLE_GREEDY_ROWS), out[i] = the largest value
+ * of logits row rows->row[i] (host memory), lowest id on ties, -1 when all
+ * are -inf, and its logprob; n_top 0. The same results as krn_cuda_sample
+ * on such rows (the logprob within rounding: its sum is taken per block of
+ * 4096 values and scaled) from one launch of many blocks a row, with
+ * nothing uploaded. The workspace (krn_cuda_sample_workspace) must be zero
+ * before its first use (it holds arrival counters that the launch leaves
+ * zero); vocab up to 1048576. */
+inf_status_t krn_cuda_sample_greedy(const float *logits, int32_t vocab,
+                                    const struct krn_cuda_greedy_rows *rows, int32_t n_rows,
+                                    void *ws, size_t ws_bytes, struct krn_cuda_sample_out *out,
+                                    void *stream, struct inf_err *err);
 
 /* Sample n_rows rows (n_rows <= the max_rows the workspace was sized for):
  * rows, ints and vals in device memory, logits fp32 [*][vocab], out

@@ -14,6 +14,15 @@
  *                 rows are empty segments);
  *          select the sorted rows: candidate count, top_k, top_p prefix,
  *                 draw over the prefix, the same run-and-walk scheme.
+ *          greedy (krn_cuda_sample_greedy, launches whose rows are all plain
+ *                 greedy): one launch, many blocks a row, 4096 values a
+ *                 block held in registers (16-byte loads, all issued at
+ *                 once); each block's best value, lowest id on ties, and
+ *                 its sum of exp(v - block best) go to the workspace, and
+ *                 the row's last block to arrive (a counter a row) takes
+ *                 the best of the bests and the sum, each block's term
+ *                 scaled by exp(block best - best) in double, for the
+ *                 logprob.
  * Numerics the host sampler's fp32 operations are rounded the same way
  *          (__fadd_rn and friends: no contraction into fma); sums of
  *          exp(w - max) in double, in parallel (rounding-level difference
@@ -343,6 +352,126 @@ __global__ void __launch_bounds__(kT)
         finish(o, raw, tok, lse);
 }
 
+/* ---- plain greedy launches: many blocks a row ---- */
+
+constexpr int kGT = 256;              /* threads of a greedy block */
+constexpr int kGPer = 16;             /* values a thread */
+constexpr int kGSpan = kGT * kGPer;   /* values a block */
+constexpr int kGMaxBlocks = kGT;      /* blocks a row the last block reads */
+
+/* One block's part of a row: its best value and id, sum of exp(v - best). */
+struct GreedyPart {
+    float v;
+    int32_t i;
+    double s;
+};
+
+using GReduceB = cub::BlockReduce<Best, kGT>;
+using GReduceD = cub::BlockReduce<double, kGT>;
+
+union GShared {
+    typename GReduceB::TempStorage b;
+    typename GReduceD::TempStorage d;
+};
+
+__device__ Best gblock_best(GShared &sh, Best x, Best *bcast)
+{
+    Best r = GReduceB(sh.b).Reduce(x, BestOp());
+    if (threadIdx.x == 0)
+        *bcast = r;
+    __syncthreads();
+    r = *bcast;
+    __syncthreads();
+    return r;
+}
+
+__device__ double gblock_sum(GShared &sh, double x)
+{
+    double r = GReduceD(sh.d).Sum(x); /* valid in thread 0 */
+    __syncthreads();
+    return r;
+}
+
+/* grid (blocks a row, rows); vec: vocab % 4 == 0 and the logits 16-byte
+ * aligned (float4 loads). */
+__global__ void __launch_bounds__(kGT)
+    greedy_kernel(const float *logits, int32_t vocab, krn_cuda_greedy_rows rows, bool vec,
+                  GreedyPart *parts, int32_t *counters, krn_cuda_sample_out *out)
+{
+    __shared__ GShared sh;
+    __shared__ Best s_b;
+    __shared__ int32_t s_last;
+    const int32_t ri = blockIdx.y, nb = gridDim.x, tid = threadIdx.x;
+    const float *raw = logits + (int64_t)rows.row[ri] * vocab;
+    const int32_t base = blockIdx.x * kGSpan;
+    float x[kGPer];
+    int32_t id[kGPer];
+    if (vec) {
+#pragma unroll
+        for (int j = 0; j < kGPer / 4; j++) {
+            const int32_t t = base + (j * kGT + tid) * 4;
+            float4 q = make_float4(-CUDART_INF_F, -CUDART_INF_F, -CUDART_INF_F, -CUDART_INF_F);
+            if (t < vocab)
+                q = __ldg(reinterpret_cast<const float4 *>(raw + t));
+            x[4 * j] = q.x, x[4 * j + 1] = q.y, x[4 * j + 2] = q.z, x[4 * j + 3] = q.w;
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                id[4 * j + e] = t + e;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < kGPer; j++) {
+            const int32_t t = base + j * kGT + tid;
+            x[j] = t < vocab ? __ldg(raw + t) : -CUDART_INF_F;
+            id[j] = t;
+        }
+    }
+    /* ids past the vocabulary hold -inf and never win: a finite or -inf
+     * value of the row comes first (lower id) */
+    Best b = {-CUDART_INF_F, INT32_MAX};
+#pragma unroll
+    for (int j = 0; j < kGPer; j++)
+        if (id[j] < vocab && before(x[j], id[j], b.v, b.i))
+            b = {x[j], id[j]};
+    b = gblock_best(sh, b, &s_b);
+    double sum = 0.0;
+    if (isfinite(b.v))
+#pragma unroll
+        for (int j = 0; j < kGPer; j++)
+            if (id[j] < vocab)
+                sum += (double)expf(x[j] - b.v);
+    sum = gblock_sum(sh, sum);
+    if (tid == 0) {
+        parts[(int64_t)ri * nb + blockIdx.x] = GreedyPart{b.v, b.i, sum};
+        __threadfence();
+        s_last = atomicAdd(&counters[ri], 1) == nb - 1;
+    }
+    __syncthreads();
+    if (!s_last)
+        return;
+    /* the row's last block: every part is written and visible */
+    __threadfence();
+    GreedyPart p = {-CUDART_INF_F, INT32_MAX, 0.0};
+    if (tid < nb) {
+        const GreedyPart *q = parts + (int64_t)ri * nb + tid;
+        p.v = __ldcg(&q->v);
+        p.i = __ldcg(&q->i);
+        p.s = __ldcg(&q->s);
+    }
+    const Best m = gblock_best(sh, Best{p.v, p.i}, &s_b);
+    double term = 0.0;
+    if (isfinite(m.v) && tid < nb && p.v > -CUDART_INF_F)
+        term = p.s * exp((double)p.v - (double)m.v);
+    const double total = gblock_sum(sh, term);
+    if (tid == 0) {
+        const double lse = (double)m.v + log(total);
+        krn_cuda_sample_out *o = out + ri;
+        o->n_top = 0;
+        finish(o, raw, m.v > -CUDART_INF_F ? m.i : -1, lse);
+        counters[ri] = 0; /* for the next launch */
+    }
+}
+
 /* Weight of sorted position j (j < n): exp(key - wmax), or key / tot terms. */
 struct SortedWeight {
     const float *k;
@@ -421,7 +550,7 @@ __global__ void __launch_bounds__(kT) select_kernel(const float *logits, int32_t
 }
 
 struct Layout {
-    size_t work, ids, keys, sids, lse, wmax, seg_lo, seg_hi, tmp, total;
+    size_t count, work, ids, keys, sids, lse, wmax, seg_lo, seg_hi, tmp, total;
 };
 
 size_t align256(size_t x)
@@ -444,6 +573,9 @@ Layout layout(int32_t rows, int32_t vocab, size_t tmp_bytes)
     Layout l;
     const size_t rv = (size_t)rows * (size_t)vocab * 4;
     size_t at = 0;
+    /* the greedy kernel's arrival counters: always first, so that a
+     * workspace reused for another vocabulary keeps them zero */
+    l.count = at, at += align256((size_t)KRN_SAMPLE_GREEDY_ROWS * 4);
     l.work = at, at += align256(rv);
     l.ids = at, at += align256(rv);
     l.keys = at, at += align256(rv);
@@ -457,6 +589,11 @@ Layout layout(int32_t rows, int32_t vocab, size_t tmp_bytes)
     return l;
 }
 
+int32_t greedy_blocks(int32_t vocab)
+{
+    return (vocab + kGSpan - 1) / kGSpan;
+}
+
 } // namespace
 
 extern "C" size_t krn_cuda_sample_workspace(int32_t max_rows, int32_t vocab)
@@ -467,7 +604,9 @@ extern "C" size_t krn_cuda_sample_workspace(int32_t max_rows, int32_t vocab)
     if (tmp == 0)
         return 0;
     /* the sort's need is queried again per call; keep slack for it */
-    return layout(max_rows, vocab, tmp + tmp / 4 + 4096).total;
+    const Layout l = layout(max_rows, vocab, tmp + tmp / 4 + 4096);
+    const size_t greedy = l.work + align256((size_t)max_rows * greedy_blocks(vocab) * sizeof(GreedyPart));
+    return l.total > greedy ? l.total : greedy;
 }
 
 extern "C" inf_status_t krn_cuda_sample(const float *logits, int32_t vocab,
@@ -511,4 +650,32 @@ extern "C" inf_status_t krn_cuda_sample(const float *logits, int32_t vocab,
         return inf_err_set(err, INF_E_DEVICE, "sample sort: %s", cudaGetErrorString(e));
     select_kernel<<<n_rows, kT, 0, st>>>(logits, vocab, rows, w, out);
     return krncuda::launched("sample select", err);
+}
+
+extern "C" inf_status_t krn_cuda_sample_greedy(const float *logits, int32_t vocab,
+                                               const struct krn_cuda_greedy_rows *rows,
+                                               int32_t n_rows, void *ws, size_t ws_bytes,
+                                               struct krn_cuda_sample_out *out, void *stream,
+                                               struct inf_err *err)
+{
+    if (n_rows == 0)
+        return INF_OK;
+    if (n_rows < 0 || n_rows > KRN_SAMPLE_GREEDY_ROWS || vocab <= 0)
+        return inf_err_set(err, INF_E_INVALID, "sample greedy: %d rows of %d", n_rows, vocab);
+    const int32_t nb = greedy_blocks(vocab);
+    if (nb > kGMaxBlocks)
+        return inf_err_set(err, INF_E_INVALID, "sample greedy: a vocabulary of %d is over %d",
+                           vocab, kGMaxBlocks * kGSpan);
+    for (int32_t i = 0; i < n_rows; i++)
+        if (rows->row[i] < 0)
+            return inf_err_set(err, INF_E_INVALID, "sample greedy: logits row %d", rows->row[i]);
+    const Layout l = layout(n_rows, vocab, 0);
+    if (l.work + (size_t)n_rows * nb * sizeof(GreedyPart) > ws_bytes)
+        return inf_err_set(err, INF_E_INVALID, "sample greedy: workspace of %zu bytes too small",
+                           ws_bytes);
+    uint8_t *b = (uint8_t *)ws;
+    const bool vec = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
+    greedy_kernel<<<dim3(nb, n_rows), kGT, 0, (cudaStream_t)stream>>>(
+        logits, vocab, *rows, vec, (GreedyPart *)(b + l.work), (int32_t *)(b + l.count), out);
+    return krncuda::launched("sample greedy", err);
 }

@@ -14,7 +14,10 @@
  * top_k, top_p, min_p, all three, penalties with prompt and output history,
  * logit_bias with a repeated id, EOS banned); edge cases on vocabulary 1000:
  * all -inf but one, all -inf, every logit equal (ties: lowest id first),
- * top_p tiny, ties at the top_k boundary, a ban that leaves one token.
+ * top_p tiny, ties at the top_k boundary, a ban that leaves one token;
+ * launches of plain greedy rows only (their own kernel): vocabularies
+ * 128256, 32000, 1001 and 4097, rows in reverse order, ties within and
+ * across blocks, one finite value, all -inf, all equal.
  * Timing (information): 128 rows of 128256, greedy and with top_p.
  * Fresh seed each run, printed; INT4SERVE_TEST_SEED replays one.
  * Prints "SKIPPED: no GPU" and exits 0 without a GPU. */
@@ -114,8 +117,8 @@ static void make_pair(const struct tcase *tc, int32_t vocab, uint64_t seed, stru
 
 /* Sample n rows (logits [n][vocab], already uploaded) on both sides and
  * compare; each side accepts its own token. */
-static void run_rows(const struct tcase *const *tcs, struct pair *prs, int32_t n, int32_t vocab,
-                     const float *logits)
+static void run_rows2(const struct tcase *const *tcs, struct pair *prs, int32_t n, int32_t vocab,
+                      const float *logits, const int32_t *perm)
 {
     static struct eng_sample_row rows[MAX_ROWS];
     static struct eng_sample_out out[MAX_ROWS];
@@ -125,7 +128,7 @@ static void run_rows(const struct tcase *const *tcs, struct pair *prs, int32_t n
         hist[i] = malloc(((size_t)eng_sampler_hist_len(prs[i].dev) + 1) * sizeof *hist[i]);
         memset(&rows[i], 0, sizeof rows[i]);
         eng_sampler_fill_row(prs[i].dev, &rows[i], hist[i]);
-        rows[i].logit_row = i;
+        rows[i].logit_row = perm ? perm[i] : i;
         rows[i].ban = tcs[i]->ban;
         rows[i].n_ban = tcs[i]->n_ban;
     }
@@ -135,7 +138,7 @@ static void run_rows(const struct tcase *const *tcs, struct pair *prs, int32_t n
     must(eng_buf_download(g_gpu, g_out, 0, out, (size_t)n * sizeof *out, &err), &err, "download");
     for (int32_t i = 0; i < n; i++) {
         const struct tcase *tc = tcs[i];
-        memcpy(row, logits + (int64_t)i * vocab, (size_t)vocab * sizeof(float));
+        memcpy(row, logits + (int64_t)(perm ? perm[i] : i) * vocab, (size_t)vocab * sizeof(float));
         for (int32_t j = 0; j < tc->n_ban; j++)
             row[tc->ban[j]] = -INFINITY;
         struct eng_sample h;
@@ -167,6 +170,12 @@ static void run_rows(const struct tcase *const *tcs, struct pair *prs, int32_t n
         free(hist[i]);
     }
     free(row);
+}
+
+static void run_rows(const struct tcase *const *tcs, struct pair *prs, int32_t n, int32_t vocab,
+                     const float *logits)
+{
+    run_rows2(tcs, prs, n, vocab, logits, NULL);
 }
 
 static void upload(const float *logits, int32_t n, int32_t vocab)
@@ -306,6 +315,66 @@ static void test_edges(void)
     free(lg);
 }
 
+/* Launches whose rows are all plain greedy (krn_cuda_sample_greedy: many
+ * blocks a row): vocabularies a multiple of 4 (16-byte loads) and not
+ * (1001), more rows than one launch takes, logits rows in reverse order,
+ * ties inside a block and across blocks (lowest id), one finite value in
+ * the last block, all -inf, every value equal. */
+static void test_greedy(void)
+{
+    static const int32_t vocabs[] = {128256, 32000, 1001, 4097};
+    static struct tcase tc = {.name = "greedy launch"};
+    tc.p = params(0, 0, 1, 0);
+    const struct tcase *per[MAX_ROWS];
+    struct pair prs[MAX_ROWS];
+    int32_t perm[MAX_ROWS];
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        const int32_t V = vocabs[vi], N = V > 100000 ? 40 : 70;
+        float *lg = malloc((size_t)N * V * sizeof(float));
+        for (int32_t i = 0; i < N; i++) {
+            per[i] = &tc;
+            perm[i] = N - 1 - i;
+            make_pair(per[i], V, rnd(), &prs[i]);
+        }
+        for (int step = 0; step < STEPS; step++) {
+            for (int32_t i = 0; i < N; i++) {
+                float *r = lg + (int64_t)i * V;
+                for (int32_t t = 0; t < V; t++)
+                    r[t] = 3.0f * nrand();
+                const int32_t a = (int32_t)(rnd() % (uint64_t)V), b = (int32_t)(rnd() % (uint64_t)V);
+                switch (i % 6) {
+                case 1: /* a tie at the top, maybe in two blocks */
+                    r[a] = 30.0f;
+                    r[b] = 30.0f;
+                    break;
+                case 2: /* one finite value, in the last block */
+                    for (int32_t t = 0; t < V; t++)
+                        r[t] = -INFINITY;
+                    r[V - 1 - (a % 7)] = -2.0f;
+                    break;
+                case 3:
+                    for (int32_t t = 0; t < V; t++)
+                        r[t] = -INFINITY;
+                    break;
+                case 4:
+                    for (int32_t t = 0; t < V; t++)
+                        r[t] = 0.5f;
+                    break;
+                default:
+                    break;
+                }
+            }
+            upload(lg, N, V);
+            run_rows2(per, prs, N, V, lg, step == 1 ? perm : NULL);
+        }
+        for (int32_t i = 0; i < N; i++) {
+            eng_sampler_destroy(prs[i].host);
+            eng_sampler_destroy(prs[i].dev);
+        }
+        free(lg);
+    }
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -344,6 +413,20 @@ static void timing(void)
         }
         printf("timing: %d rows of %d, %s: %.3f ms\n", N, V, mode ? "top_p 0.9" : "greedy", best);
     }
+    {
+        struct inf_err err = {0};
+        double best = 1e9;
+        for (int rep = 0; rep < 20; rep++) {
+            double t0 = now_ms();
+            rows[0].temperature = 0.0f;
+            rows[0].top_p = 1.0f;
+            must(eng_op_sample(g_gpu, g_logits, 1, 32000, rows, 1, g_out, 0, &err), &err, "sample");
+            must(eng_buf_download(g_gpu, g_out, 0, out, sizeof *out, &err), &err, "download");
+            double t = now_ms() - t0;
+            best = t < best ? t : best;
+        }
+        printf("timing: 1 row of 32000, greedy: %.3f ms\n", best);
+    }
     free(lg);
 }
 
@@ -369,6 +452,7 @@ int main(void)
           "a logits row out of range is refused");
     test_random();
     test_edges();
+    test_greedy();
     timing();
     printf("%d tokens compared (%d drawn at temperature > 0), %d checks, %d failures\n", g_tokens,
            g_drawn, g_checks, g_fail);
