@@ -25,7 +25,10 @@
  * and 32 heads (one and two row sets per KV head), head_dim 48, 64, 128 and
  * 256, and contexts up to 20000 (many splits, combined in the kernel); each
  * decode runs twice on fresh poison, so the split groups' arrival counters
- * must be left as they were found.
+ * must be left as they were found. Decode inside a fixed-shape step (what
+ * a decode graph runs: a work list of the bucket's size, padding items
+ * included) of one to four sequences, against the CPU and, up to 512
+ * positions, bit for bit the eager output.
  * Fresh seed each run, printed; INT4SERVE_TEST_SEED replays one.
  * Prints "SKIPPED: no GPU" and exits 0 without a GPU. */
 #include "common/inf.h"
@@ -800,8 +803,13 @@ struct seq_spec {
     int32_t n_new;  /* tokens in this step */
 };
 
-static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int32_t hd,
-                           const struct seq_spec *sp, int32_t n_seqs, bool decode)
+/* fixed (decode only): after the eager calls, the same step again as a
+ * fixed-shape decode step of n_seqs rows (graph_prepare: what a decode
+ * graph runs), on fresh poison: against the CPU, and bit for bit the eager
+ * output where both cut the keys alike (same_splits). */
+static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int32_t hd,
+                            const struct seq_spec *sp, int32_t n_seqs, bool decode, bool fixed,
+                            bool same_splits)
 {
     struct inf_err err = {0};
     int32_t max_blocks = 0, n_tok = 0;
@@ -904,6 +912,31 @@ static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int3
                  hd);
         compare(what, &out, 3e-3);
     }
+    if (decode && fixed) {
+        const size_t ob = (size_t)n_tok * ldo * 2;
+        uint16_t *eager = malloc(ob), *fx = malloc(ob);
+        DIE_IF(eng_buf_download(g_gpu, out.g, 0, eager, ob, &err), "download");
+        memset(fx, 0xff, ob);
+        DIE_IF(eng_buf_upload(g_gpu, out.g, 0, fx, ob, &err), "poison");
+        bool have = false;
+        DIE_IF(eng_graph_prepare(g_gpu, &ag, n_seqs, &have, &err), "graph_prepare");
+        DIE_IF(op(g_gpu, &ag, &err), "gpu attention (fixed shape)");
+        eng_graph_finish(g_gpu);
+        snprintf(what, sizeof what, "attn decode %s h %d/%d hd %d: out (fixed shape)", name,
+                 n_heads, n_kv, hd);
+        compare(what, &out, 3e-3);
+        if (same_splits) {
+            DIE_IF(eng_buf_download(g_gpu, out.g, 0, fx, ob, &err), "download");
+            g_checks++;
+            const bool same = memcmp(eager, fx, ob) == 0;
+            if (!same)
+                g_fail++;
+            printf("%-4s attn decode %s h %d/%d hd %d: fixed shape bit for bit eager\n",
+                   same ? "ok" : "FAIL", name, n_heads, n_kv, hd);
+        }
+        free(eager);
+        free(fx);
+    }
     /* The K/V rows this step wrote, compared exactly (the whole pools:
      * untouched rows must stay as uploaded too). */
     snprintf(what, sizeof what, "attn %s %s: K cache", decode ? "decode" : "prefill", name);
@@ -927,6 +960,12 @@ static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int3
     free(kpool);
     free(vpool);
     free(qkv);
+}
+
+static void test_attention(const char *name, int32_t n_heads, int32_t n_kv, int32_t hd,
+                           const struct seq_spec *sp, int32_t n_seqs, bool decode)
+{
+    test_attention2(name, n_heads, n_kv, hd, sp, n_seqs, decode, false, false);
 }
 
 /* GPU only, information: time attention on serving shapes (n_seqs
@@ -1030,6 +1069,29 @@ static void test_decode_random(int32_t n_seqs, int32_t max_before, int32_t n_hea
     snprintf(name, sizeof name, "%d seqs ctx <= %d", n_seqs, max_before + 1);
     test_attention(name, n_heads, n_kv, hd, sp, n_seqs, true);
     free(sp);
+}
+
+/* Fixed-shape decode steps (each row set with the bucket's number of item
+ * slots, the unused ones padding) against the CPU and the eager call: one
+ * split, two, three and six splits, long ones (ctx 20000), two and four
+ * sequences; bit for bit the eager output up to ctx 512 (the longer ones
+ * against the CPU only). */
+static void test_decode_fixed(void)
+{
+    const struct seq_spec one_384[1] = {{383, 1}}, one_130[1] = {{129, 1}}, one_5[1] = {{4, 1}},
+                          one_long[1] = {{19999, 1}};
+    test_attention2("1 seq ctx 384", 32, 32, 128, one_384, 1, true, true, true);
+    test_attention2("1 seq ctx 384", 32, 8, 128, one_384, 1, true, true, true);
+    test_attention2("1 seq ctx 130", 32, 32, 128, one_130, 1, true, true, true);
+    test_attention2("1 seq ctx 5", 32, 8, 128, one_5, 1, true, true, true);
+    test_attention2("1 seq ctx 130", 8, 8, 64, one_130, 1, true, true, true);
+    test_attention2("1 seq ctx 20000", 32, 8, 128, one_long, 1, true, true, false);
+    test_attention2("1 seq ctx 20000", 8, 8, 64, one_long, 1, true, true, false);
+    const struct seq_spec two[2] = {{700, 1}, {99, 1}};
+    test_attention2("2 seqs ctx 701, 100", 32, 8, 128, two, 2, true, true, false);
+    const struct seq_spec four[4] = {{300, 1}, {16, 1}, {511, 1}, {64, 1}};
+    test_attention2("4 seqs ctx 301..17", 32, 8, 128, four, 4, true, true, true);
+    test_attention2("4 seqs ctx 301..17 (MHA)", 32, 32, 128, four, 4, true, true, false);
 }
 
 static void test_decode_batches(void)
@@ -1220,6 +1282,7 @@ int main(void)
     const struct seq_spec pre_long[1] = {{1500, 300}};
     test_attention("1 chunk of 300 on 1500", 8, 2, 64, pre_long, 1, false);
     test_decode_batches();
+    test_decode_fixed();
     test_attention_errors();
     if (!getenv("INT4SERVE_TEST_NO_TIMING")) {
         time_attention(1, 32768, 1, true);

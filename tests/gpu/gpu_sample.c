@@ -341,7 +341,8 @@ static void test_greedy(void)
                 float *r = lg + (int64_t)i * V;
                 for (int32_t t = 0; t < V; t++)
                     r[t] = 3.0f * nrand();
-                const int32_t a = (int32_t)(rnd() % (uint64_t)V), b = (int32_t)(rnd() % (uint64_t)V);
+                const int32_t a = (int32_t)(rnd() % (uint64_t)V),
+                              b = (int32_t)(rnd() % (uint64_t)V);
                 switch (i % 6) {
                 case 1: /* a tie at the top, maybe in two blocks */
                     r[a] = 30.0f;
