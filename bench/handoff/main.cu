@@ -32,23 +32,15 @@
  * Prints µs per graph and per kernel (or per pair). Timing only: the
  * values computed are not checked. Needs a GPU of compute capability 9.0
  * or newer (griddepcontrol). */
+#include "bench/common/graph_timer.cuh"
+#include "kernels/cuda/launch.cuh"
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <vector>
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 namespace
 {
@@ -57,16 +49,6 @@ constexpr int kThreads = 256, kBlocks = 264, kRot = 16, kRow = 4096;
 constexpr size_t kBlockWords = kThreads * 8; /* 16-byte words a block: 32 KB */
 
 enum Mode { kPdl = 0, kFlag = 1, kPlain = 2 };
-
-__device__ __forceinline__ void trigger()
-{
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-__device__ __forceinline__ void grid_wait()
-{
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-}
 
 __device__ __forceinline__ int load_acquire(const int *p)
 {
@@ -84,7 +66,7 @@ template <int MODE> __device__ __forceinline__ void wait_before(const int *flag,
             }
         __syncthreads();
     } else {
-        grid_wait();
+        krncuda::pdl_wait();
     }
 }
 
@@ -99,22 +81,13 @@ template <int MODE> __device__ __forceinline__ void arrive(int *flag)
     }
 }
 
-__device__ __forceinline__ uint4 load_nc(const uint4 *p)
-{
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
-
 /* The weight words of this block, before the wait. */
 __device__ __forceinline__ void load_weights(const uint4 *w, uint4 (&r)[8])
 {
     const uint4 *p = w + (size_t)blockIdx.x * kBlockWords + threadIdx.x;
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        r[i] = load_nc(p + i * kThreads);
+        r[i] = krncuda::ld_stream(p + i * kThreads);
 }
 
 __device__ __forceinline__ float fold(const uint4 (&r)[8])
@@ -164,7 +137,7 @@ template <int MODE>
 __global__ void __launch_bounds__(kThreads)
     gemm_like(const uint4 *w, const __half *a, float *acc, int *flags, int me, int target)
 {
-    trigger();
+    krncuda::pdl_trigger();
     uint4 r[8];
     load_weights(w, r);
     wait_before<MODE>(flags + me - 1, target);
@@ -179,7 +152,7 @@ template <int MODE>
 __global__ void __launch_bounds__(kThreads)
     row_like(float *acc, __half *out, int *flags, int me, int target)
 {
-    trigger();
+    krncuda::pdl_trigger();
     wait_before<MODE>(flags + me - 1, target);
     row_work(acc, out);
     arrive<MODE>(flags + me);
@@ -189,10 +162,10 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     gemm_fused(const uint4 *w, const __half *a, float *acc, __half *out, int *counter)
 {
-    trigger();
+    krncuda::pdl_trigger();
     uint4 r[8];
     load_weights(w, r);
-    grid_wait();
+    krncuda::pdl_wait();
     float s = fold(r);
     for (int i = threadIdx.x; i < kRow; i += kThreads)
         s += __half2float(a[i]);
@@ -217,10 +190,10 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     gemm_prologue(const uint4 *w, double *words, __half *resid, int i)
 {
-    trigger();
+    krncuda::pdl_trigger();
     uint4 r[8];
     load_weights(w, r);
-    grid_wait();
+    krncuda::pdl_wait();
     const double *in = words + (size_t)(i % 3) * kRow;
     double *out = words + (size_t)((i + 1) % 3) * kRow, *clr = words + (size_t)((i + 2) % 3) * kRow;
     float v[16];
@@ -244,19 +217,16 @@ __global__ void __launch_bounds__(kThreads)
     atomicAdd(out + ((blockIdx.x * kThreads + threadIdx.x) & (kRow - 1)), (double)s * 1e-9);
 }
 
+/* pdl: with programmatic dependent launch (krncuda::launch_pdl, as the
+ * backend's kernels), else a plain launch. */
 template <typename... KArgs, typename... Args>
 void launch(void (*k)(KArgs...), int grid, bool pdl, cudaStream_t s, Args... args)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = kThreads;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, k, static_cast<KArgs>(args)...));
+    if (pdl)
+        CK(krncuda::launch_pdl(k, dim3(grid), dim3(kThreads), 0, s, args...));
+    else
+        k<<<grid, kThreads, 0, s>>>(static_cast<KArgs>(args)...);
+    CK(cudaGetLastError());
 }
 
 struct Bufs {
@@ -312,35 +282,10 @@ void record(const Bufs &b, Shape shape, Mode mode, int pairs, cudaStream_t s)
     }
 }
 
-double time_graph(const Bufs &b, Shape shape, Mode mode, int pairs, int replays, cudaStream_t s)
+/* Median µs of one replay of the graph of `shape`. */
+double graph_us(const Bufs &b, Shape shape, Mode mode, int pairs, int replays, cudaStream_t s)
 {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    record(b, shape, mode, pairs, s);
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; i++)
-        CK(cudaGraphLaunch(ge, s));
-    std::vector<float> t;
-    for (int r = 0; r < replays; r++) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return t[t.size() / 2] * 1e3;
+    return time_graph(s, 1, replays, [&](int) { record(b, shape, mode, pairs, s); });
 }
 
 } // namespace
@@ -396,7 +341,7 @@ int main(int argc, char **argv)
     static const char *shape_names[] = {"G, R, G, R ...", "G, G ...", "R, R ..."};
     for (int shape = kGR; shape <= kR; shape++)
         for (int mode = kPdl; mode <= kPlain; mode++) {
-            const double us = time_graph(b, (Shape)shape, (Mode)mode, pairs, replays, s);
+            const double us = graph_us(b, (Shape)shape, (Mode)mode, pairs, replays, s);
             const int n = shape == kGR ? 2 * pairs : pairs;
             char pair[32] = "-";
             if (shape == kGR)
@@ -404,10 +349,10 @@ int main(int argc, char **argv)
             printf("| %s | %s | %d | %.2f | %.3f | %s |\n", shape_names[shape], mode_names[mode], n,
                    us, us / n, pair);
         }
-    const double fused = time_graph(b, kFused, kPdl, pairs, replays, s);
+    const double fused = graph_us(b, kFused, kPdl, pairs, replays, s);
     printf("| G with R in its last block | pdl | %d | %.2f | %.3f | %.3f |\n", pairs, fused,
            fused / pairs, fused / pairs);
-    const double pro = time_graph(b, kPrologue, kPdl, pairs, replays, s);
+    const double pro = graph_us(b, kPrologue, kPdl, pairs, replays, s);
     printf("| G normalizing in its prologue | pdl | %d | %.2f | %.3f | %.3f |\n", 2 * pairs, pro,
            pro / (2 * pairs), pro / (2 * pairs));
     return 0;

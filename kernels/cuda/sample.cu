@@ -101,37 +101,30 @@ struct Ws {
     size_t sort_bytes;
 };
 
-__device__ float block_max(Shared &sh, float x, float *bcast)
+/* Thread 0's r (a block reduction's result) in every thread, through slot. */
+template <class T> __device__ T from_thread0(T r, T *slot)
 {
-    float r = ReduceF(sh.f).Reduce(x, MaxOp());
     if (threadIdx.x == 0)
-        *bcast = r;
+        *slot = r;
     __syncthreads();
-    r = *bcast;
+    r = *slot;
     __syncthreads();
     return r;
+}
+
+__device__ float block_max(Shared &sh, float x, float *bcast)
+{
+    return from_thread0(ReduceF(sh.f).Reduce(x, MaxOp()), bcast);
 }
 
 __device__ double block_sum(Shared &sh, double x, double *bcast)
 {
-    double r = ReduceD(sh.d).Sum(x);
-    if (threadIdx.x == 0)
-        *bcast = r;
-    __syncthreads();
-    r = *bcast;
-    __syncthreads();
-    return r;
+    return from_thread0(ReduceD(sh.d).Sum(x), bcast);
 }
 
 __device__ Best block_best(Shared &sh, Best x, Best *bcast)
 {
-    Best r = ReduceB(sh.b).Reduce(x, BestOp());
-    if (threadIdx.x == 0)
-        *bcast = r;
-    __syncthreads();
-    r = *bcast;
-    __syncthreads();
-    return r;
+    return from_thread0(ReduceB(sh.b).Reduce(x, BestOp()), bcast);
 }
 
 /* The draw over positions [0, n) of a sequence whose weight at position j
@@ -376,13 +369,7 @@ union GShared {
 
 __device__ Best gblock_best(GShared &sh, Best x, Best *bcast)
 {
-    Best r = GReduceB(sh.b).Reduce(x, BestOp());
-    if (threadIdx.x == 0)
-        *bcast = r;
-    __syncthreads();
-    r = *bcast;
-    __syncthreads();
-    return r;
+    return from_thread0(GReduceB(sh.b).Reduce(x, BestOp()), bcast);
 }
 
 __device__ double gblock_sum(GShared &sh, double x)
