@@ -136,6 +136,7 @@ struct sreq {
     int32_t n_plp;              /* prompt positions scored: plp[1..n_plp] are filled */
     struct eng_token_info *plp; /* [n_prompt] until sent */
     struct choice *ch;          /* [req->n] */
+    size_t stop_len[ENG_MAX_STOP]; /* strlen of each stop string, taken once */
     struct sreq *prev, *next;
 };
 
@@ -468,11 +469,12 @@ static bool choice_end(eng_sched_t *s, struct sreq *r, int32_t ci, enum eng_fini
 /* ---- text and stop strings -------------------------------------------------------- */
 /* Bytes at the end of text[sent..) that are a proper prefix of some stop
  * string, and so cannot be released yet. */
-static size_t stop_holdback(const struct eng_request *req, const struct choice *c)
+static size_t stop_holdback(const struct sreq *r, const struct choice *c)
 {
+    const struct eng_request *req = r->req;
     size_t avail = c->text.len - c->sent, hold = 0;
     for (int32_t i = 0; i < req->n_stop; i++) {
-        size_t sl = strlen(req->stop[i]);
+        size_t sl = r->stop_len[i];
         for (size_t k = sl - 1 < avail ? sl - 1 : avail; k > hold; k--) {
             if (memcmp(c->text.p + c->text.len - k, req->stop[i], k) == 0) {
                 hold = k;
@@ -487,13 +489,14 @@ static size_t stop_holdback(const struct eng_request *req, const struct choice *
  * its offset, or -1. When there is none, later searches look, for each stop
  * string, only where it could end in text added since, so a token costs its
  * new text and not the whole text again. */
-static int64_t stop_find(const struct eng_request *req, struct choice *c)
+static int64_t stop_find(const struct sreq *r, struct choice *c)
 {
+    const struct eng_request *req = r->req;
     int64_t best = -1;
     if (!c->text.p)
         return -1;
     for (int32_t i = 0; i < req->n_stop; i++) {
-        size_t sl = strlen(req->stop[i]);
+        size_t sl = r->stop_len[i];
         size_t from = c->sent;
         if (c->searched >= sl && c->searched - sl + 1 > from)
             from = c->searched - sl + 1;
@@ -568,7 +571,7 @@ static inf_status_t on_token(eng_sched_t *s, struct seq *q, int32_t tok,
     if (c->n_gen < req->min_tokens)
         c->min_mark = c->text.len;
     else if (req->n_stop > 0) {
-        int64_t at = stop_find(req, c);
+        int64_t at = stop_find(r, c);
         if (at >= 0) {
             c->text.len = (size_t)at;
             c->text.p[at] = '\0';
@@ -580,7 +583,7 @@ static inf_status_t on_token(eng_sched_t *s, struct seq *q, int32_t tok,
         return INF_OK;
     }
     if (req->stream) {
-        size_t end = c->text.len - stop_holdback(req, c);
+        size_t end = c->text.len - stop_holdback(r, c);
         if (end > c->sent || (req->sampling.logprobs >= 0 && c->n_pend > 0))
             return emit_delta(s, r, ci, end, ENG_FINISH_NONE);
     }
@@ -1309,6 +1312,8 @@ inf_status_t eng_sched_add(eng_sched_t *s, struct eng_request *req, uint64_t t_s
         goto fail_r;
     }
     r->req = req;
+    for (int32_t i = 0; i < req->n_stop; i++)
+        r->stop_len[i] = strlen(req->stop[i]);
     r->t_submit = t_submit;
     r->n_open = req->n;
     r->want_plp = req->prompt_logprobs && req->sampling.logprobs >= 0;
