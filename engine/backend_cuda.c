@@ -1640,7 +1640,7 @@ static inf_status_t cu_sample(struct eng_backend *be, const struct eng_buf *logi
         struct krn_cuda_sample_out *o = (struct krn_cuda_sample_out *)out->ptr + out_first + r0;
         /* rows that are all plain greedy: the kernel of many blocks a row,
          * their logits rows passed by value */
-        bool plain = c->greedy;
+        bool plain = c->greedy && vocab <= KRN_SAMPLE_GREEDY_MAX_VOCAB;
         struct krn_cuda_greedy_rows gr;
         for (int32_t i = 0; i < nr && plain; i++) {
             const struct eng_sample_row *r = &rows[r0 + i];

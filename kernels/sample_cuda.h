@@ -63,8 +63,10 @@ struct krn_cuda_sample_out {
     float top_logprobs[KRN_SAMPLE_TOP];
 };
 
-/* Logits rows of a greedy launch (passed by value: nothing to upload). */
+/* Logits rows of a greedy launch (passed by value: nothing to upload), and
+ * the largest vocabulary it takes. */
 #define KRN_SAMPLE_GREEDY_ROWS 32
+#define KRN_SAMPLE_GREEDY_MAX_VOCAB 1048576
 struct krn_cuda_greedy_rows {
     int32_t row[KRN_SAMPLE_GREEDY_ROWS];
 };
@@ -81,7 +83,7 @@ size_t krn_cuda_sample_workspace(int32_t max_rows, int32_t vocab);
  * 4096 values and scaled) from one launch of many blocks a row, with
  * nothing uploaded. The workspace (krn_cuda_sample_workspace) must be zero
  * before its first use (it holds arrival counters that the launch leaves
- * zero); vocab up to 1048576. */
+ * zero); vocab up to KRN_SAMPLE_GREEDY_MAX_VOCAB. */
 inf_status_t krn_cuda_sample_greedy(const float *logits, int32_t vocab,
                                     const struct krn_cuda_greedy_rows *rows, int32_t n_rows,
                                     void *ws, size_t ws_bytes, struct krn_cuda_sample_out *out,

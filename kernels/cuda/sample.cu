@@ -351,6 +351,7 @@ constexpr int kGT = 256;              /* threads of a greedy block */
 constexpr int kGPer = 16;             /* values a thread */
 constexpr int kGSpan = kGT * kGPer;   /* values a block */
 constexpr int kGMaxBlocks = kGT;      /* blocks a row the last block reads */
+static_assert(kGMaxBlocks * kGSpan == KRN_SAMPLE_GREEDY_MAX_VOCAB, "the header's limit");
 
 /* One block's part of a row: its best value and id, sum of exp(v - best). */
 struct GreedyPart {
