@@ -74,6 +74,8 @@
 #define SAMPLE_ROWS 32                /* rows of one sampling launch */
 #define GRAPH_MAX 16                  /* recorded decode buckets */
 
+_Static_assert(SAMPLE_ROWS <= KRN_SAMPLE_GREEDY_ROWS, "a launch's rows fit the greedy kernel's");
+
 /* The device writes struct krn_cuda_sample_out; the engine reads it as
  * struct eng_sample_out: one layout. */
 _Static_assert(sizeof(struct eng_sample_out) == sizeof(struct krn_cuda_sample_out) &&

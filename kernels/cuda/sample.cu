@@ -414,8 +414,7 @@ __global__ void __launch_bounds__(kGT)
             id[j] = t;
         }
     }
-    /* ids past the vocabulary hold -inf and never win: a finite or -inf
-     * value of the row comes first (lower id) */
+    /* the best value, lowest id on ties (ids past the vocabulary skipped) */
     Best b = {-CUDART_INF_F, INT32_MAX};
 #pragma unroll
     for (int j = 0; j < kGPer; j++)
@@ -582,6 +581,13 @@ int32_t greedy_blocks(int32_t vocab)
     return (vocab + kGSpan - 1) / kGSpan;
 }
 
+/* Workspace bytes the greedy kernel uses for rows of vocab: the counters,
+ * then its parts where the general kernels' values go. */
+size_t greedy_bytes(int32_t rows, int32_t vocab)
+{
+    return layout(rows, vocab, 0).work + (size_t)rows * greedy_blocks(vocab) * sizeof(GreedyPart);
+}
+
 } // namespace
 
 extern "C" size_t krn_cuda_sample_workspace(int32_t max_rows, int32_t vocab)
@@ -592,9 +598,9 @@ extern "C" size_t krn_cuda_sample_workspace(int32_t max_rows, int32_t vocab)
     if (tmp == 0)
         return 0;
     /* the sort's need is queried again per call; keep slack for it */
-    const Layout l = layout(max_rows, vocab, tmp + tmp / 4 + 4096);
-    const size_t greedy = l.work + align256((size_t)max_rows * greedy_blocks(vocab) * sizeof(GreedyPart));
-    return l.total > greedy ? l.total : greedy;
+    const size_t total = layout(max_rows, vocab, tmp + tmp / 4 + 4096).total;
+    const size_t greedy = greedy_bytes(max_rows, vocab);
+    return total > greedy ? total : greedy;
 }
 
 extern "C" inf_status_t krn_cuda_sample(const float *logits, int32_t vocab,
@@ -658,7 +664,7 @@ extern "C" inf_status_t krn_cuda_sample_greedy(const float *logits, int32_t voca
         if (rows->row[i] < 0)
             return inf_err_set(err, INF_E_INVALID, "sample greedy: logits row %d", rows->row[i]);
     const Layout l = layout(n_rows, vocab, 0);
-    if (l.work + (size_t)n_rows * nb * sizeof(GreedyPart) > ws_bytes)
+    if (greedy_bytes(n_rows, vocab) > ws_bytes)
         return inf_err_set(err, INF_E_INVALID, "sample greedy: workspace of %zu bytes too small",
                            ws_bytes);
     uint8_t *b = (uint8_t *)ws;

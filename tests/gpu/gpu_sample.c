@@ -116,9 +116,10 @@ static void make_pair(const struct tcase *tc, int32_t vocab, uint64_t seed, stru
 }
 
 /* Sample n rows (logits [n][vocab], already uploaded) on both sides and
- * compare; each side accepts its own token. */
-static void run_rows2(const struct tcase *const *tcs, struct pair *prs, int32_t n, int32_t vocab,
-                      const float *logits, const int32_t *perm)
+ * compare; each side accepts its own token. Row i samples logits row
+ * perm[i] (i without perm). */
+static void run_rows(const struct tcase *const *tcs, struct pair *prs, int32_t n, int32_t vocab,
+                     const float *logits, const int32_t *perm)
 {
     static struct eng_sample_row rows[MAX_ROWS];
     static struct eng_sample_out out[MAX_ROWS];
@@ -170,12 +171,6 @@ static void run_rows2(const struct tcase *const *tcs, struct pair *prs, int32_t 
         free(hist[i]);
     }
     free(row);
-}
-
-static void run_rows(const struct tcase *const *tcs, struct pair *prs, int32_t n, int32_t vocab,
-                     const float *logits)
-{
-    run_rows2(tcs, prs, n, vocab, logits, NULL);
 }
 
 static void upload(const float *logits, int32_t n, int32_t vocab)
@@ -235,7 +230,7 @@ static void test_random(void)
         for (int64_t j = 0; j < (int64_t)N * V; j++)
             lg[j] = 3.0f * nrand();
         upload(lg, N, V);
-        run_rows(per, prs, N, V, lg);
+        run_rows(per, prs, N, V, lg, NULL);
     }
     for (int32_t i = 0; i < N; i++) {
         eng_sampler_destroy(prs[i].host);
@@ -306,7 +301,7 @@ static void test_edges(void)
             }
         }
         upload(lg, n, V);
-        run_rows(per, prs, n, V, lg);
+        run_rows(per, prs, n, V, lg, NULL);
     }
     for (int32_t i = 0; i < n; i++) {
         eng_sampler_destroy(prs[i].host);
@@ -366,7 +361,7 @@ static void test_greedy(void)
                 }
             }
             upload(lg, N, V);
-            run_rows2(per, prs, N, V, lg, step == 1 ? perm : NULL);
+            run_rows(per, prs, N, V, lg, step == 1 ? perm : NULL);
         }
         for (int32_t i = 0; i < N; i++) {
             eng_sampler_destroy(prs[i].host);
