@@ -46,6 +46,8 @@ namespace
 {
 
 constexpr int kThreads = 256, kBlocks = 264, kRot = 16, kRow = 4096;
+constexpr int kMaxPairs = 1000;
+constexpr size_t kFlagBytes = (2 * kMaxPairs + 1) * sizeof(int); /* a counter a kernel */
 constexpr size_t kBlockWords = kThreads * 8; /* 16-byte words a block: 32 KB */
 
 enum Mode { kPdl = 0, kFlag = 1, kPlain = 2 };
@@ -247,7 +249,7 @@ enum Shape { kGR, kG, kR, kFused, kPrologue };
 
 void record(const Bufs &b, Shape shape, Mode mode, int pairs, cudaStream_t s)
 {
-    CK(cudaMemsetAsync(b.flags, 0, 4096, s));
+    CK(cudaMemsetAsync(b.flags, 0, kFlagBytes, s));
     const bool pdl = mode != kPlain;
     int k = 1, prev_blocks = 0; /* kernel k waits for flags[k - 1] */
     for (int i = 0; i < pairs; i++) {
@@ -299,12 +301,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--replays") && i + 1 < argc)
             replays = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_handoff [--pairs N (1..1000)] [--replays R]\n");
+            fprintf(stderr, "usage: bench_handoff [--pairs N (1..%d)] [--replays R]\n", kMaxPairs);
             return 2;
         }
     }
-    if (pairs < 1 || pairs > 1000 || replays < 1) {
-        fprintf(stderr, "bench_handoff: --pairs 1..1000, --replays >= 1\n");
+    if (pairs < 1 || pairs > kMaxPairs || replays < 1) {
+        fprintf(stderr, "bench_handoff: --pairs 1..%d, --replays >= 1\n", kMaxPairs);
         return 2;
     }
     int dev = 0, major = 0;
@@ -325,7 +327,7 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&b.a2, kRow * 2));
     CK(cudaMalloc(&b.resid, kRow * 2));
     CK(cudaMalloc(&b.words, 3 * kRow * 8));
-    CK(cudaMalloc(&b.flags, 4096));
+    CK(cudaMalloc(&b.flags, kFlagBytes));
     CK(cudaMemset(b.acc, 0, kRow * 4));
     CK(cudaMemset(b.a, 0, kRow * 2));
     CK(cudaMemset(b.a2, 0, kRow * 2));
