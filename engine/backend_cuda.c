@@ -68,6 +68,13 @@
  * ms, 2 rows 2.031 -> 2.018, 4 rows 2.143 -> 2.126, but 8 rows 2.448 ->
  * 2.482 and 16 rows 3.131 -> 3.122 (docs/gemm-notes.md, version 42). */
 #define GLU_ACC_MAX_M 4
+/* Rows up to which the q/k/v linear of a decode step ends with its sums as
+ * words that the decode attention reads itself (qkv_acc_max_m; at most
+ * ACC_MAX_M). 32-layer Llama-2-7B replay on the H200 (2026-12-01 12:26 and
+ * 12:30 UTC, off / on, alternating): 1 row 1.863 / 1.862 -> 1.798 / 1.795
+ * ms, 2 rows 2.148 / 2.149 -> 2.092 / 2.093, 4 rows 2.383 / 2.383 -> 2.333
+ * / 2.333, 8 rows 2.754 -> 2.667, 16 rows 3.484 -> 3.431. */
+#define QKV_ACC_MAX_M ACC_MAX_M
 #define DEQUANT_MIN_M 896             /* rows from which INT4 linears use fp16 cuBLAS */
 #define SMALL_BYTES 4096              /* error flag, RoPE frequencies */
 #define ATTN_COUNTERS 4096            /* arrival counters of split decode groups */
@@ -166,6 +173,15 @@ struct cu_ctx {
      * krn_int4_gemm_acc_reduce_glu, which zeroes them again: no split-K
      * tail in that GEMM (INT4SERVE_CUDA_ACC64=2 keeps it). */
     bool defer_acc, glu_acc, acc_held;
+    /* The q/k/v linear of such a step of at most qkv_acc_max_m rows (a
+     * linear of qkv_n columns reading the last RMSNorm's output; qkv_n is
+     * learned from the first decode attention that fuses RoPE) also ends
+     * with its sums, which the attention reads itself
+     * (krn_cuda_attn_params.q_words): no split-K tail and no C.
+     * acc_for_attn marks held sums of that kind, which the RoPE op between
+     * them keeps. INT4SERVE_CUDA_QKV_WORDS=N sets the rows (0: off). */
+    bool acc_for_attn;
+    int32_t qkv_acc_max_m, qkv_n;
     int32_t acc_next, held_buf;
     int64_t acc_dirty[2];
     uint16_t *held_c;
@@ -960,8 +976,11 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
          * are zeroed again). */
         const bool words = c->fx_active && y_direct && rows == m &&
                            (size_t)m * (size_t)n * sizeof(int64_t) <= c->acc64_bytes / 2;
-        const bool defer = words && c->defer_acc && !tmp && !b16 && m <= ACC_MAX_M &&
-                           n == c->norm_dim && x.buf != c->norm_out;
+        const bool qkv =
+            words && !tmp && !b16 && m <= c->qkv_acc_max_m && n == c->qkv_n && x.buf == c->norm_out;
+        const bool defer = (words && c->defer_acc && !tmp && !b16 && m <= ACC_MAX_M &&
+                            n == c->norm_dim && x.buf != c->norm_out) ||
+                           qkv;
         const bool glu_words = words && c->glu_acc && tmp && m <= GLU_ACC_MAX_M;
         const int32_t ab = c->acc_next;
         if (defer || glu_words) { /* words a linear that did not take the sums left */
@@ -1001,6 +1020,7 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
             c->held_ldc = y.ld < n ? n : y.ld;
             c->held_m = m;
             c->held_n = n;
+            c->acc_for_attn = qkv;
         }
         weight_seen(bias);
         if (!y_direct)
@@ -1179,7 +1199,13 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
                             const struct eng_rope_params *p, int32_t m, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    ENTER(c);
+    /* a decode step's RoPE is held for the attention, and so are the q/k/v
+     * sums it would rotate */
+    const bool hold = c->fx_active && c->fuse_rope_kv && m == c->fx_rows;
+    inf_status_t en =
+        enter2(c, false, hold && c->acc_held && c->acc_for_attn && c->held_c == dptr(x, 2), err);
+    if (en != INF_OK)
+        return en;
     /* The frequencies come from the CPU code (one definition of the math)
      * and are uploaded only when the parameters change. */
     const struct eng_rope_params *q = &c->inv_params;
@@ -1198,7 +1224,7 @@ static inf_status_t cu_rope(struct eng_backend *be, struct eng_mat x, int32_t n_
         c->inv_valid = true;
     }
     written(x.buf);
-    if (c->fx_active && c->fuse_rope_kv && m == c->fx_rows) {
+    if (hold) {
         /* a decode step: the attention that follows may fuse it */
         c->rope = (struct rope_call){.x = dptr(x, 2),
                                      .ldx = x.ld,
@@ -1474,14 +1500,38 @@ static bool rope_fusable(const struct cu_ctx *c, const struct eng_attn_params *p
                                p->k_cache->ptr, p->v_cache->ptr);
 }
 
+/* The held sums as the fused decode attention's q/k/v words, where they
+ * are the rows of q (the q and k heads), k and v that the held RoPE names:
+ * *qw the words of q's first column, *vw of v's; otherwise both NULL. */
+static void qkv_words(const struct cu_ctx *c, const struct eng_attn_params *p, const int64_t **qw,
+                      const int64_t **vw)
+{
+    const struct rope_call *r = &c->rope;
+    const uint16_t *q = r->x, *v = dptr(p->v, 2);
+    if (!c->acc_held || !c->acc_for_attn || c->held_c != q || c->held_m != c->fx_rows ||
+        c->held_ldc != c->held_n || r->ldx != c->held_n || p->v.ld != r->ldx || v < q ||
+        v - q + (int64_t)p->n_kv_heads * p->head_dim > c->held_n || (v - q) % 2)
+        return;
+    *qw = acc_buf(c, c->held_buf);
+    *vw = *qw + (v - q);
+}
+
 static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params *p, bool decode,
                             struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
-    inf_status_t en = enter(c, true, err);
+    /* held q/k/v sums (acc_for_attn) stay for the fused kernel below */
+    inf_status_t en = enter2(c, true, decode && c->acc_held && c->acc_for_attn, err);
     if (en != INF_OK)
         return en;
     const bool fused = decode && c->fx_active && rope_fusable(c, p);
+    if (fused)
+        c->qkv_n = (p->n_heads + 2 * p->n_kv_heads) * p->head_dim;
+    const int64_t *qw = NULL, *vw = NULL;
+    if (c->acc_held && fused && c->rope_in_attn)
+        qkv_words(c, p, &qw, &vw);
+    if (!qw && (en = acc_flush(c, err)) != INF_OK)
+        return en;
     if (!fused && (en = rope_flush(c, err)) != INF_OK)
         return en;
     struct attn_layout lay;
@@ -1539,11 +1589,18 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
             rp.kv_map = map;
             rp.v_new = dptr(p->v, 2);
             rp.ldv = p->v.ld;
+            rp.q_words = qw;
+            rp.v_words = vw;
+            rp.ldw = qw ? c->held_n : 0;
             struct inf_err le = {0};
             st = krn_cuda_attention(&rp, c->stream, &le);
             if (st != INF_OK && st != INF_E_UNSUPPORTED)
                 return kst(c, st, &le, err);
+            if (st == INF_OK && qw)
+                c->acc_held = false; /* read; the next linear of words zeroes them */
         }
+        if (st != INF_OK && (en = acc_flush(c, err)) != INF_OK)
+            return en; /* the kernels below read q/k/v as fp16 */
         written(p->k_cache);
         written(p->v_cache);
         if (st == INF_OK) {
@@ -2016,6 +2073,14 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     c->rope_in_attn = !(fra && strcmp(fra, "0") == 0);
     const char *fa = getenv("INT4SERVE_CUDA_ACC64");
     c->defer_acc = !(fa && strcmp(fa, "0") == 0);
+    const char *fq = getenv("INT4SERVE_CUDA_QKV_WORDS");
+    c->qkv_acc_max_m = c->defer_acc && c->fuse_rope_kv && c->rope_in_attn ? QKV_ACC_MAX_M : 0;
+    if (fq && *fq) {
+        char *end = NULL;
+        long v = strtol(fq, &end, 10);
+        if (end && *end == '\0' && v >= 0 && v <= ACC_MAX_M)
+            c->qkv_acc_max_m = c->qkv_acc_max_m ? (int32_t)v : 0;
+    }
     c->glu_acc = c->defer_acc && !(fa && strcmp(fa, "2") == 0);
     /* Rows from which an INT4 linear dequantizes its weight once and uses
      * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so

@@ -94,6 +94,15 @@ struct krn_cuda_attn_params {
     const int32_t *kv_map;
     const uint16_t *v_new;
     int64_t ldv;
+    /* With rope_inv_freq, or null: the step's q, k and v rows as the
+     * fixed-point words of the INT4 GEMM that made them (KRN_INT4_GEMM_ACC64,
+     * kernels/int4_gemm.h), read instead of q and v_new: value = the fp16 of
+     * the word's sum, as krn_int4_gemm_acc_reduce writes it (so the output
+     * is bit for bit that of the reduced rows). Row t's q and k heads from
+     * q_words + t * ldw, its v heads from v_words + t * ldw (16-byte aligned,
+     * ldw even). The words are left as they are. */
+    const int64_t *q_words, *v_words;
+    int64_t ldw;
 };
 
 /* Implementations: KRN_ATTN_AUTO picks per shape (decode with head_dim <=

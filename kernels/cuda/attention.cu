@@ -583,6 +583,12 @@ extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p,
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: RoPE fused only into the decode kernel (head_dim 64 or "
                            "128, aligned rows)");
+    if ((p->q_words || p->v_words) &&
+        (!p->rope_inv_freq || !p->q_words || !p->v_words || p->ldw < 1 || p->ldw % 2 ||
+         ((uintptr_t)p->q_words | (uintptr_t)p->v_words) % 16))
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "attention: q/k/v words need the fused RoPE, 16-byte aligned rows "
+                           "and an even stride");
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     cudaError_t e = hdp == 64 ? launch<64>(*p, s) : hdp == 128 ? launch<128>(*p, s)
                                                                : launch<256>(*p, s);

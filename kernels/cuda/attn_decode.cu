@@ -42,12 +42,24 @@
  *          the token's k head, writes it and the v head into the pools and
  *          over the zeros in its tile (kernels/cuda/rope.cuh: the values of
  *          krn_cuda_rope_kv, bit for bit).
+ * Words    optional with the RoPE (p.q_words): the q/k/v rows are the INT4
+ *          GEMM's fixed-point sums, not fp16 (the projection then has no
+ *          split-K tail). After the wait every thread of the block loads its
+ *          share of the item's query rows and, in the item holding the
+ *          token's position, of its k and v heads (16-byte loads, all
+ *          issued at once: one L2 round trip), converts them as
+ *          krn_int4_gemm_acc_reduce does and stores them in shared memory;
+ *          the fragments and the token's k/v come from there. (Converted
+ *          per lane straight into the fragments, 32 16-byte loads a lane,
+ *          the 32-layer decode step was 24 us slower than from fp16 rows;
+ *          staged, 64 us faster.)
  * Numerics fp16 inputs, fp32 scores, softmax and accumulation (exp2f on
  *          log2-scaled scores), P rounded to fp16 for P.V, one rounding to
  *          fp16 at the output.
  * Arch     sm_80+ (cp.async, ldmatrix, mma.sync m16n8k16); the dynamic
  *          shared memory (up to 128 KB) is raised per device before use.
  */
+#include "kernels/cuda/acc64.cuh"
 #include "kernels/cuda/attn_decode.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -102,6 +114,57 @@ using krncuda::mma16816;
 using krncuda::pack_half2;
 using krncuda::pack_halves;
 
+/* p.q_words: the item's query rows (R rows of QS pairs) and, for the item
+ * whose keys hold its token's position, that token's k and v heads (HDP / 2
+ * pairs each, after the rows) from the words into shared memory, every
+ * thread's loads issued at once (one L2 round trip), then a barrier. */
+template <int HDP, int NT, int QS>
+__device__ __forceinline__ void stage_words(const krn_cuda_attn_params &p,
+                                            const krn_cuda_attn_item &it, uint32_t *s)
+{
+    constexpr int PR = HDP / 2;                /* pairs a row */
+    constexpr int QU = (R * PR + NT - 1) / NT; /* query pairs a thread, at most */
+    constexpr int KU = (HDP + NT - 1) / NT;    /* k and v pairs a thread, at most */
+    const int tid = threadIdx.x, hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
+    const int nq = it.nrows * PR;
+    const bool own = it.k0 <= it.p_first && it.p_first < it.k1;
+    longlong2 qv[QU], kv[KU];
+#pragma unroll
+    for (int u = 0; u < QU; u++) {
+        const int e = tid + u * NT, r = e / PR, d = (e - r * PR) * 2, rr = it.row0 + r;
+        qv[u] = make_longlong2(0, 0);
+        if (e < nq && d < hd)
+            qv[u] = __ldcg(reinterpret_cast<const longlong2 *>(
+                p.q_words + (int64_t)(it.t_first + rr / G) * p.ldw +
+                (int64_t)(it.kvh * G + rr % G) * hd + d));
+    }
+#pragma unroll
+    for (int u = 0; u < KU; u++) {
+        const int e = tid + u * NT, d = (e % PR) * 2;
+        kv[u] = make_longlong2(0, 0);
+        if (own && e < HDP && d < hd)
+            kv[u] = __ldcg(reinterpret_cast<const longlong2 *>(
+                (e < PR ? p.q_words + (int64_t)(p.n_heads + it.kvh) * hd
+                        : p.v_words + (int64_t)it.kvh * hd) +
+                (int64_t)it.t_first * p.ldw + d));
+    }
+#pragma unroll
+    for (int u = 0; u < QU; u++) {
+        const int e = tid + u * NT, r = e / PR;
+        if (e < nq)
+            s[r * QS + (e - r * PR)] =
+                pack_half2(krncuda::acc64_value(qv[u].x), krncuda::acc64_value(qv[u].y));
+    }
+#pragma unroll
+    for (int u = 0; u < KU; u++) {
+        const int e = tid + u * NT;
+        if (own && e < HDP)
+            s[R * QS + e] =
+                pack_half2(krncuda::acc64_value(kv[u].x), krncuda::acc64_value(kv[u].y));
+    }
+    __syncthreads();
+}
+
 /* Shared-memory byte offset of 16-byte chunk ch of row `key` in a tile of
  * HDP halves per row, swizzled. */
 template <int HDP> __device__ __forceinline__ uint32_t swz(int key, int ch)
@@ -129,6 +192,11 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_last;
     __shared__ float s_cos[HDP / 2], s_sin[HDP / 2]; /* the fused RoPE's angles */
+    /* p.q_words: the item's query rows, then the token's k and v heads, as
+     * fp16 pairs (query row stride QS: the 8 rows of a fragment load fall
+     * in different banks) */
+    constexpr int QS = HDP / 2 + 4;
+    __shared__ __align__(16) uint32_t s_qkv[R * QS + HDP];
     /* Launched with programmatic dependent launch (krncuda::pdl_enter in
      * its two halves): the kernel before writes Q and the K/V of this step's
      * positions (>= it.p_first); the work list, the block table and the K/V
@@ -221,6 +289,9 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
      * written). */
     const __half *qg = reinterpret_cast<const __half *>(p.q);
     const __half zero = __float2half_rn(0.0f);
+    const bool words = p.q_words != nullptr; /* with rope only */
+    if (words)
+        stage_words<HDP, NT, QS>(p, it, s_qkv);
     int lim[2];
     int64_t qoff[2];
     bool live[2];
@@ -238,7 +309,11 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         for (int i = 0; i < 4; i++) {
             const int h = i & 1, d = ks * 16 + 2 * t + (i >> 1) * 8;
             __half lo = zero, hi = zero;
-            if (live[h] && d < hd) { /* hd % 8 == 0: d + 1 < hd too */
+            if (live[h] && d < hd && words) { /* hd % 8 == 0: d + 1 < hd too */
+                qa[ks][i] = s_qkv[(g + 8 * h) * QS + d / 2];
+                continue;
+            }
+            if (live[h] && d < hd) {
                 lo = qg[qoff[h] + d];
                 hi = qg[qoff[h] + d + 1];
             }
@@ -247,10 +322,17 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     if (own_i >= 0 && lane < NKP + NVP) {
         const int64_t prow = p.kv_map[it.t_first];
         if (lane < NKP) {
-            const __half *kx = reinterpret_cast<const __half *>(p.q) +
-                               (int64_t)it.t_first * p.ldq + (int64_t)(p.n_heads + it.kvh) * HDP;
-            nk0 = *reinterpret_cast<const uint4 *>(kx + lane * 8);
-            nk1 = *reinterpret_cast<const uint4 *>(kx + lane * 8 + HDP / 2);
+            const int64_t kc = (int64_t)(p.n_heads + it.kvh) * HDP + lane * 8;
+            if (words) {
+                const uint4 *ks4 = reinterpret_cast<const uint4 *>(s_qkv + R * QS);
+                nk0 = ks4[lane];
+                nk1 = ks4[lane + HDP / 16];
+            } else {
+                const __half *kx =
+                    reinterpret_cast<const __half *>(p.q) + (int64_t)it.t_first * p.ldq + kc;
+                nk0 = *reinterpret_cast<const uint4 *>(kx);
+                nk1 = *reinterpret_cast<const uint4 *>(kx + HDP / 2);
+            }
             krnrope::rotate8(nk0, nk1, s_cos, s_sin, lane * 8);
             if (prow >= 0) {
                 __half *kd = reinterpret_cast<__half *>(const_cast<uint16_t *>(p.k_pool)) +
@@ -260,9 +342,11 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             }
         } else {
             const int c = lane - NKP;
-            nv = *reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.v_new) +
-                                                  (int64_t)it.t_first * p.ldv +
-                                                  (int64_t)it.kvh * HDP + c * 8);
+            const int64_t vc = (int64_t)it.kvh * HDP + c * 8;
+            nv = words ? reinterpret_cast<const uint4 *>(s_qkv + R * QS + HDP / 2)[c]
+                       : *reinterpret_cast<const uint4 *>(
+                             reinterpret_cast<const __half *>(p.v_new) +
+                             (int64_t)it.t_first * p.ldv + vc);
             if (prow >= 0)
                 *reinterpret_cast<uint4 *>(reinterpret_cast<__half *>(const_cast<uint16_t *>(
                                                p.v_pool)) +

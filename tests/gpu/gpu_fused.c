@@ -19,7 +19,11 @@
  *                      of up to 901 keys (the token's tile after the ring
  *                      turned over), GQA 32/8 x 128 and 8/2 x 64, 20 query
  *                      heads a KV head (two items own the same new key);
- *                      head_dim 48 and 256 refused.
+ *                      head_dim 48 and 256 refused. The same from q/k/v
+ *                      rows given as fixed-point words (q_words, values off
+ *                      the fp16 grid) against the unfused path on their
+ *                      krn_int4_gemm_acc_reduce, q's fp16 rows poisoned:
+ *                      output and pools bit for bit, the words untouched.
  *   krn_cuda_rope      the scalar path (head_dim 40, an odd row stride)
  *                      against the host reference.
  *   krn_cuda_rmsnorm_add  dims 4096, 12288 and 20000 (one, two and four
@@ -33,6 +37,7 @@
  * Prints "SKIPPED: no GPU" without one. */
 #include "common/inf.h"
 #include "kernels/attn_cuda.h"
+#include "kernels/int4_gemm.h"
 #include "kernels/norm_cuda.h"
 #include "kernels/rope.h"
 #include "kernels/rope_cuda.h"
@@ -203,9 +208,11 @@ static void test_rope_kv(int32_t nq, int32_t nkv, int32_t hd, int32_t m)
 /* ---- RoPE fused into the decode attention ------------------------------------- */
 
 /* m one-token sequences; row r has ctx[r] keys before its own (position
- * ctx[r]); keys split every split_keys; block tables reversed (paging). */
+ * ctx[r]); keys split every split_keys; block tables reversed (paging).
+ * words: the q/k/v rows are also given as fixed-point words (random low
+ * bits), the unfused path reading their krn_int4_gemm_acc_reduce. */
 static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const int32_t *ctx,
-                           int32_t split_keys)
+                           int32_t split_keys, bool words)
 {
     struct inf_err err = {0};
     const int32_t G = nq / nkv, kvd = nkv * hd, blk = 16;
@@ -263,6 +270,20 @@ static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const
     }
     for (int64_t i = 0; i < (int64_t)m * ld; i++)
         hx[i] = rh(-2.0f, 2.0f);
+    int64_t *hw = NULL, *dw = NULL;
+    if (words) { /* values off the fp16 grid; hx becomes their reduce */
+        hw = malloc((size_t)m * ld * 8);
+        for (int64_t i = 0; i < (int64_t)m * ld; i++)
+            hw[i] = (int64_t)llround((unif() * 4.0 - 2.0) * 1073741824.0);
+        dw = dalloc((size_t)m * ld * 8);
+        int64_t *dw2 = dalloc((size_t)m * ld * 8);
+        uint16_t *dx0 = dalloc(xb);
+        cu(cudaMemcpy(dw, hw, (size_t)m * ld * 8, cudaMemcpyHostToDevice), "copy");
+        cu(cudaMemcpy(dw2, hw, (size_t)m * ld * 8, cudaMemcpyHostToDevice), "copy");
+        ok(krn_int4_gemm_acc_reduce(dw2, dx0, ld, m, (int32_t)ld, NULL, &err), &err, "acc reduce");
+        cu(cudaMemcpy(hx, dx0, xb, cudaMemcpyDeviceToHost), "copy");
+        cudaFree(dw2), cudaFree(dx0);
+    }
     for (size_t i = 0; i < pb / 2; i++) {
         hp[i] = rh(-1.0f, 1.0f);
         hq[i] = rh(-1.0f, 1.0f);
@@ -312,9 +333,16 @@ static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const
     rp.kv_map = dmap;
     rp.v_new = dvn;
     rp.ldv = ld;
-    long bad[3] = {0, 0, 0}, again_bad = 0, q_bad = 0;
-    for (int pass = 0; pass < 3; pass++) { /* unfused, fused, fused again */
+    struct krn_cuda_attn_params wp = rp; /* the same from the words; q poisoned */
+    wp.q_words = dw;
+    wp.v_words = dw ? dw + (int64_t)(nq + nkv) * hd : NULL;
+    wp.ldw = ld;
+    long bad[3] = {0, 0, 0}, again_bad = 0, q_bad = 0, w_bad[3] = {0, 0, 0}, w_changed = 0;
+    for (int pass = 0; pass < (words ? 4 : 3); pass++) {
+        /* unfused, fused, fused again, fused from words */
         cu(cudaMemcpy(dx, hx, xb, cudaMemcpyHostToDevice), "copy");
+        if (pass == 3)
+            cu(cudaMemset(dx, 0xff, xb), "poison q");
         cu(cudaMemcpy(dk, hp, pb, cudaMemcpyHostToDevice), "copy");
         cu(cudaMemcpy(dv, hq, pb, cudaMemcpyHostToDevice), "copy");
         cu(cudaMemset(dout, 0xff, ob), "poison");
@@ -324,9 +352,26 @@ static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const
                &err, "rope_kv");
             ok(krn_cuda_attention(&kp, NULL, &err), &err, "attention");
         } else {
-            ok(krn_cuda_attention(&rp, NULL, &err), &err, "attention with RoPE");
+            ok(krn_cuda_attention(pass == 3 ? &wp : &rp, NULL, &err), &err, "attention with RoPE");
         }
         cu(cudaDeviceSynchronize(), "sync");
+        if (pass == 3) {
+            uint16_t *o3 = malloc(ob), *k3 = malloc(pb), *v3 = malloc(pb);
+            int64_t *w3 = malloc((size_t)m * ld * 8);
+            cu(cudaMemcpy(o3, dout, ob, cudaMemcpyDeviceToHost), "copy");
+            cu(cudaMemcpy(k3, dk, pb, cudaMemcpyDeviceToHost), "copy");
+            cu(cudaMemcpy(v3, dv, pb, cudaMemcpyDeviceToHost), "copy");
+            cu(cudaMemcpy(w3, dw, (size_t)m * ld * 8, cudaMemcpyDeviceToHost), "copy");
+            for (size_t j = 0; j < ob / 2; j++)
+                w_bad[0] += o3[j] != ra[0][j];
+            for (size_t j = 0; j < pb / 2; j++) {
+                w_bad[1] += k3[j] != ra[1][j];
+                w_bad[2] += v3[j] != ra[2][j];
+            }
+            w_changed = memcmp(w3, hw, (size_t)m * ld * 8) != 0;
+            free(o3), free(k3), free(v3), free(w3);
+            continue;
+        }
         uint16_t **res = pass == 0 ? ra : rb;
         uint16_t *tmp = pass == 2 ? malloc(ob) : NULL;
         cu(cudaMemcpy(pass == 2 ? tmp : res[0], dout, ob, cudaMemcpyDeviceToHost), "copy");
@@ -359,8 +404,17 @@ static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const
           hd, m, bad[1], bad[2]);
     CHECK(q_bad == 0, "%d/%d x %d: the fused launch changed q", nq, nkv, hd);
     CHECK(again_bad == 0, "%d/%d x %d: a second fused launch differs", nq, nkv, hd);
-    printf("attention + RoPE %2d/%2d x %3d, %d rows, %d items, %d groups: == rope_kv + attention\n",
-           nq, nkv, hd, m, n_items, n_groups);
+    if (words) {
+        CHECK(w_bad[0] == 0 && w_bad[1] == 0 && w_bad[2] == 0 && !w_changed,
+              "%d/%d x %d, %d rows: from words, output %ld, K %ld, V %ld values differ from the "
+              "reduced rows' (words changed: %ld)",
+              nq, nkv, hd, m, w_bad[0], w_bad[1], w_bad[2], w_changed);
+        cudaFree(dw);
+        free(hw);
+    }
+    printf("attention + RoPE %2d/%2d x %3d, %d rows, %d items, %d groups%s: == rope_kv + "
+           "attention\n",
+           nq, nkv, hd, m, n_items, n_groups, words ? ", from words too" : "");
     cudaFree(dx), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dbt), cudaFree(dpos);
     cudaFree(dmap), cudaFree(ddone), cudaFree(dinv), cudaFree(dpart), cudaFree(ditems);
     cudaFree(dgroups);
@@ -538,13 +592,15 @@ int main(void)
     {
         const int32_t c1[] = {383}, c3[] = {0, 700, 17}, c2[] = {127, 128}, cg[] = {100, 31},
                       c20[] = {200}, cl[] = {900, 333}, c8[] = {5, 64, 300, 129};
-        test_rope_attn(32, 32, 128, 1, c1, 128);
-        test_rope_attn(32, 32, 128, 2, cl, 2048); /* one item a row: the ring turns over */
-        test_rope_attn(32, 8, 128, 4, c8, 128);   /* Llama-3-8B's heads */
-        test_rope_attn(32, 32, 128, 3, c3, 128);
-        test_rope_attn(32, 32, 128, 2, c2, 128);
-        test_rope_attn(8, 2, 64, 2, cg, 64);
-        test_rope_attn(40, 2, 128, 1, c20, 128);
+        for (int w = 0; w < 2; w++) {
+            test_rope_attn(32, 32, 128, 1, c1, 128, w);
+            test_rope_attn(32, 8, 128, 4, c8, 128, w); /* Llama-3-8B's heads */
+            test_rope_attn(8, 2, 64, 2, cg, 64, w);
+        }
+        test_rope_attn(32, 32, 128, 2, cl, 2048, false); /* one item a row: the ring turns over */
+        test_rope_attn(32, 32, 128, 3, c3, 128, false);
+        test_rope_attn(32, 32, 128, 2, c2, 128, false);
+        test_rope_attn(40, 2, 128, 1, c20, 128, true);
         test_rope_attn_refused(48);
         test_rope_attn_refused(256);
     }
