@@ -109,7 +109,9 @@ START_TEST(test_flood_probe_and_sigterm)
     /* A second flood, and SIGTERM in the middle of it: the signal is seen at
      * once (/health/ready turns 503), and the server exits cleanly within
      * drain_timeout (1 s), the 3 s the aborted streams get to flush to
-     * clients that do not read, and a margin. */
+     * clients that do not read, and a margin for a loaded machine (the
+     * whole suite runs in parallel on two cores in CI: 4531 ms was seen
+     * once against a 0.5 s margin). */
     int more_fds[N];
     for (int i = 0; i < N; i++)
         more_fds[i] = send_raw(FLOOD);
@@ -135,7 +137,7 @@ START_TEST(test_flood_probe_and_sigterm)
             stop_s * 1e3);
     ck_assert_msg(seen >= 0 && seen < 0.3, "SIGTERM answered after %.0f ms", seen * 1e3);
     ck_assert_int_eq(st, 0);
-    ck_assert_msg(stop_s < 1.0 + 3.0 + 0.5, "exit took %.0f ms after SIGTERM", stop_s * 1e3);
+    ck_assert_msg(stop_s < 1.0 + 3.0 + 1.5, "exit took %.0f ms after SIGTERM", stop_s * 1e3);
     char *log = it_log(&srv);
     ck_assert_msg(strstr(log, "stopped cleanly"), "log: %s", log);
     free(log);
