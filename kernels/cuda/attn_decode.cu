@@ -52,7 +52,7 @@
  *          the fragments and the token's k/v come from there. (Converted
  *          per lane straight into the fragments, 32 16-byte loads a lane,
  *          the 32-layer decode step was 24 us slower than from fp16 rows;
- *          staged, 64 us faster.)
+ *          staged, 64 us faster; docs/CUDA.md.)
  * Numerics fp16 inputs, fp32 scores, softmax and accumulation (exp2f on
  *          log2-scaled scores), P rounded to fp16 for P.V, one rounding to
  *          fp16 at the output.
