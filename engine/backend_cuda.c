@@ -1528,7 +1528,7 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
     if (fused)
         c->qkv_n = (p->n_heads + 2 * p->n_kv_heads) * p->head_dim;
     const int64_t *qw = NULL, *vw = NULL;
-    if (c->acc_held && fused && c->rope_in_attn)
+    if (fused && c->rope_in_attn)
         qkv_words(c, p, &qw, &vw);
     if (!qw && (en = acc_flush(c, err)) != INF_OK)
         return en;
@@ -1972,6 +1972,18 @@ static const struct eng_backend_iface cuda_iface = {
     .graph_finish = cu_graph_finish,
 };
 
+/* An integer setting from the environment: name's value if it is a whole
+ * decimal number in [0, hi], else def. Read once, at creation. */
+static int32_t env_int(const char *name, int32_t def, int32_t hi)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return def;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    return end && *end == '\0' && v >= 0 && v <= hi ? (int32_t)v : def;
+}
+
 #undef CU
 #define CU(c, call, what)                                                                          \
     do {                                                                                           \
@@ -2073,14 +2085,9 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     c->rope_in_attn = !(fra && strcmp(fra, "0") == 0);
     const char *fa = getenv("INT4SERVE_CUDA_ACC64");
     c->defer_acc = !(fa && strcmp(fa, "0") == 0);
-    const char *fq = getenv("INT4SERVE_CUDA_QKV_WORDS");
-    c->qkv_acc_max_m = c->defer_acc && c->fuse_rope_kv && c->rope_in_attn ? QKV_ACC_MAX_M : 0;
-    if (fq && *fq) {
-        char *end = NULL;
-        long v = strtol(fq, &end, 10);
-        if (end && *end == '\0' && v >= 0 && v <= ACC_MAX_M)
-            c->qkv_acc_max_m = c->qkv_acc_max_m ? (int32_t)v : 0;
-    }
+    c->qkv_acc_max_m = c->defer_acc && c->fuse_rope_kv && c->rope_in_attn
+                           ? env_int("INT4SERVE_CUDA_QKV_WORDS", QKV_ACC_MAX_M, ACC_MAX_M)
+                           : 0;
     c->glu_acc = c->defer_acc && !(fa && strcmp(fa, "2") == 0);
     /* Rows from which an INT4 linear dequantizes its weight once and uses
      * cuBLAS fp16 (the fused INT4 kernels dequantize once per token tile, so
@@ -2089,14 +2096,7 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
      * + cuBLAS at M = 768, 863 against 832 at 1024 (Llama-3-8B: 665 / 707,
      * 863 / 824); about 880 is where they cross (docs/PERF.md).
      * INT4SERVE_CUDA_DEQUANT_MIN_M overrides it; 0 turns the path off. */
-    c->deq_min_m = DEQUANT_MIN_M;
-    const char *dm = getenv("INT4SERVE_CUDA_DEQUANT_MIN_M");
-    if (dm && *dm) {
-        char *end = NULL;
-        long v = strtol(dm, &end, 10);
-        if (end && *end == '\0' && v >= 0 && v <= INT32_MAX)
-            c->deq_min_m = (int32_t)v;
-    }
+    c->deq_min_m = env_int("INT4SERVE_CUDA_DEQUANT_MIN_M", DEQUANT_MIN_M, INT32_MAX);
     /* Probe: a build without kernels for this device fails here, clearly. */
     {
         struct inf_err le = {0};
