@@ -1335,12 +1335,9 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
         return INF_OK;
     /* Split long key ranges when the row sets alone would leave resident
      * blocks unused: up to one wave of them in all. */
-    const int64_t want = (int64_t)c->sms * cfg.ctas_per_sm;
     const size_t slot_bytes = (size_t)R * (size_t)(hd + 2) * sizeof(float);
     const int64_t part_cap = (int64_t)(c->scratch_bytes / slot_bytes);
-    int64_t max_splits = n_chunks >= want ? 1 : (want + n_chunks - 1) / n_chunks;
-    if (max_splits > cfg.max_splits)
-        max_splits = cfg.max_splits;
+    int64_t max_splits = krn_cuda_attn_splits_cap(n_chunks, c->sms, &cfg);
     if (fixed && max_splits * n_chunks > part_cap)
         max_splits = part_cap / n_chunks > 1 ? part_cap / n_chunks : 1;
     /* A fused combine counts arrivals per group: every group needs a counter. */

@@ -123,6 +123,21 @@ struct krn_cuda_attn_config {
     bool fused_combine;  /* groups combined in the same launch (group_done) */
 };
 
+/* The most splits a group of a work list of n_chunks row sets may take:
+ * enough to fill one wave of resident blocks (sms x cfg->ctas_per_sm) when
+ * the row sets alone would leave blocks idle, never more than that wave
+ * (items past it wait for a second round: a fixed-shape decode step of 4
+ * rows on the H200 took 2.32 ms with 384 items for 264 resident blocks
+ * and 2.02 ms with 256; docs/CUDA.md, "Decode attention"), at least 1,
+ * at most cfg->max_splits. */
+static inline int64_t krn_cuda_attn_splits_cap(int64_t n_chunks, int32_t sms,
+                                               const struct krn_cuda_attn_config *cfg)
+{
+    const int64_t want = (int64_t)sms * cfg->ctas_per_sm;
+    int64_t cap = n_chunks > 0 && n_chunks < want ? want / n_chunks : 1;
+    return cap > cfg->max_splits ? cfg->max_splits : cap;
+}
+
 /* Fill *out for head_dim, decode or prefill, and impl on the current device
  * (queries the device's occupancy once per configuration).
  * Thread: any. Errors: INF_E_UNSUPPORTED (head_dim; impl not built for the

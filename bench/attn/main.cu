@@ -106,10 +106,7 @@ static wlist build_list(const bcase &c, const struct krn_cuda_attn_config &cfg, 
     const int G = c.n_heads / c.n_kv, R = cfg.rows;
     w.rows = R;
     const int64_t n_chunks = (int64_t)c.n_seqs * c.n_kv * ((G + R - 1) / R);
-    const int64_t want = (int64_t)sms * cfg.ctas_per_sm;
-    int64_t max_splits = n_chunks >= want ? 1 : (want + n_chunks - 1) / n_chunks;
-    if (max_splits > cfg.max_splits)
-        max_splits = cfg.max_splits;
+    const int64_t max_splits = krn_cuda_attn_splits_cap(n_chunks, sms, &cfg);
     for (int s = 0; s < c.n_seqs; s++)
         for (int kvh = 0; kvh < c.n_kv; kvh++)
             for (int row0 = 0; row0 < G; row0 += R) {
