@@ -126,10 +126,10 @@ struct krn_cuda_attn_config {
 /* The most splits a group of a work list of n_chunks row sets may take:
  * enough to fill one wave of resident blocks (sms x cfg->ctas_per_sm) when
  * the row sets alone would leave blocks idle, never more than that wave
- * (items past it wait for a second round: a fixed-shape decode step of 4
- * rows on the H200 took 2.32 ms with 384 items for 264 resident blocks
- * and 2.02 ms with 256; docs/CUDA.md, "Decode attention"), at least 1,
- * at most cfg->max_splits. */
+ * (items past it wait for a second round: the 32-layer Llama-2-7B decode
+ * step of 4 rows on the H200 took 2.32 ms with 384 items for 264 resident
+ * blocks and 2.06 ms with 256; docs/CUDA.md, "Decode attention"), at least
+ * 1, at most cfg->max_splits. */
 static inline int64_t krn_cuda_attn_splits_cap(int64_t n_chunks, int32_t sms,
                                                const struct krn_cuda_attn_config *cfg)
 {
