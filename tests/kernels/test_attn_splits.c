@@ -1,0 +1,82 @@
+/* Unit tests of krn_cuda_attn_splits_cap (kernels/attn_cuda.h): the most
+ * splits a decode attention group may take so that a work list fills one
+ * wave of resident blocks and never goes past it. */
+#include "kernels/attn_cuda.h"
+
+#include <check.h>
+#include <stdint.h>
+
+static struct krn_cuda_attn_config cfg_of(int32_t ctas, int32_t max_splits)
+{
+    struct krn_cuda_attn_config c = {.rows = 16,
+                                     .tile = 64,
+                                     .split_keys = 64,
+                                     .max_splits = max_splits,
+                                     .ctas_per_sm = ctas,
+                                     .fused_combine = true};
+    return c;
+}
+
+/* Every shape: at least 1, at most max_splits; below a wave of row sets the
+ * items stay within the wave and one split more would pass it (unless the
+ * cap is max_splits); from a wave of row sets on, no splits. */
+START_TEST(test_within_one_wave)
+{
+    static const int32_t sms[] = {1, 7, 108, 132};
+    static const int32_t ctas[] = {1, 2, 3};
+    static const int32_t maxs[] = {1, 8, 256};
+    for (size_t a = 0; a < sizeof sms / sizeof sms[0]; a++)
+        for (size_t b = 0; b < sizeof ctas / sizeof ctas[0]; b++)
+            for (size_t m = 0; m < sizeof maxs / sizeof maxs[0]; m++) {
+                const struct krn_cuda_attn_config cfg = cfg_of(ctas[b], maxs[m]);
+                const int64_t wave = (int64_t)sms[a] * ctas[b];
+                for (int64_t n = 1; n <= 3 * wave + 5; n++) {
+                    const int64_t cap = krn_cuda_attn_splits_cap(n, sms[a], &cfg);
+                    ck_assert_int_ge(cap, 1);
+                    ck_assert_int_le(cap, maxs[m]);
+                    if (n >= wave) {
+                        ck_assert_int_eq(cap, 1);
+                        continue;
+                    }
+                    ck_assert_int_le(n * cap, wave);
+                    if (cap < maxs[m])
+                        ck_assert_int_gt(n * (cap + 1), wave);
+                }
+            }
+}
+END_TEST
+
+/* The H200's Llama-2 decode steps (132 SMs, two blocks an SM, 32 row sets a
+ * sequence): 1, 2, 4 and 8 rows get 8, 4, 2 and 1 splits a row set, 256
+ * items each; rounding up gave 9, 5, 3 and 2 (288 to 512 items). */
+START_TEST(test_llama2_buckets)
+{
+    const struct krn_cuda_attn_config cfg = cfg_of(2, 256);
+    ck_assert_int_eq(krn_cuda_attn_splits_cap(32, 132, &cfg), 8);
+    ck_assert_int_eq(krn_cuda_attn_splits_cap(64, 132, &cfg), 4);
+    ck_assert_int_eq(krn_cuda_attn_splits_cap(128, 132, &cfg), 2);
+    ck_assert_int_eq(krn_cuda_attn_splits_cap(256, 132, &cfg), 1);
+    ck_assert_int_eq(krn_cuda_attn_splits_cap(512, 132, &cfg), 1);
+    /* no row sets: nothing to split */
+    ck_assert_int_eq(krn_cuda_attn_splits_cap(0, 132, &cfg), 1);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("attn_splits");
+    TCase *tc = tcase_create("cap");
+    tcase_add_test(tc, test_within_one_wave);
+    tcase_add_test(tc, test_llama2_buckets);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
