@@ -116,6 +116,7 @@ struct list_cache {
  * rows) at map_off, for the fused RoPE + KV write; map_off is 0 otherwise. */
 struct attn_layout {
     int32_t n_kv, n_items, n_groups;
+    int32_t impl; /* the attention implementation the list was built for */
     size_t kv_bytes, items_bytes, bytes, map_off;
 };
 
@@ -1312,8 +1313,10 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: positions and tables must be filled with buf_upload");
     const int32_t hd = p->head_dim, G = p->n_heads / p->n_kv_heads;
+    /* decode: a token a sequence; a fixed shape is its bucket's */
+    const int32_t impl = krn_cuda_attn_impl_for(hd, decode, fixed ? fixed : p->n_seqs, G);
     struct krn_cuda_attn_config cfg;
-    inf_status_t st = krn_cuda_attn_config(hd, decode, KRN_ATTN_AUTO, &cfg, err);
+    inf_status_t st = krn_cuda_attn_config(hd, decode, impl, &cfg, err);
     if (st != INF_OK)
         return st;
     const int32_t R = cfg.rows, tile = cfg.tile;
@@ -1475,6 +1478,7 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
     *lay = (struct attn_layout){.n_kv = n_kv,
                                 .n_items = n_items,
                                 .n_groups = n_groups,
+                                .impl = impl,
                                 .kv_bytes = kv_bytes,
                                 .items_bytes = items_used,
                                 .bytes = list_bytes,
@@ -1569,7 +1573,7 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         .partials = (float *)c->scratch,
         .group_done = c->d_group_done,
         .decode = decode,
-        .impl = KRN_ATTN_AUTO,
+        .impl = lay.impl,
         .rows = decode ? p->n_seqs : 0 /* a token a sequence */};
     if (fused) {
         /* RoPE of the step's rows with their K/V written into the pools:

@@ -145,6 +145,14 @@ static inline int64_t krn_cuda_attn_splits_cap(int64_t n_chunks, int32_t sms,
 inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
                                   struct krn_cuda_attn_config *out, struct inf_err *err);
 
+/* The implementation for a step's shape: KRN_ATTN_AUTO where the per-head_dim
+ * default serves it, else the decode configuration that runs a decode step
+ * of `rows` query tokens with `group` query heads a KV head faster (on the
+ * H200: w4 s2 for head_dim 128 from 32 rows without grouped queries). Pass
+ * the same value to krn_cuda_attn_config and as the launch's impl.
+ * Thread: any. */
+int32_t krn_cuda_attn_impl_for(int32_t head_dim, bool decode, int32_t rows, int32_t group);
+
 /* Number of implementations (valid impl values are 0 .. count - 1) and a
  * short name of each ("auto", "simt", "tc-decode w4 s3", ...). */
 int32_t krn_cuda_attn_impl_count(void);

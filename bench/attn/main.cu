@@ -297,12 +297,19 @@ int main(int argc, char **argv)
         }
         CK(cudaStreamSynchronize(g_stream));
         for (int impl : impls) {
+            /* "auto" runs what the backend would for this step's shape */
+            const int run = impl == KRN_ATTN_AUTO
+                                ? krn_cuda_attn_impl_for(c.hd, true, c.n_seqs, c.n_heads / c.n_kv)
+                                : impl;
+            char name[64];
+            snprintf(name, sizeof name, "%s%s%s", krn_cuda_attn_impl_name(impl),
+                     run != impl ? ": " : "", run != impl ? krn_cuda_attn_impl_name(run) : "");
             struct krn_cuda_attn_config cfg;
-            CS(krn_cuda_attn_config(c.hd, true, impl, &cfg, &err_));
+            CS(krn_cuda_attn_config(c.hd, true, run, &cfg, &err_));
             wlist w = build_list(c, cfg, prop.multiProcessorCount);
             if ((size_t)w.n_parts * w.rows * (c.hd + 2) * 4 > part_bytes ||
                 w.groups.size() > (1 << 18)) {
-                printf("%-14s %-16s skipped (scratch)\n", c.name, krn_cuda_attn_impl_name(impl));
+                printf("%-14s %-16s skipped (scratch)\n", c.name, name);
                 continue;
             }
             krn_cuda_attn_item *d_items;
@@ -340,7 +347,7 @@ int main(int argc, char **argv)
                 p.partials = d_part;
                 p.group_done = d_done;
                 p.decode = true;
-                p.impl = impl;
+                p.impl = run;
             }
             /* poison copy 0's output, run it once, check it */
             CK(cudaMemset(cps[0].d_out, 0xff, q_elems * 2));
@@ -355,8 +362,8 @@ int main(int argc, char **argv)
             rows.push_back(
                 {c.name, impl, us, bytes / (us * 1e-6) / 1e12, rel, (int)w.items.size()});
             const row &r = rows.back();
-            printf("%-14s %-16s %6d items %9.2f us %6.2f TB/s  rel err %.1e%s\n", r.cas,
-                   krn_cuda_attn_impl_name(impl), r.items, r.us, r.tbs, r.err,
+            printf("%-14s %-16s %6d items %9.2f us %6.2f TB/s  rel err %.1e%s\n", r.cas, name,
+                   r.items, r.us, r.tbs, r.err,
                    r.err > 3e-3 ? "  WRONG" : "");
             fflush(stdout);
             CK(cudaFree(d_items));

@@ -457,7 +457,8 @@ int decode_variant_of(int hdp, bool decode, int32_t impl)
 {
     if (!decode || hdp > 128 || impl == KRN_ATTN_SIMT)
         return -1;
-    return impl == KRN_ATTN_AUTO ? krnattn::decode_variant_auto(hdp) : impl - kFirstDecodeImpl;
+    return impl == KRN_ATTN_AUTO ? krnattn::decode_variant_auto(hdp, 0, 0)
+                                 : impl - kFirstDecodeImpl;
 }
 
 /* Rows per item of the SIMT and tensor-core prefill kernels. */
@@ -507,6 +508,16 @@ extern "C" const char *krn_cuda_attn_impl_name(int32_t impl)
     if (impl == KRN_ATTN_SIMT)
         return "simt";
     return krnattn::decode_variant_name(impl - kFirstDecodeImpl);
+}
+
+extern "C" int32_t krn_cuda_attn_impl_for(int32_t head_dim, bool decode, int32_t rows,
+                                          int32_t group)
+{
+    const int hdp = hdp_of(head_dim);
+    if (!hdp || !decode || hdp > 128)
+        return KRN_ATTN_AUTO;
+    const int v = krnattn::decode_variant_auto(hdp, rows, group);
+    return v == krnattn::decode_variant_auto(hdp, 0, 0) ? KRN_ATTN_AUTO : kFirstDecodeImpl + v;
 }
 
 extern "C" inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,

@@ -696,11 +696,21 @@ const char *decode_variant_name(int v)
     return v >= 0 && v < kNumVariants ? kVariants[v].name : "?";
 }
 
-/* From bench_attn on an H200 (docs/CUDA.md): w4 s3 for head_dim 128, w8 s2
- * (fewer, longer items) for 64. */
-int decode_variant_auto(int hdp)
+/* From bench_attn and the 32-layer decode step on an H200 (docs/CUDA.md,
+ * "Decode attention"): w4 s3 for head_dim 128, w8 s2 (fewer, longer items)
+ * for 64. A step of 32 or more rows without grouped queries (one query row
+ * an item, every KV head its own row set) has more items than one wave
+ * holds, and there w4 s2 (three blocks an SM instead of two) pays: Llama-2
+ * 128 x 512 301 -> 266 us, the Llama-2-7B replay of 32 / 64 / 128 rows
+ * 5.10 / 7.96 / 13.85 -> 4.93 / 7.62 / 12.80 ms (at 32 rows of 2048 keys
+ * the attention alone is 4 % slower: 255 -> 264 us); at 16 rows it lost
+ * (3.43 -> 3.60 ms), and with Llama-3's groups of 4 it lost at 64 x 2048
+ * (133 -> 158 us). */
+int decode_variant_auto(int hdp, int rows, int group)
 {
-    return hdp == 64 ? 2 : 0;
+    if (hdp == 64)
+        return 2;
+    return rows >= 32 && group == 1 ? 1 : 0;
 }
 
 /* One tile a warp. Since the combine takes one round of loads for up to

@@ -15,8 +15,10 @@ constexpr int kDecodeMaxSplits = 256; /* splits a group may have */
 /* Compiled configurations (warps per block x pipeline stages per warp). */
 int decode_variant_count();
 const char *decode_variant_name(int v);
-/* The configuration chosen automatically for padded head_dim hdp. */
-int decode_variant_auto(int hdp);
+/* The configuration chosen automatically for padded head_dim hdp, for a
+ * decode step of `rows` query tokens (0: not known) with `group` query heads
+ * a KV head (0: not known). */
+int decode_variant_auto(int hdp, int rows, int group);
 /* Fewest keys worth a split of their own: one tile a warp, NW * kDecodeTile. */
 int decode_split_keys(int v);
 /* Resident blocks per SM of configuration v for hdp on the current device

@@ -207,6 +207,9 @@ static void test_rope_kv(int32_t nq, int32_t nkv, int32_t hd, int32_t m)
 
 /* ---- RoPE fused into the decode attention ------------------------------------- */
 
+/* The attention implementation test_rope_attn launches (kernels/attn_cuda.h). */
+static int32_t g_attn_impl = KRN_ATTN_AUTO;
+
 /* m one-token sequences; row r has ctx[r] keys before its own (position
  * ctx[r]); keys split every split_keys; block tables reversed (paging).
  * words: the q/k/v rows are also given as fixed-point words (random low
@@ -325,7 +328,7 @@ static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const
                                       .partials = dpart,
                                       .group_done = ddone,
                                       .decode = true,
-                                      .impl = KRN_ATTN_AUTO,
+                                      .impl = g_attn_impl,
                                       .rows = m};
     struct krn_cuda_attn_params rp = kp;
     rp.rope_inv_freq = dinv;
@@ -412,9 +415,10 @@ static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const
         cudaFree(dw);
         free(hw);
     }
-    printf("attention + RoPE %2d/%2d x %3d, %d rows, %d items, %d groups%s: == rope_kv + "
+    printf("attention + RoPE %2d/%2d x %3d, %d rows, %d items, %d groups%s (%s): == rope_kv + "
            "attention\n",
-           nq, nkv, hd, m, n_items, n_groups, words ? ", from words too" : "");
+           nq, nkv, hd, m, n_items, n_groups, words ? ", from words too" : "",
+           krn_cuda_attn_impl_name(g_attn_impl));
     cudaFree(dx), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dbt), cudaFree(dpos);
     cudaFree(dmap), cudaFree(ddone), cudaFree(dinv), cudaFree(dpart), cudaFree(ditems);
     cudaFree(dgroups);
@@ -601,6 +605,14 @@ int main(void)
         test_rope_attn(32, 32, 128, 3, c3, 128, false);
         test_rope_attn(32, 32, 128, 2, c2, 128, false);
         test_rope_attn(40, 2, 128, 1, c20, 128, true);
+        /* every compiled decode configuration (the automatic choice takes
+         * some for other shapes: krn_cuda_attn_impl_for) */
+        for (g_attn_impl = 2; g_attn_impl < krn_cuda_attn_impl_count(); g_attn_impl++) {
+            test_rope_attn(32, 32, 128, 3, c3, 128, true);
+            test_rope_attn(32, 8, 128, 4, c8, 128, true);
+            test_rope_attn(8, 2, 64, 2, cg, 64, true);
+        }
+        g_attn_impl = KRN_ATTN_AUTO;
         test_rope_attn_refused(48);
         test_rope_attn_refused(256);
     }

@@ -1,6 +1,7 @@
 /* Unit tests of krn_cuda_attn_splits_cap (kernels/attn_cuda.h): the most
  * splits a decode attention group may take so that a work list fills one
- * wave of resident blocks and never goes past it. */
+ * wave of resident blocks and never goes past it; and of the decode
+ * configuration chosen by shape (krn_cuda_attn_impl_for), where built. */
 #include "kernels/attn_cuda.h"
 
 #include <check.h>
@@ -62,12 +63,39 @@ START_TEST(test_llama2_buckets)
 }
 END_TEST
 
+#ifdef INT4SERVE_HAVE_CUDA
+/* The configuration by shape (no device needed): w4 s2 for decode steps of
+ * 32 rows and more with head_dim 128 and no grouped queries (Llama-2-7B at
+ * C >= 32), the default elsewhere: fewer rows, grouped queries (Llama-3),
+ * head_dim 64 and 256, prefill. */
+START_TEST(test_impl_by_shape)
+{
+    const int32_t w4s2 = krn_cuda_attn_impl_for(128, true, 32, 1);
+    ck_assert_int_ne(w4s2, KRN_ATTN_AUTO);
+    ck_assert_str_eq(krn_cuda_attn_impl_name(w4s2), "tc-decode w4 s2");
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 1), w4s2);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(96, true, 64, 1), w4s2); /* padded to 128 */
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 31, 1), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 16, 1), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 1, 1), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 4), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 128, 1), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(256, true, 128, 1), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, false, 128, 1), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(12, true, 128, 1), KRN_ATTN_AUTO);
+}
+END_TEST
+#endif
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("attn_splits");
     TCase *tc = tcase_create("cap");
     tcase_add_test(tc, test_within_one_wave);
     tcase_add_test(tc, test_llama2_buckets);
+#ifdef INT4SERVE_HAVE_CUDA
+    tcase_add_test(tc, test_impl_by_shape);
+#endif
     suite_add_tcase(s, tc);
     return s;
 }
