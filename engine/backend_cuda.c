@@ -1314,7 +1314,8 @@ static inf_status_t attn_list(struct cu_ctx *c, const struct eng_attn_params *p,
                            "attention: positions and tables must be filled with buf_upload");
     const int32_t hd = p->head_dim, G = p->n_heads / p->n_kv_heads;
     /* decode: a token a sequence; a fixed shape is its bucket's */
-    const int32_t impl = krn_cuda_attn_impl_for(hd, decode, fixed ? fixed : p->n_seqs, G);
+    const int32_t impl =
+        krn_cuda_attn_impl_for(hd, decode, fixed ? fixed : p->n_seqs, p->n_heads, p->n_kv_heads);
     struct krn_cuda_attn_config cfg;
     inf_status_t st = krn_cuda_attn_config(hd, decode, impl, &cfg, err);
     if (st != INF_OK)

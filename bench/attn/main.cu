@@ -299,7 +299,7 @@ int main(int argc, char **argv)
         for (int impl : impls) {
             /* "auto" runs what the backend would for this step's shape */
             const int run = impl == KRN_ATTN_AUTO
-                                ? krn_cuda_attn_impl_for(c.hd, true, c.n_seqs, c.n_heads / c.n_kv)
+                                ? krn_cuda_attn_impl_for(c.hd, true, c.n_seqs, c.n_heads, c.n_kv)
                                 : impl;
             char name[64];
             snprintf(name, sizeof name, "%s%s%s", krn_cuda_attn_impl_name(impl),

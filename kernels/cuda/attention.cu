@@ -457,8 +457,7 @@ int decode_variant_of(int hdp, bool decode, int32_t impl)
 {
     if (!decode || hdp > 128 || impl == KRN_ATTN_SIMT)
         return -1;
-    return impl == KRN_ATTN_AUTO ? krnattn::decode_variant_auto(hdp, 0, 0)
-                                 : impl - kFirstDecodeImpl;
+    return impl == KRN_ATTN_AUTO ? krnattn::decode_variant_auto(hdp, 0) : impl - kFirstDecodeImpl;
 }
 
 /* Rows per item of the SIMT and tensor-core prefill kernels. */
@@ -511,13 +510,16 @@ extern "C" const char *krn_cuda_attn_impl_name(int32_t impl)
 }
 
 extern "C" int32_t krn_cuda_attn_impl_for(int32_t head_dim, bool decode, int32_t rows,
-                                          int32_t group)
+                                          int32_t n_heads, int32_t n_kv_heads)
 {
     const int hdp = hdp_of(head_dim);
-    if (!hdp || !decode || hdp > 128)
+    if (!hdp || !decode || hdp > 128 || rows <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads)
         return KRN_ATTN_AUTO;
-    const int v = krnattn::decode_variant_auto(hdp, rows, group);
-    return v == krnattn::decode_variant_auto(hdp, 0, 0) ? KRN_ATTN_AUTO : kFirstDecodeImpl + v;
+    const int G = n_heads / n_kv_heads;
+    const long long row_sets =
+        (long long)rows * n_kv_heads * ((G + krnattn::kDecodeRows - 1) / krnattn::kDecodeRows);
+    const int v = krnattn::decode_variant_auto(hdp, row_sets);
+    return v == krnattn::decode_variant_auto(hdp, 0) ? KRN_ATTN_AUTO : kFirstDecodeImpl + v;
 }
 
 extern "C" inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,

@@ -16,9 +16,9 @@ constexpr int kDecodeMaxSplits = 256; /* splits a group may have */
 int decode_variant_count();
 const char *decode_variant_name(int v);
 /* The configuration chosen automatically for padded head_dim hdp, for a
- * decode step of `rows` query tokens (0: not known) with `group` query heads
- * a KV head (0: not known). */
-int decode_variant_auto(int hdp, int rows, int group);
+ * decode step of row_sets items before any split (kDecodeRows query rows
+ * of one KV head each; 0: not known). */
+int decode_variant_auto(int hdp, long long row_sets);
 /* Fewest keys worth a split of their own: one tile a warp, NW * kDecodeTile. */
 int decode_split_keys(int v);
 /* Resident blocks per SM of configuration v for hdp on the current device
