@@ -1092,13 +1092,14 @@ static void test_decode_fixed(void)
     const struct seq_spec four[4] = {{300, 1}, {16, 1}, {511, 1}, {64, 1}};
     test_attention2("4 seqs ctx 301..17", 32, 8, 128, four, 4, true, true, true);
     test_attention2("4 seqs ctx 301..17 (MHA)", 32, 32, 128, four, 4, true, true, false);
-    /* 1024 row sets and more: another decode configuration
+    /* 768 row sets and more: another decode configuration
      * (krn_cuda_attn_impl_for), one item a row set */
     struct seq_spec many[128];
     for (int32_t s = 0; s < 128; s++)
         many[s] = (struct seq_spec){(s * 37) % 300, 1};
     test_attention2("48 seqs ctx <= 300 (MHA)", 32, 32, 128, many, 48, true, true, true);
     test_attention2("32 seqs ctx <= 300 (MHA)", 32, 32, 128, many, 32, true, true, true);
+    test_attention2("24 seqs ctx <= 300 (MHA)", 32, 32, 128, many, 24, true, true, true);
     test_attention2("128 seqs ctx <= 300 (GQA 4)", 32, 8, 128, many, 128, true, true, true);
 }
 

@@ -65,28 +65,29 @@ END_TEST
 
 #ifdef INT4SERVE_HAVE_CUDA
 /* The configuration by shape (no device needed): w4 s2 for head_dim 128
- * decode steps of 1024 row sets and more (16 query rows of one KV head a
- * row set): Llama-2-7B (32 KV heads, no groups) from 32 rows, Llama-3-8B
- * (8 KV heads of 4 query heads) from 128; the default elsewhere: fewer row
- * sets, head_dim 64 and 256, prefill, shapes it cannot run. */
+ * decode steps of 768 row sets and more (16 query rows of one KV head a
+ * row set): Llama-2-7B (32 KV heads, no groups) from 24 rows, Llama-3-8B
+ * (8 KV heads of 4 query heads) from 96; the default elsewhere: fewer row
+ * sets (512 lost on w4 s2), head_dim 64 and 256, prefill, shapes it
+ * cannot run. */
 START_TEST(test_impl_by_shape)
 {
-    const int32_t w4s2 = krn_cuda_attn_impl_for(128, true, 32, 32, 32);
+    const int32_t w4s2 = krn_cuda_attn_impl_for(128, true, 24, 32, 32);
     ck_assert_int_ne(w4s2, KRN_ATTN_AUTO);
     ck_assert_str_eq(krn_cuda_attn_impl_name(w4s2), "tc-decode w4 s2");
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 32, 32, 32), w4s2);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 32, 32), w4s2);
     ck_assert_int_eq(krn_cuda_attn_impl_for(96, true, 64, 32, 32), w4s2); /* padded to 128 */
-    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 31, 32, 32), KRN_ATTN_AUTO);
-    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 24, 32, 32), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 23, 32, 32), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 16, 32, 32), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 1, 32, 32), KRN_ATTN_AUTO);
     /* Llama-3-8B: 8 row sets a token */
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 32, 8), w4s2);
-    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 96, 32, 8), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 96, 32, 8), w4s2);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 64, 32, 8), KRN_ATTN_AUTO);
     /* groups of 32 query heads: two row sets a KV head */
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 64, 2), KRN_ATTN_AUTO);
-    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 256, 64, 2), w4s2);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 192, 64, 2), w4s2);
     ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 128, 32, 32), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(256, true, 128, 32, 32), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, false, 128, 32, 32), KRN_ATTN_AUTO);
