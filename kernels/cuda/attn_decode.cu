@@ -698,21 +698,25 @@ const char *decode_variant_name(int v)
 
 /* From bench_attn and the 32-layer decode step on an H200 (docs/CUDA.md,
  * "Decode attention"): w4 s3 for head_dim 128, w8 s2 (fewer, longer items)
- * for 64. A step of 768 row sets or more (about three waves of w4 s3's 264
- * resident blocks; Llama-2-7B from 24 rows, Llama-3-8B from 96) takes w4
- * s2 (three blocks an SM instead of two: 1.94 waves at 768): Llama-2 128 x
- * 512 301 -> 266 us, Llama-3 128 x 512 87 -> 81 us, the Llama-2-7B replay
- * of 24 / 32 / 64 / 128 rows 4.46 / 5.10 / 7.96 / 13.85 -> 4.24 / 4.93 /
- * 7.62 / 12.80 ms, Llama-3-8B's of 96 / 128 rows 7.05 / 7.83 -> 6.86 /
- * 7.68 ms (at 32 rows of 2048 keys the attention alone is 4 % slower: 255
- * -> 264 us). Below, w4 s2's waves come out worse: 512 row sets are 1.94
- * waves of w4 s3 but 1.29 of w4 s2, and lost at Llama-2's 16 rows (replay
- * 3.43 -> 3.60 ms) and Llama-3's 64 x 2048 (133 -> 158 us). */
+ * for 64. w4 s2 (three blocks an SM instead of two: 396 resident against
+ * 264 on the H200) where its waves come out ahead:
+ *  - 768 row sets or more (2.9 waves of w4 s3, 1.94 of w4 s2; Llama-2-7B
+ *    from 24 rows, Llama-3-8B from 96): Llama-2 128 x 512 301 -> 266 us,
+ *    Llama-3 128 x 512 87 -> 81 us, the Llama-2-7B replay of 24 / 32 / 64 /
+ *    128 rows 4.46 / 5.10 / 7.96 / 13.85 -> 4.24 / 4.93 / 7.62 / 12.80 ms,
+ *    Llama-3-8B's of 96 / 128 rows 7.05 / 7.83 -> 6.86 / 7.68 ms (at 32
+ *    rows of 2048 keys the attention alone is 4 % slower: 255 -> 264 us);
+ *  - 265 to 396 row sets (one wave of w4 s2, two of w4 s3): Llama-3-8B's
+ *    replay of 48 rows 4.76 -> 4.41 ms.
+ * Between, 512 row sets are 1.94 waves of w4 s3 but 1.29 of w4 s2, and lost
+ * at Llama-2's 16 rows (replay 3.43 -> 3.60 ms) and Llama-3's 64 x 2048
+ * (133 -> 158 us); up to 264 each row set is split to fill one wave of
+ * either, and w4 s3 is the faster at batch 1. */
 int decode_variant_auto(int hdp, long long row_sets)
 {
     if (hdp == 64)
         return 2;
-    return row_sets >= 768 ? 1 : 0;
+    return row_sets >= 768 || (row_sets > 264 && row_sets <= 396) ? 1 : 0;
 }
 
 /* One tile a warp. Since the combine takes one round of loads for up to

@@ -1101,6 +1101,7 @@ static void test_decode_fixed(void)
     test_attention2("32 seqs ctx <= 300 (MHA)", 32, 32, 128, many, 32, true, true, true);
     test_attention2("24 seqs ctx <= 300 (MHA)", 32, 32, 128, many, 24, true, true, true);
     test_attention2("128 seqs ctx <= 300 (GQA 4)", 32, 8, 128, many, 128, true, true, true);
+    test_attention2("48 seqs ctx <= 300 (GQA 4)", 32, 8, 128, many, 48, true, true, true);
 }
 
 static void test_decode_batches(void)

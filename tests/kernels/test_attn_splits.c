@@ -67,9 +67,10 @@ END_TEST
 /* The configuration by shape (no device needed): w4 s2 for head_dim 128
  * decode steps of 768 row sets and more (16 query rows of one KV head a
  * row set): Llama-2-7B (32 KV heads, no groups) from 24 rows, Llama-3-8B
- * (8 KV heads of 4 query heads) from 96; the default elsewhere: fewer row
- * sets (512 lost on w4 s2), head_dim 64 and 256, prefill, shapes it
- * cannot run. */
+ * (8 KV heads of 4 query heads) from 96; also 265 to 396 row sets (one
+ * wave of w4 s2, two of w4 s3: Llama-3-8B's 48 rows); the default
+ * elsewhere: up to 264 row sets and 397 to 767 (512 lost on w4 s2),
+ * head_dim 64 and 256, prefill, shapes it cannot run. */
 START_TEST(test_impl_by_shape)
 {
     const int32_t w4s2 = krn_cuda_attn_impl_for(128, true, 24, 32, 32);
@@ -85,6 +86,12 @@ START_TEST(test_impl_by_shape)
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 32, 8), w4s2);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 96, 32, 8), w4s2);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 64, 32, 8), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 48, 32, 8), w4s2); /* one wave of it */
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 49, 32, 8), w4s2);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 50, 32, 8), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 34, 32, 8), w4s2);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 33, 32, 8), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 32, 32, 8), KRN_ATTN_AUTO);
     /* groups of 32 query heads: two row sets a KV head */
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 64, 2), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 192, 64, 2), w4s2);
