@@ -148,9 +148,11 @@ inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
 /* The implementation for a step's shape: KRN_ATTN_AUTO where the per-head_dim
  * default serves it, else the decode configuration that runs a decode step
  * of `rows` query tokens (a token a sequence) of n_heads query and
- * n_kv_heads KV heads faster (on the H200: w4 s2 for head_dim 128 from 768
- * row sets, i.e. Llama-2-7B from 24 rows and Llama-3-8B from 96). Pass the
- * same value to krn_cuda_attn_config and as the launch's impl.
+ * n_kv_heads KV heads faster: w4 s2 for head_dim 128 from 768 row sets and
+ * at 265 to 396 (Llama-2-7B from 24 rows, Llama-3-8B at 48 and from 96).
+ * The bounds are the H200's waves (132 SMs, two w4 s3 or three w4 s2
+ * blocks an SM; kernels/cuda/attn_decode.cu). Pass the same value to
+ * krn_cuda_attn_config and as the launch's impl. Needs no device.
  * Thread: any. */
 int32_t krn_cuda_attn_impl_for(int32_t head_dim, bool decode, int32_t rows, int32_t n_heads,
                                int32_t n_kv_heads);
