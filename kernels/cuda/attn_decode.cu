@@ -698,7 +698,7 @@ const char *decode_variant_name(int v)
 
 /* From bench_attn and the 32-layer decode step on an H200 (docs/CUDA.md,
  * "Decode attention"): w4 s3 for head_dim 128, w8 s2 (fewer, longer items)
- * for 64. w4 s2 (three blocks an SM instead of two: 396 resident against
+ * for 64 up to 264 row sets. w4 s2 (three blocks an SM instead of two: 396 resident against
  * 264 on the H200) where its waves come out ahead:
  *  - 768 row sets or more (2.9 waves of w4 s3, 1.94 of w4 s2; Llama-2-7B
  *    from 24 rows, Llama-3-8B from 96): Llama-2 128 x 512 301 -> 266 us,
@@ -711,11 +711,17 @@ const char *decode_variant_name(int v)
  * Between, 512 row sets are 1.94 waves of w4 s3 but 1.29 of w4 s2, and lost
  * at Llama-2's 16 rows (replay 3.43 -> 3.60 ms) and Llama-3's 64 x 2048
  * (133 -> 158 us); up to 264 each row set is split to fill one wave of
- * either, and w4 s3 is the faster at batch 1. */
+ * either, and w4 s3 is the faster at batch 1.
+ * Head_dim 64 takes w4 s3 instead of w8 s2 above 264 row sets: the 16-layer
+ * replay of a Llama-3.2-1B-shaped model (8 KV heads of 4, one row set a KV
+ * head a row) at 48 / 64 / 96 / 128 rows 1.372 / 1.428 / 1.960 / 2.167 ->
+ * 1.276 / 1.375 / 1.923 / 2.003 ms; at 32 rows (256 row sets) w4 s3 lost
+ * (1.190 -> 1.238 ms), at 1 row too (0.577 -> 0.587), at 8 it gained 1 %
+ * (0.772 -> 0.763; left on w8 s2). */
 int decode_variant_auto(int hdp, long long row_sets)
 {
     if (hdp == 64)
-        return 2;
+        return row_sets > 264 ? 0 : 2;
     return row_sets >= 768 || (row_sets > 264 && row_sets <= 396) ? 1 : 0;
 }
 

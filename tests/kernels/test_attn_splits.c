@@ -95,7 +95,19 @@ START_TEST(test_impl_by_shape)
     /* groups of 32 query heads: two row sets a KV head */
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 128, 64, 2), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, true, 192, 64, 2), w4s2);
-    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 128, 32, 32), KRN_ATTN_AUTO);
+    /* head_dim 64: w4 s3 instead of w8 s2 above 264 row sets (Llama-3.2-1B
+     * shaped: 8 KV heads of 4, from 34 rows) */
+    const int32_t w4s3 = krn_cuda_attn_impl_for(64, true, 48, 32, 8);
+    ck_assert_int_ne(w4s3, KRN_ATTN_AUTO);
+    ck_assert_str_eq(krn_cuda_attn_impl_name(w4s3), "tc-decode w4 s3");
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 34, 32, 8), w4s3);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 64, 32, 8), w4s3);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 128, 32, 8), w4s3);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 128, 32, 32), w4s3);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 33, 32, 8), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 32, 32, 8), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 8, 32, 8), KRN_ATTN_AUTO);
+    ck_assert_int_eq(krn_cuda_attn_impl_for(64, true, 1, 32, 8), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(256, true, 128, 32, 32), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(128, false, 128, 32, 32), KRN_ATTN_AUTO);
     ck_assert_int_eq(krn_cuda_attn_impl_for(12, true, 128, 32, 32), KRN_ATTN_AUTO);
