@@ -149,7 +149,8 @@ inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
  * default serves it, else the decode configuration that runs a decode step
  * of `rows` query tokens (a token a sequence) of n_heads query and
  * n_kv_heads KV heads faster: w4 s2 for head_dim 128 from 768 row sets and
- * at 265 to 396 (Llama-2-7B from 24 rows, Llama-3-8B at 48 and from 96).
+ * at 265 to 396 (Llama-2-7B from 24 rows, Llama-3-8B at 48 and from 96),
+ * w4 s3 for head_dim 64 above 264 (a Llama-3.2-1B shape from 34 rows).
  * The bounds are the H200's waves (132 SMs, two w4 s3 or three w4 s2
  * blocks an SM; kernels/cuda/attn_decode.cu). Pass the same value to
  * krn_cuda_attn_config and as the launch's impl. Needs no device.

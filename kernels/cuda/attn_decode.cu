@@ -698,8 +698,9 @@ const char *decode_variant_name(int v)
 
 /* From bench_attn and the 32-layer decode step on an H200 (docs/CUDA.md,
  * "Decode attention"): w4 s3 for head_dim 128, w8 s2 (fewer, longer items)
- * for 64 up to 264 row sets. w4 s2 (three blocks an SM instead of two: 396 resident against
- * 264 on the H200) where its waves come out ahead:
+ * for 64 up to 264 row sets. For head_dim 128, w4 s2 (three blocks an SM
+ * instead of two: 396 resident against 264 on the H200) where its waves
+ * come out ahead:
  *  - 768 row sets or more (2.9 waves of w4 s3, 1.94 of w4 s2; Llama-2-7B
  *    from 24 rows, Llama-3-8B from 96): Llama-2 128 x 512 301 -> 266 us,
  *    Llama-3 128 x 512 87 -> 81 us, the Llama-2-7B replay of 24 / 32 / 64 /
