@@ -3,7 +3,7 @@
  *
  *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
  *              [--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped]
- *              [--resident] [--noswap] [--between] [--replays R]
+ *              [--resident] [--noswap] [--between] [--acc] [--replays R]
  *
  * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
  * the L2 size, so every launch reads its weights from HBM; each measurement
@@ -30,6 +30,10 @@
  * twice: the row kernel letting the GEMM launch after its own wait
  * ("behind_row") and before it ("row_first", what the model's row kernels do
  * up to krncuda::kPdlEarlyRows rows).
+ * --acc also times our kernel at M <= 16 with KRN_INT4_GEMM_ACC64, the
+ * decode step's form (the sums left as fixed-point words for their reader,
+ * no split-K tail and no C; each launch zeroes the words of the one before,
+ * as the model's linears do): the reader's conversion is not included.
  * --resident uses one copy of each weight instead of the rotation, so
  * weights that fit the L2 are read from it (what prefetching a weight into
  * the L2 ahead of its GEMM could give; not the acceptance method).
@@ -176,6 +180,7 @@ struct result {
     double noswap_us;            /* ours with KRN_INT4_GEMM_NO_SWAP (--noswap, M <= 8), or 0 */
     double between_us;           /* ours behind a row kernel (--between), or 0 */
     double between_early_us;     /* the same, the row kernel triggering before it waits */
+    double acc_us;               /* ours with KRN_INT4_GEMM_ACC64 (--acc, M <= 16), or 0 */
 };
 
 static cudaStream_t g_stream;
@@ -196,7 +201,7 @@ int main(int argc, char **argv)
 {
     const char *json_path = NULL;
     bool sym = false, sweep = false, all_shapes = true, striped = false, resident = false;
-    bool noswap = false, between = false;
+    bool noswap = false, between = false, acc = false;
     const char *only_shape = NULL;
     int group = 128, force_config = -1, replays = 9;
     std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256};
@@ -214,6 +219,8 @@ int main(int argc, char **argv)
             noswap = true;
         else if (!strcmp(argv[i], "--between"))
             between = true;
+        else if (!strcmp(argv[i], "--acc"))
+            acc = true;
         else if (!strcmp(argv[i], "--group") && i + 1 < argc)
             group = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--config") && i + 1 < argc)
@@ -238,7 +245,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
                     "[--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped] "
-                    "[--resident] [--noswap] [--between] [--replays R]\n",
+                    "[--resident] [--noswap] [--between] [--acc] [--replays R]\n",
                     argv[0]);
             return 2;
         }
@@ -382,6 +389,13 @@ int main(int argc, char **argv)
             CK(cudaMemcpy(x_rows, a, sizeof(half) * (size_t)max_m * sh.k,
                           cudaMemcpyDeviceToDevice));
         }
+        int64_t *acc_w[2] = {nullptr, nullptr}; /* --acc: the words, two launches' */
+        const int64_t acc_words = (int64_t)std::min(max_m, 16) * sh.n;
+        if (acc)
+            for (int64_t *&w : acc_w) {
+                CK(cudaMalloc((void **)&w, sizeof(int64_t) * (size_t)acc_words));
+                CK(cudaMemset(w, 0, sizeof(int64_t) * (size_t)acc_words));
+            }
         size_t ws_bytes = krn_int4_gemm_workspace_size(&lay, max_m);
         void *ws;
         CK(cudaMalloc(&ws, ws_bytes));
@@ -417,9 +431,16 @@ int main(int argc, char **argv)
         for (int m : ms) {
             const int launches = std::max(nrot, 24);
             /* launch i of a graph: our GEMM on weight copy i % nrot */
+            int32_t acc_taken = 0;
             auto gemm = [&](int i, int config, uint32_t flags) {
                 struct krn_int4_gemm_args args;
                 memset(&args, 0, sizeof args);
+                if (flags & KRN_INT4_GEMM_ACC64) {
+                    args.acc = acc_w[i & 1];
+                    args.acc_clear = acc_w[(i + 1) & 1];
+                    args.acc_clear_words = (int64_t)m * sh.n;
+                    args.acc_taken = &acc_taken;
+                }
                 args.lay = &lay;
                 args.b = wq[i % nrot];
                 args.a = (const uint16_t *)a;
@@ -477,6 +498,11 @@ int main(int argc, char **argv)
             r.read_pdl_us = t_read[1];
             r.striped_us = striped ? ours(best_cfg, KRN_INT4_GEMM_GRID_STRIPED) : 0;
             r.noswap_us = noswap && m <= 8 ? ours(best_cfg, KRN_INT4_GEMM_NO_SWAP) : 0;
+            if (acc && m <= 16) {
+                r.acc_us = ours(best_cfg, KRN_INT4_GEMM_ACC64);
+                printf("    acc %-10s M=%-4d fixed-point words %8.2f us (C %.2f)%s\n", sh.name, m,
+                       r.acc_us, t_ours, acc_taken ? "" : ", not taken: C written");
+            }
             if (between && sh.k % 8 == 0) {
                 /* x -> a by the row kernel, then the GEMM reads a */
                 const int k8 = sh.k / 8;
@@ -522,6 +548,9 @@ int main(int argc, char **argv)
         CK(cudaFree(c));
         if (x_rows)
             CK(cudaFree(x_rows));
+        for (int64_t *w : acc_w)
+            if (w)
+                CK(cudaFree(w));
         CK(cudaFree(ws));
     }
 
@@ -576,6 +605,22 @@ int main(int argc, char **argv)
         }
     }
 
+    if (acc) {
+        printf("\nLlama-2-7B sums with fixed-point words (--acc), same run:\n");
+        printf("%5s | %9s %9s %9s\n", "M", "ours_us", "acc_us", "cublas_us");
+        for (int m : ms) {
+            double o = 0, a = 0, cbs = 0;
+            for (const result &r : results)
+                if (r.llama2 && r.m == m) {
+                    o += r.ours_us;
+                    a += r.acc_us;
+                    cbs += r.cublas_us;
+                }
+            if (a > 0)
+                printf("%5d | %9.2f %9.2f %9.2f\n", m, o, a, cbs);
+        }
+    }
+
     if (json_path) {
         FILE *f = fopen(json_path, "w");
         if (!f) {
@@ -596,12 +641,12 @@ int main(int argc, char **argv)
                     "\"ours_us\": %.3f, \"cublas_us\": %.3f, \"speedup\": %.3f, \"GBps\": %.1f, "
                     "\"floor_us\": %.3f, \"pct_floor\": %.1f, \"dequant_us\": %.3f, "
                     "\"read_us\": %.3f, \"read_pdl_us\": %.3f, \"striped_us\": %.3f, "
-                    "\"noswap_us\": %.3f}%s\n",
+                    "\"noswap_us\": %.3f, \"acc_us\": %.3f}%s\n",
                     r.name, r.k, r.n, r.m,
                     r.config < 0 ? "auto" : krn_int4_gemm_config_name(r.config), r.ours_us,
                     r.cublas_us, r.cublas_us / r.ours_us, r.bytes / (r.ours_us * 1e3), r.floor_us,
                     100.0 * r.floor_us / r.ours_us, r.dequant_us, r.read_us, r.read_pdl_us,
-                    r.striped_us, r.noswap_us, i + 1 < results.size() ? "," : "");
+                    r.striped_us, r.noswap_us, r.acc_us, i + 1 < results.size() ? "," : "");
         }
         fprintf(f, "  ],\n  \"llama2_sums\": [\n");
         for (size_t i = 0; i < sums.size(); i++)

@@ -28,8 +28,9 @@ if has test; then
   timeout 150 "$bin/test_gpu_int4_gemm" > "$out/test.log" 2>&1; echo "test rc=$?"; tail -25 "$out/test.log"
 fi
 if has bench; then
-  # --striped and --noswap time the launcher's old grid and operand order in the same run
-  timeout 200 "$bin/bench_gemm" "$out/bench.json" --striped --noswap > "$out/bench.log" 2>&1; echo "bench rc=$?"; cat "$out/bench.log"
+  # --striped and --noswap time the launcher's old grid and operand order in the same run,
+  # --acc the M <= 16 launches in the decode step's form (fixed-point words, no C)
+  timeout 200 "$bin/bench_gemm" "$out/bench.json" --striped --noswap --acc > "$out/bench.log" 2>&1; echo "bench rc=$?"; cat "$out/bench.log"
 fi
 if has sweep; then
   timeout 120 "$bin/bench_gemm" /tmp/sweep.json --sweep --shapes llama2 --ms 1,16,32,64,128,256 --replays 5 > "$out/sweep.log" 2>&1; echo "sweep rc=$?"; grep -v "^    sweep" "$out/sweep.log" | tail -40
