@@ -36,6 +36,6 @@ if has sweep; then
   timeout 120 "$bin/bench_gemm" /tmp/sweep.json --sweep --shapes llama2 --ms 1,16,32,64,128,256 --replays 5 > "$out/sweep.log" 2>&1; echo "sweep rc=$?"; grep -v "^    sweep" "$out/sweep.log" | tail -40
 fi
 if has sanitize; then
-  INT4SERVE_GEMM_TEST_QUICK=1 timeout 100 compute-sanitizer --tool memcheck "$bin/test_gpu_int4_gemm" > "$out/memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -4 "$out/memcheck.log"
-  INT4SERVE_GEMM_TEST_QUICK=1 timeout 70 compute-sanitizer --tool racecheck "$bin/test_gpu_int4_gemm" > "$out/racecheck.log" 2>&1; echo "racecheck rc=$?"; tail -4 "$out/racecheck.log"
+  INT4SERVE_GEMM_TEST_QUICK=1 timeout 200 compute-sanitizer --tool memcheck "$bin/test_gpu_int4_gemm" > "$out/memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -4 "$out/memcheck.log"
+  INT4SERVE_GEMM_TEST_QUICK=1 timeout 300 compute-sanitizer --tool racecheck "$bin/test_gpu_int4_gemm" > "$out/racecheck.log" 2>&1; echo "racecheck rc=$?"; tail -4 "$out/racecheck.log"
 fi
