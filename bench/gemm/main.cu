@@ -589,36 +589,29 @@ int main(int argc, char **argv)
         }
     }
 
+    /* one field of the results summed over the four Llama-2 shapes at m */
+    auto llama2_sum = [&](int m, double result::*field) {
+        double t = 0;
+        for (const result &r : results)
+            if (r.llama2 && r.m == m)
+                t += r.*field;
+        return t;
+    };
     if (between) {
         printf("\nLlama-2-7B sums, each GEMM behind a row kernel (--between), same run:\n");
         printf("%5s | %9s %14s %14s\n", "M", "ours_us", "behind_row_us", "row_first_us");
-        for (int m : ms) {
-            double o = 0, bt = 0, be = 0;
-            for (const result &r : results)
-                if (r.llama2 && r.m == m) {
-                    o += r.ours_us;
-                    bt += r.between_us;
-                    be += r.between_early_us;
-                }
-            if (o > 0)
-                printf("%5d | %9.2f %14.2f %14.2f\n", m, o, bt, be);
-        }
+        for (int m : ms)
+            if (llama2_sum(m, &result::ours_us) > 0)
+                printf("%5d | %9.2f %14.2f %14.2f\n", m, llama2_sum(m, &result::ours_us),
+                       llama2_sum(m, &result::between_us), llama2_sum(m, &result::between_early_us));
     }
-
     if (acc) {
         printf("\nLlama-2-7B sums with fixed-point words (--acc), same run:\n");
         printf("%5s | %9s %9s %9s\n", "M", "ours_us", "acc_us", "cublas_us");
-        for (int m : ms) {
-            double o = 0, a = 0, cbs = 0;
-            for (const result &r : results)
-                if (r.llama2 && r.m == m) {
-                    o += r.ours_us;
-                    a += r.acc_us;
-                    cbs += r.cublas_us;
-                }
-            if (a > 0)
-                printf("%5d | %9.2f %9.2f %9.2f\n", m, o, a, cbs);
-        }
+        for (int m : ms)
+            if (llama2_sum(m, &result::acc_us) > 0)
+                printf("%5d | %9.2f %9.2f %9.2f\n", m, llama2_sum(m, &result::ours_us),
+                       llama2_sum(m, &result::acc_us), llama2_sum(m, &result::cublas_us));
     }
 
     if (json_path) {
