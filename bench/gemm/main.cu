@@ -603,7 +603,8 @@ int main(int argc, char **argv)
         for (int m : ms)
             if (llama2_sum(m, &result::ours_us) > 0)
                 printf("%5d | %9.2f %14.2f %14.2f\n", m, llama2_sum(m, &result::ours_us),
-                       llama2_sum(m, &result::between_us), llama2_sum(m, &result::between_early_us));
+                       llama2_sum(m, &result::between_us),
+                       llama2_sum(m, &result::between_early_us));
     }
     if (acc) {
         printf("\nLlama-2-7B sums with fixed-point words (--acc), same run:\n");

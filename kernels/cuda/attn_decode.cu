@@ -721,9 +721,11 @@ const char *decode_variant_name(int v)
  * (0.772 -> 0.763; left on w8 s2). */
 int decode_variant_auto(int hdp, long long row_sets)
 {
+    /* row sets one wave holds on the H200: w4 s3 (two blocks an SM), w4 s2 (three) */
+    constexpr long long kWaveW4S3 = 264, kWaveW4S2 = 396;
     if (hdp == 64)
-        return row_sets > 264 ? 0 : 2;
-    return row_sets >= 768 || (row_sets > 264 && row_sets <= 396) ? 1 : 0;
+        return row_sets > kWaveW4S3 ? 0 : 2;
+    return row_sets >= 768 || (row_sets > kWaveW4S3 && row_sets <= kWaveW4S2) ? 1 : 0;
 }
 
 /* One tile a warp. Since the combine takes one round of loads for up to
