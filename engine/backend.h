@@ -120,8 +120,8 @@ struct eng_attn_params {
 
 /* Sampling on the device (optional slots sample_reserve / sample). One
  * sampled row reads one row of fp32 logits and applies the host sampler's
- * rules (engine/sampler.h), given its settings, its token history and the
- * uniform draw u its generator made (engine/sampler.c fills the row). */
+ * rules (engine/sched/sampler.h), given its settings, its token history and the
+ * uniform draw u its generator made (engine/sched/sampler.c fills the row). */
 #define ENG_SAMPLE_TOP 20
 struct eng_sample_hist {
     int32_t token;
@@ -144,7 +144,7 @@ struct eng_sample_row {
     const struct eng_sample_hist *hist; /* tokens with a count or in the prompt (penalties) */
     int32_t n_hist;
 };
-/* One row's result, as engine/sampler.h's struct eng_sample. */
+/* One row's result, as engine/sched/sampler.h's struct eng_sample. */
 struct eng_sample_out {
     int32_t token; /* -1: every token is excluded */
     float logprob;
@@ -396,7 +396,7 @@ inf_status_t eng_graph_record(struct eng_backend *be, int32_t bucket, bool begin
 inf_status_t eng_graph_launch(struct eng_backend *be, int32_t bucket, struct inf_err *err);
 void eng_graph_finish(struct eng_backend *be);
 
-/* ---- the CPU backend (engine/backend_cpu.c) ----------------------------
+/* ---- the CPU backend (engine/cpu/backend_cpu.c) ----------------------------
  * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a
  * pthread pool owned by the backend; the calling thread takes part and
  * every op has finished when it returns. Errors: INF_E_NOMEM, INF_E_INVALID. */
@@ -408,7 +408,7 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
 /* Threads the CPU backend runs on (the caller included). */
 int32_t eng_backend_cpu_threads(const struct eng_backend *be);
 
-/* ---- the CUDA backend (engine/backend_cuda.c) ---------------------------
+/* ---- the CUDA backend (engine/cuda/backend_cuda.c) ---------------------------
  * fp16 activations and KV on one GPU; INT4 linears through the Marlin-class
  * GEMM (kernels/int4_gemm.h), fp16/fp32 linears through cuBLAS (fp32
  * accumulation), the other ops through kernels/<op>_cuda.h. Device memory is

@@ -7,7 +7,7 @@
  * (a mutex queue drained between steps) and eng_events_take (the outbox).
  * Requests are known across threads by id, never by pointer. */
 #include "common/inf.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -197,11 +197,11 @@ struct eng_stats {
 };
 void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st);
 
-/* The model's tokenizer, an engine/tokenizer.h eng_tok_t (the mock backend's
- * is byte-level over its vocabulary); NULL for a model without one. Encode from the
- * loop thread only; decode from any thread. */
-struct eng_tokenizer;
-const struct eng_tokenizer *eng_engine_tokenizer(const eng_engine_t *eng);
+/* The model's tokenizer (the mock backend's is byte-level over its
+ * vocabulary); NULL for a model without one. It stays the engine's and lives
+ * as long as the engine. Thread: any (tokenizer/tokenizer.h: encode and
+ * decode are safe from several threads at once). */
+tok_tokenizer_t *eng_engine_tokenizer(const eng_engine_t *eng);
 
 #ifdef __cplusplus
 }

@@ -15,11 +15,11 @@
 #define INF_LOG_MODULE "eng"
 #include "engine/eng.h"
 #include "engine/backend.h"
-#include "engine/mock.h"
-#include "engine/model_config.h"
-#include "engine/scheduler_impl.h"
-#include "engine/scheduler_lm.h"
-#include "engine/tokenizer.h"
+#include "engine/mock/mock.h"
+#include "engine/weights/model_config.h"
+#include "engine/sched/scheduler_impl.h"
+#include "engine/sched/scheduler_lm.h"
+#include "tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -45,7 +45,7 @@ struct eng_engine {
     struct eng_lm lm;
     const struct eng_detok_ops *detok;
     struct eng_detok_ops tok_ops; /* detok when it is the tokenizer's */
-    eng_tok_t *tok;               /* the server's tokenizer (NULL for none) */
+    tok_tokenizer_t *tok;               /* the server's tokenizer (NULL for none) */
     eng_sched_t *sched;           /* engine thread only, after create */
     inf_queue_t *inbox, *outbox;
     pthread_t thread;
@@ -258,10 +258,9 @@ void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st)
     pthread_mutex_unlock(&eng->stats_mu);
 }
 
-/* struct eng_tokenizer is the public name of engine/tokenizer.h's eng_tok_t. */
-const struct eng_tokenizer *eng_engine_tokenizer(const eng_engine_t *eng)
+tok_tokenizer_t *eng_engine_tokenizer(const eng_engine_t *eng)
 {
-    return (const struct eng_tokenizer *)(const void *)eng->tok;
+    return eng->tok;
 }
 
 /* ---- lifetime -------------------------------------------------------------------------- */
@@ -403,7 +402,7 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
         st = inf_err_set(err, INF_E_INVALID, "kv_cache_tokens: too large");
         goto fail_be;
     }
-    st = eng_tok_load(cfg->model_dir, &eng->tok, err);
+    st = tok_load(cfg->model_dir, &eng->tok, err);
     if (st != INF_OK)
         goto fail_be;
     struct eng_lm_model_opts lo;
@@ -416,23 +415,23 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
         st = plan_device_kv(cfg, be, &mc, &cfg->kv_cache_tokens, err);
         if (st != INF_OK) {
             eng->lm.destroy(eng->lm.self); /* frees be too */
-            eng_tok_destroy(eng->tok);
+            tok_destroy(eng->tok);
             eng->tok = NULL;
             return st;
         }
     }
     /* A config without eos_token_id / bos_token_id: the tokenizer's. */
-    int32_t tok_eos = eng_tok_eos_id(eng->tok);
+    int32_t tok_eos = tok_eos_id(eng->tok);
     if (eng->lm.n_eos == 0 && tok_eos >= 0 && tok_eos < eng->lm.vocab)
         eng->lm.eos_ids[eng->lm.n_eos++] = tok_eos;
     if (eng->lm.bos_id < 0)
-        eng->lm.bos_id = eng_tok_bos_id(eng->tok);
+        eng->lm.bos_id = tok_bos_id(eng->tok);
     eng_lm_detok_ops(eng->tok, &eng->tok_ops);
     eng->detok = &eng->tok_ops;
     return INF_OK;
 
 fail_tok:
-    eng_tok_destroy(eng->tok);
+    tok_destroy(eng->tok);
     eng->tok = NULL;
 fail_be:
     eng_backend_destroy(be);
@@ -452,7 +451,7 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
             .max_len = cfg->max_model_len,
             .fail_at_step = env_int("INT4SERVE_MOCK_FAIL_STEP", 0),
             /* test hook: sample "on the device", so that the scheduler
-             * queues decode steps ahead (engine/mock.h) */
+             * queues decode steps ahead (engine/mock/mock.h) */
             .device_sampling = env_int("INT4SERVE_MOCK_DEVICE_SAMPLING", 0) != 0,
         };
         st = eng_mock_create(&mc, &eng->lm, err);
@@ -582,7 +581,7 @@ fail_sched:
     eng_sched_destroy(eng->sched);
 fail_lm:
     eng->lm.destroy(eng->lm.self);
-    eng_tok_destroy(eng->tok);
+    tok_destroy(eng->tok);
 fail_cfg:
     free(eng);
     return st;
@@ -609,7 +608,7 @@ void eng_engine_destroy(eng_engine_t *eng)
         eng_event_destroy((struct eng_event *)(void *)n);
     }
     eng->lm.destroy(eng->lm.self);
-    eng_tok_destroy(eng->tok);
+    tok_destroy(eng->tok);
     inf_queue_destroy(eng->inbox);
     inf_queue_destroy(eng->outbox);
     pthread_mutex_destroy(&eng->stats_mu);

@@ -16,8 +16,8 @@
 #define INF_LOG_MODULE "eng"
 #include "engine/model.h"
 #include "engine/par.h"
-#include "engine/quant.h"
-#include "engine/safetensors.h"
+#include "engine/weights/quant.h"
+#include "engine/weights/safetensors.h"
 
 #include <fnmatch.h>
 #include <pthread.h>
@@ -1031,7 +1031,7 @@ static inf_status_t decode_graph(eng_model_t *m, const struct eng_batch *b, int3
     ap.n_seqs = n_dec;
     bool have = false;
     /* the feed after the tables and the work list: a backend that holds a
-     * step's copies issues them together (engine/backend_cuda.c up_flush) */
+     * step's copies issues them together (engine/cuda/backend_cuda.c up_flush) */
     if ((s = eng_graph_prepare(be, &ap, B, &have, err)) || (s = apply_feed(m, b, B, err)))
         return s;
     if (have && m->opts.decode_graphs == ENG_GRAPHS_ON) {

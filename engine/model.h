@@ -10,7 +10,7 @@
 #include "common/inf.h"
 #include "engine/backend.h"
 #include "engine/batch.h"
-#include "engine/model_config.h"
+#include "engine/weights/model_config.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,7 +41,7 @@ int32_t eng_model_graph_bucket(int32_t rows);
 struct eng_model_opts {
     enum eng_quant quant;
     int32_t group_size; /* 32, 64, 128 (default), 256; 0 = per-channel */
-    bool symmetric;     /* zero point 8 (engine/quant.h) */
+    bool symmetric;     /* zero point 8 (engine/weights/quant.h) */
     bool fuse_qkv;      /* q/k/v into one linear and gate/up into one (default) */
     /* fnmatch(3) patterns over Hugging Face tensor names (a fused layer
      * matches when its own name, e.g. "model.layers.0.self_attn.qkv_proj.weight",
@@ -105,7 +105,7 @@ const struct eng_layer_info *eng_model_layer_info(const eng_model_t *m, int32_t 
 /* Run one step: write the KV of every token of b and compute fp32 logits
  * [b->n_logits][vocab] into logits for the tokens with want_logits, in
  * batch order. block_table ids must be < eng_model_n_kv_blocks and cover
- * every position the step writes (engine/kv_cache.h does this).
+ * every position the step writes (engine/sched/kv_cache.h does this).
  * Errors: INF_E_INVALID (a malformed batch: slot runs not contiguous,
  * positions not consecutive, ids out of range, n_logits wrong),
  * INF_E_TOOBIG (more than max_tokens), backend errors. The KV pools must
@@ -128,7 +128,7 @@ inf_status_t eng_model_forward_sample(eng_model_t *m, const struct eng_batch *b,
                                       struct eng_sample_out *out, struct inf_err *err);
 
 /* A step in two halves (struct eng_lm's submit and collect,
- * engine/scheduler_impl.h), on a backend that samples and feeds tokens
+ * engine/sched/scheduler_impl.h), on a backend that samples and feeds tokens
  * (eng_model_can_submit): submit queues forward_sample's work and a
  * download of its results and returns; b may carry a feed
  * (engine/batch.h) naming rows of the step submitted just before. collect
@@ -156,8 +156,8 @@ inf_status_t eng_model_sample_collect(eng_model_t *m, struct eng_sample_out *out
 inf_status_t eng_model_warm_up(eng_model_t *m, int32_t max_rows, int32_t prompt_tokens,
                                int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err);
 
-/* The scheduler's view (engine/model_lm.c): fill lm (struct eng_lm of
- * engine/scheduler_impl.h) with a CPU backend and the model of
+/* The scheduler's view (engine/sched/model_lm.c): fill lm (struct eng_lm of
+ * engine/sched/scheduler_impl.h) with a CPU backend and the model of
  * cfg->model_dir loaded per cfg (quantize, group_size (-1 per-channel),
  * symmetric, keep_fp16, fuse_qkv, threads; max_batched_tokens tokens per
  * step); lm->destroy releases both. The KV pools come from lm->kv_reserve.

@@ -1,6 +1,6 @@
 #pragma once
 /* kernels/sample_cuda.h — token sampling on the GPU, one row of fp32 logits
- * per sampled token, the same rules as the host sampler (engine/sampler.h):
+ * per sampled token, the same rules as the host sampler (engine/sched/sampler.h):
  *   1. the banned ids of the row are set to -inf (EOS before min_tokens);
  *      logprobs are the log-softmax of that row (raw: before bias and
  *      penalties), top-n by value, lowest id on ties;

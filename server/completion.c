@@ -18,7 +18,7 @@
  * echoed prompt. */
 #define INF_LOG_MODULE "srv"
 #include "api/api.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/srv_impl.h"
 
 #include <math.h>
@@ -69,11 +69,11 @@ struct srv_cmpl {
     bool dropped; /* the client was too slow: nothing more is queued */
 };
 
-static eng_tok_t *server_tok(struct srv_server *s)
+static tok_tokenizer_t *server_tok(struct srv_server *s)
 {
     /* The engine's accessor hands out its tokenizer; encode runs on the loop
      * thread only, which the tokenizer allows concurrently with decodes. */
-    return (eng_tok_t *)eng_engine_tokenizer(s->eng);
+    return eng_engine_tokenizer(s->eng);
 }
 
 void srv_cmpl_free(struct srv_req *r)
@@ -114,10 +114,10 @@ static enum api_finish to_api_finish(enum eng_finish f)
 static struct api_text token_text(struct srv_server *s, int32_t id, struct inf_arena *a)
 {
     struct api_text t = {"", 0};
-    eng_tok_t *tok = server_tok(s);
+    tok_tokenizer_t *tok = server_tok(s);
     char *txt = NULL;
     size_t len = 0;
-    if (tok && eng_tok_decode(tok, &id, 1, false, &txt, &len, NULL) == INF_OK) {
+    if (tok && tok_decode(tok, &id, 1, false, &txt, &len, NULL) == INF_OK) {
         char *cp = inf_arena_strndup(a, txt, len);
         free(txt);
         if (cp) {
@@ -177,9 +177,9 @@ static uint32_t *prompt_offsets(struct srv_server *s, const struct eng_token_inf
         return NULL;
     for (uint32_t i = 0; i < n; i++)
         ids[i] = ti[i].id;
-    eng_tok_t *tok = server_tok(s);
-    eng_tok_stream_t *ts = NULL;
-    if (!tok || eng_tok_stream_create(tok, NULL, &ts, NULL) != INF_OK)
+    tok_tokenizer_t *tok = server_tok(s);
+    tok_stream_t *ts = NULL;
+    if (!tok || tok_stream_create(tok, NULL, &ts, NULL) != INF_OK)
         ts = NULL;
     uint64_t settled = 0, work = 0;
     for (uint32_t i = lead < n ? lead : n; i < n; i++) {
@@ -187,7 +187,7 @@ static uint32_t *prompt_offsets(struct srv_server *s, const struct eng_token_inf
         char *txt = NULL;
         size_t len = 0;
         if (tok && work + (i - lead) <= OFFSET_EXACT_WORK &&
-            eng_tok_decode(tok, ids + lead, i - lead, false, &txt, &len, NULL) == INF_OK) {
+            tok_decode(tok, ids + lead, i - lead, false, &txt, &len, NULL) == INF_OK) {
             at = api_utf8_chars(txt, len);
             work += i - lead;
         }
@@ -195,12 +195,12 @@ static uint32_t *prompt_offsets(struct srv_server *s, const struct eng_token_inf
         off[i] = at < limit ? (uint32_t)at : limit;
         const char *d = NULL;
         size_t dl = 0;
-        if (ts && eng_tok_stream_push(ts, ids[i], &d, &dl, NULL) == INF_OK)
+        if (ts && tok_stream_push(ts, ids[i], &d, &dl, NULL) == INF_OK)
             settled += api_utf8_chars(d, dl);
         else if (!ts) /* no decoder: the tokens' own texts, added up */
             settled += api_utf8_chars(t[i].token.s, t[i].token.len);
     }
-    eng_tok_stream_destroy(ts);
+    tok_stream_destroy(ts);
     return off;
 }
 
@@ -208,18 +208,18 @@ static uint32_t *prompt_offsets(struct srv_server *s, const struct eng_token_inf
  * starts with them: what encoding the empty text gives. */
 static uint32_t added_lead(struct srv_server *s, const struct eng_token_info *ti, uint32_t n)
 {
-    eng_tok_t *tok = server_tok(s);
-    struct eng_tok_ids e = {0};
-    struct eng_tok_encode_opts o = eng_tok_encode_defaults();
+    tok_tokenizer_t *tok = server_tok(s);
+    struct tok_ids e = {0};
+    struct tok_encode_opts o = tok_encode_defaults();
     o.add_special = true;
     uint32_t lead = 0;
-    if (tok && eng_tok_encode(tok, "", 0, &o, &e, NULL) == INF_OK && e.n <= n) {
+    if (tok && tok_encode(tok, "", 0, &o, &e, NULL) == INF_OK && e.n <= n) {
         lead = (uint32_t)e.n;
         for (uint32_t i = 0; i < lead; i++)
             if (e.ids[i] != ti[i].id)
                 lead = 0;
     }
-    eng_tok_ids_fini(&e);
+    tok_ids_fini(&e);
     return lead;
 }
 
@@ -615,24 +615,24 @@ static inf_status_t prompt_ids(struct srv_req *r, const struct api_prompt *p, in
         *n = (int32_t)p->n_ids;
         return INF_OK;
     }
-    eng_tok_t *tok = server_tok(r->srv);
+    tok_tokenizer_t *tok = server_tok(r->srv);
     if (!tok)
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "this model has no tokenizer: send the prompt as token ids");
-    struct eng_tok_ids out = {0};
-    struct eng_tok_encode_opts o = eng_tok_encode_defaults();
+    struct tok_ids out = {0};
+    struct tok_encode_opts o = tok_encode_defaults();
     o.add_special = c->req.add_special_tokens;
-    inf_status_t st = eng_tok_encode(tok, p->text.s, p->text.len, &o, &out, err);
+    inf_status_t st = tok_encode(tok, p->text.s, p->text.len, &o, &out, err);
     if (st != INF_OK) {
-        eng_tok_ids_fini(&out);
+        tok_ids_fini(&out);
         return st;
     }
     if (out.n == 0) {
-        eng_tok_ids_fini(&out);
+        tok_ids_fini(&out);
         return inf_err_set(err, INF_E_INVALID, "the prompt is empty once tokenized");
     }
     if (out.n > INT32_MAX) {
-        eng_tok_ids_fini(&out);
+        tok_ids_fini(&out);
         return inf_err_set(err, INF_E_CONTEXT, "the prompt is too long");
     }
     *ids = out.ids; /* the list's storage is a plain malloc'd array */
@@ -702,10 +702,10 @@ static bool echo_text(struct srv_req *r, const struct api_prompt *p, struct api_
         *out = p->text;
         return true;
     }
-    eng_tok_t *tok = server_tok(r->srv);
+    tok_tokenizer_t *tok = server_tok(r->srv);
     char *txt = NULL;
     size_t len = 0;
-    if (!tok || eng_tok_decode(tok, p->ids, p->n_ids, false, &txt, &len, NULL) != INF_OK)
+    if (!tok || tok_decode(tok, p->ids, p->n_ids, false, &txt, &len, NULL) != INF_OK)
         return false;
     char *cp = inf_arena_strndup(&c->arena, txt, len);
     free(txt);

@@ -3,7 +3,7 @@
  * access handler once a request's body is complete. */
 #define INF_LOG_MODULE "srv"
 #include "api/api.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/srv_impl.h"
 
 #include <stdlib.h>
@@ -132,9 +132,9 @@ static void served_limits(const struct srv_server *s, struct api_limits *lim)
                     (uint32_t)s->info.max_model_len);
 }
 
-static eng_tok_t *served_tokenizer(struct srv_server *s, inf_status_t *st, struct inf_err *err)
+static tok_tokenizer_t *served_tokenizer(struct srv_server *s, inf_status_t *st, struct inf_err *err)
 {
-    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(s->eng);
+    tok_tokenizer_t *tok = eng_engine_tokenizer(s->eng);
     if (!tok)
         *st = inf_err_set(err, INF_E_UNSUPPORTED, "this model has no tokenizer");
     return tok;
@@ -150,19 +150,19 @@ static void handle_tokenize(struct srv_req *r)
     struct api_tokenize_req q;
     struct api_fault fault = {0};
     struct inf_err err = {0};
-    struct eng_tok_ids ids = {0};
+    struct tok_ids ids = {0};
     char *out = NULL;
     size_t len = 0;
     inf_status_t st =
         api_tokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
     if (st != INF_OK)
         goto fail;
-    eng_tok_t *tok = served_tokenizer(s, &st, &err);
+    tok_tokenizer_t *tok = served_tokenizer(s, &st, &err);
     if (!tok)
         goto fail;
-    struct eng_tok_encode_opts o = eng_tok_encode_defaults();
+    struct tok_encode_opts o = tok_encode_defaults();
     o.add_special = q.add_special_tokens;
-    st = eng_tok_encode(tok, q.prompt.s, q.prompt.len, &o, &ids, &err);
+    st = tok_encode(tok, q.prompt.s, q.prompt.len, &o, &ids, &err);
     if (st != INF_OK) {
         fault.param = "prompt";
         goto fail;
@@ -172,13 +172,13 @@ static void handle_tokenize(struct srv_req *r)
     if (st != INF_OK)
         goto fail;
     srv_req_respond_body(r, 200, "application/json", out, len);
-    eng_tok_ids_fini(&ids);
+    tok_ids_fini(&ids);
     inf_arena_fini(&a);
     return;
 fail:
     srv_req_respond_error(r, 0, st, fault.param, fault.code, "%s",
                           err.msg[0] ? err.msg : inf_status_str(st));
-    eng_tok_ids_fini(&ids);
+    tok_ids_fini(&ids);
     inf_arena_fini(&a);
 }
 
@@ -198,10 +198,10 @@ static void handle_detokenize(struct srv_req *r)
         api_detokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
     if (st != INF_OK)
         goto fail;
-    eng_tok_t *tok = served_tokenizer(s, &st, &err);
+    tok_tokenizer_t *tok = served_tokenizer(s, &st, &err);
     if (!tok)
         goto fail;
-    st = eng_tok_decode(tok, q.ids, q.n_ids, false, &text, &tlen, &err);
+    st = tok_decode(tok, q.ids, q.n_ids, false, &text, &tlen, &err);
     if (st != INF_OK) {
         if (st == INF_E_RANGE)
             st = INF_E_INVALID;

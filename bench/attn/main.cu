@@ -6,7 +6,7 @@
  *
  *   bench_attn [--replays R] [--quick]
  *
- * Work lists are built as engine/backend_cuda.c builds them (one row set
+ * Work lists are built as engine/cuda/backend_cuda.c builds them (one row set
  * per sequence and KV head; keys split when the row sets would leave
  * resident blocks unused, up to one wave of them). Method: K/V pools hold
  * enough copies of each case to exceed 4x the L2 (at least 256 MiB), each

@@ -12,7 +12,7 @@
  * (presets tiny and small). */
 #include "common/inf.h"
 #include "engine/backend.h"
-#include "engine/greedy.h"
+#include "engine/sched/greedy.h"
 #include "engine/model.h"
 
 #include <getopt.h>

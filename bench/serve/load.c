@@ -7,7 +7,7 @@
  *
  * --backend host (default) is the CUDA backend's host side without a GPU:
  * activations fp16, INT4 weights planned and repacked into the INT4 GEMM's
- * layout (kernels/int4_gemm.h) exactly as engine/backend_cuda.c does, and
+ * layout (kernels/int4_gemm.h) exactly as engine/cuda/backend_cuda.c does, and
  * every upload copied once into host memory (the CPU work of a pageable
  * cudaMemcpy) and then dropped, so a 7B checkpoint needs no 13 GB of RAM.
  * --backend cpu loads onto the real CPU backend (fp32, its own repack).
@@ -20,7 +20,7 @@
 #include "common/inf.h"
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "engine/quant.h"
+#include "engine/weights/quant.h"
 #include "kernels/int4_gemm.h"
 
 #include <getopt.h>
@@ -139,7 +139,7 @@ static inf_status_t h_buf_download(struct eng_backend *be, const struct eng_buf 
     return INF_OK;
 }
 
-/* As engine/backend_cuda.c: plan, repack into host memory on a pool of
+/* As engine/cuda/backend_cuda.c: plan, repack into host memory on a pool of
  * threads made for the call, copy, free. */
 static inf_status_t h_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
                                        struct eng_q4w **out, struct inf_err *err)

@@ -1,4 +1,4 @@
-/* bench_tokenize — encode and decode throughput of eng_tok_* on one thread.
+/* bench_tokenize — encode and decode throughput of tok_* on one thread.
  *
  *   bench_tokenize --corpus tests/tokenizer/corpus.json [--mb 8] NAME=DIR...
  *
@@ -6,7 +6,7 @@
  * it (documents of 64 corpus strings chosen by a 64-bit LCG, joined by a
  * space or a newline), so both print comparable JSON lines: bytes, tokens,
  * MB/s and tokens/s for encode (add_special on) and decode. */
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -82,24 +82,24 @@ int main(int argc, char **argv)
         }
         *eq = 0;
         struct inf_err err;
-        eng_tok_t *tok;
+        tok_tokenizer_t *tok;
         uint64_t l0 = inf_now_ns();
-        if (eng_tok_load(eq + 1, &tok, &err) != INF_OK) {
+        if (tok_load(eq + 1, &tok, &err) != INF_OK) {
             fprintf(stderr, "bench_tokenize: %s: %s\n", spec, err.msg);
             rc = 1;
             continue;
         }
         uint64_t l1 = inf_now_ns();
-        struct eng_tok_ids *ids = calloc(n_docs, sizeof *ids);
+        struct tok_ids *ids = calloc(n_docs, sizeof *ids);
         for (size_t i = 0; i < 16 && i < n_docs; i++) {
-            struct eng_tok_ids w = {0};
-            eng_tok_encode(tok, docs[i].s, docs[i].n, NULL, &w, &err);
-            eng_tok_ids_fini(&w);
+            struct tok_ids w = {0};
+            tok_encode(tok, docs[i].s, docs[i].n, NULL, &w, &err);
+            tok_ids_fini(&w);
         }
         uint64_t t0 = inf_now_ns();
         size_t ntok = 0;
         for (size_t i = 0; i < n_docs; i++) {
-            if (eng_tok_encode(tok, docs[i].s, docs[i].n, NULL, &ids[i], &err) != INF_OK) {
+            if (tok_encode(tok, docs[i].s, docs[i].n, NULL, &ids[i], &err) != INF_OK) {
                 fprintf(stderr, "bench_tokenize: encode: %s\n", err.msg);
                 return 1;
             }
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n_docs; i++) {
             char *text;
             size_t tl;
-            if (eng_tok_decode(tok, ids[i].ids, ids[i].n, false, &text, &tl, &err) != INF_OK) {
+            if (tok_decode(tok, ids[i].ids, ids[i].n, false, &text, &tl, &err) != INF_OK) {
                 fprintf(stderr, "bench_tokenize: decode: %s\n", err.msg);
                 return 1;
             }
@@ -126,9 +126,9 @@ int main(int argc, char **argv)
                (double)ntok / te, (double)outb / td / 1e6, (double)ntok / td);
         fflush(stdout);
         for (size_t i = 0; i < n_docs; i++)
-            eng_tok_ids_fini(&ids[i]);
+            tok_ids_fini(&ids[i]);
         free(ids);
-        eng_tok_destroy(tok);
+        tok_destroy(tok);
     }
     for (size_t i = 0; i < n_docs; i++)
         free(docs[i].s);

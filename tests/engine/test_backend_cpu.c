@@ -5,7 +5,7 @@
  * shares. */
 #include "engine/backend.h"
 #include "engine/batch.h"
-#include "engine/quant.h"
+#include "engine/weights/quant.h"
 
 #include <check.h>
 #include <math.h>

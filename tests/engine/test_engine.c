@@ -3,10 +3,10 @@
  * admission bound, cancel, drain, abort_all, the step-time test hook. */
 #include "engine/eng.h"
 #include "engine/backend.h"
-#include "engine/mock.h"
+#include "engine/mock/mock.h"
 #include "engine/model.h"
-#include "engine/scheduler_lm.h"
-#include "engine/tokenizer.h"
+#include "engine/sched/scheduler_lm.h"
+#include "tokenizer/tokenizer.h"
 
 #include <check.h>
 #include <math.h>
@@ -231,26 +231,26 @@ START_TEST(info_and_defaults)
     ck_assert_int_eq(st.kv_blocks_used, 0);
     ck_assert(!st.failed);
     /* the mock's tokenizer: one byte token per byte, decoding back */
-    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(eng);
+    tok_tokenizer_t *tok = eng_engine_tokenizer(eng);
     ck_assert_ptr_nonnull(tok);
-    struct eng_tok_ids ids = {0};
+    struct tok_ids ids = {0};
     struct inf_err err;
-    ck_assert_int_eq(eng_tok_encode(tok, "h\xC3\xA9 </s>", 8, NULL, &ids, &err), INF_OK);
+    ck_assert_int_eq(tok_encode(tok, "h\xC3\xA9 </s>", 8, NULL, &ids, &err), INF_OK);
     ck_assert_uint_eq(ids.n, 5);
     ck_assert_int_eq(ids.ids[0], ENG_MOCK_BYTE0 + 'h');
     ck_assert_int_eq(ids.ids[1], ENG_MOCK_BYTE0 + 0xC3);
     ck_assert_int_eq(ids.ids[2], ENG_MOCK_BYTE0 + 0xA9);
     ck_assert_int_eq(ids.ids[3], ENG_MOCK_BYTE0 + ' ');
     ck_assert_int_eq(ids.ids[4], ENG_MOCK_EOS);
-    ck_assert_int_eq(eng_tok_eos_id(tok), ENG_MOCK_EOS);
-    ck_assert_int_eq(eng_tok_bos_id(tok), ENG_MOCK_BOS);
+    ck_assert_int_eq(tok_eos_id(tok), ENG_MOCK_EOS);
+    ck_assert_int_eq(tok_bos_id(tok), ENG_MOCK_BOS);
     int32_t more[3] = {ENG_MOCK_BYTE0 + 'x', 300, ENG_MOCK_EOS};
     char *text = NULL;
     size_t tlen = 0;
-    ck_assert_int_eq(eng_tok_decode(tok, more, 3, true, &text, &tlen, &err), INF_OK);
+    ck_assert_int_eq(tok_decode(tok, more, 3, true, &text, &tlen, &err), INF_OK);
     ck_assert_str_eq(text, "x t300");
     free(text);
-    eng_tok_ids_fini(&ids);
+    tok_ids_fini(&ids);
     eng_engine_destroy(eng);
     eng_engine_destroy(NULL);
 
@@ -587,17 +587,17 @@ static const char *const texts[] = {
 
 static struct eng_request *text_req(eng_engine_t *eng, uint64_t id, int t, int32_t max_tokens)
 {
-    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(eng);
+    tok_tokenizer_t *tok = eng_engine_tokenizer(eng);
     ck_assert_ptr_nonnull(tok);
-    struct eng_tok_ids ids = {0};
+    struct tok_ids ids = {0};
     struct inf_err err;
-    ck_assert_int_eq(eng_tok_encode(tok, texts[t], strlen(texts[t]), NULL, &ids, &err), INF_OK);
+    ck_assert_int_eq(tok_encode(tok, texts[t], strlen(texts[t]), NULL, &ids, &err), INF_OK);
     struct eng_request *r = eng_request_create();
     r->id = id;
     r->n_prompt = (int32_t)ids.n;
     r->prompt = malloc(sizeof(int32_t) * ids.n);
     memcpy(r->prompt, ids.ids, sizeof(int32_t) * ids.n);
-    eng_tok_ids_fini(&ids);
+    tok_ids_fini(&ids);
     r->max_tokens = max_tokens;
     r->sampling.temperature = 0.0f;
     r->sampling.ignore_eos = true;
@@ -646,7 +646,7 @@ START_TEST(cpu_model_batched_equals_alone)
     two->n = 2;
     submit_ok(eng, two);
     pump(eng, N_TEXTS + 1, 120000);
-    eng_tok_t *tok = (eng_tok_t *)eng_engine_tokenizer(eng);
+    tok_tokenizer_t *tok = eng_engine_tokenizer(eng);
     for (int t = 0; t < N_TEXTS; t++) {
         struct out *o = &outs[t + 1];
         ck_assert_int_eq(alone[t].n_toks, 12);
@@ -662,9 +662,9 @@ START_TEST(cpu_model_batched_equals_alone)
         /* ids past the tokenizer (the model's vocabulary padding) give no text */
         int32_t known[12], n_known = 0;
         for (int i = 0; i < 12; i++)
-            if (o->toks[i] < eng_tok_vocab_size(tok))
+            if (o->toks[i] < tok_vocab_size(tok))
                 known[n_known++] = o->toks[i];
-        ck_assert_int_eq(eng_tok_decode(tok, known, (size_t)n_known, true, &dec, &dlen, &err),
+        ck_assert_int_eq(tok_decode(tok, known, (size_t)n_known, true, &dec, &dlen, &err),
                          INF_OK);
         ck_assert_uint_eq(dlen, o->len);
         ck_assert(memcmp(dec, o->text, dlen) == 0);

@@ -1,6 +1,6 @@
 /* Paged KV block allocator: reserve/free, all-or-nothing, limits, tables. */
 #include "engine/batch.h"
-#include "engine/kv_cache.h"
+#include "engine/sched/kv_cache.h"
 
 #include <check.h>
 #include <stdlib.h>

@@ -3,9 +3,9 @@
  * activations stay in range through every layer of a reference forward
  * pass written here, output is deterministic, and tokenizer.json is a
  * consistent byte-level BPE. Runs the tool from INT4SERVE_BUILD_DIR. */
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
-#include "engine/tokenizer.h"
+#include "engine/weights/model_config.h"
+#include "engine/weights/safetensors.h"
+#include "tokenizer/tokenizer.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -485,17 +485,17 @@ static int64_t check_tokenizer(const char *dir, const struct eng_model_config *c
  * common word is one token, and decoding gives the text back byte for byte. */
 static void check_engine_tokenizer(const char *dir, int64_t size)
 {
-    eng_tok_t *tok;
+    tok_tokenizer_t *tok;
     struct inf_err err;
-    ck_assert_msg(eng_tok_load(dir, &tok, &err) == INF_OK, "%s", err.msg);
+    ck_assert_msg(tok_load(dir, &tok, &err) == INF_OK, "%s", err.msg);
     int32_t n = (int32_t)size - 2;
-    ck_assert_int_eq(eng_tok_vocab_size(tok), size);
-    ck_assert_int_eq(eng_tok_bos_id(tok), n);
-    ck_assert_int_eq(eng_tok_eos_id(tok), n + 1);
-    ck_assert_int_eq(eng_tok_token_to_id(tok, "<|end_of_text|>"), n + 1);
+    ck_assert_int_eq(tok_vocab_size(tok), size);
+    ck_assert_int_eq(tok_bos_id(tok), n);
+    ck_assert_int_eq(tok_eos_id(tok), n + 1);
+    ck_assert_int_eq(tok_token_to_id(tok, "<|end_of_text|>"), n + 1);
     const char *text = "The river ran under the bridge, caf\xc3\xa9 na\xc3\xafve 42!\n";
-    struct eng_tok_ids ids = {0};
-    ck_assert_int_eq(eng_tok_encode(tok, text, strlen(text), NULL, &ids, &err), INF_OK);
+    struct tok_ids ids = {0};
+    ck_assert_int_eq(tok_encode(tok, text, strlen(text), NULL, &ids, &err), INF_OK);
     ck_assert_uint_ge(ids.n, 8);
     ck_assert_uint_lt(ids.n, strlen(text)); /* merges shortened it */
     ck_assert_int_eq(ids.ids[0], n);
@@ -503,17 +503,17 @@ static void check_engine_tokenizer(const char *dir, int64_t size)
         ck_assert_int_lt(ids.ids[i], n);
     char *back;
     size_t blen;
-    ck_assert_int_eq(eng_tok_decode(tok, ids.ids, ids.n, true, &back, &blen, &err), INF_OK);
+    ck_assert_int_eq(tok_decode(tok, ids.ids, ids.n, true, &back, &blen, &err), INF_OK);
     ck_assert_str_eq(back, text);
     free(back);
-    eng_tok_ids_fini(&ids);
-    struct eng_tok_encode_opts plain = eng_tok_encode_defaults();
+    tok_ids_fini(&ids);
+    struct tok_encode_opts plain = tok_encode_defaults();
     plain.add_special = false;
-    ck_assert_int_eq(eng_tok_encode(tok, " the", 4, &plain, &ids, &err), INF_OK);
+    ck_assert_int_eq(tok_encode(tok, " the", 4, &plain, &ids, &err), INF_OK);
     ck_assert_uint_eq(ids.n, 1);
-    ck_assert_str_eq(eng_tok_id_to_token(tok, ids.ids[0]), "\xc4\xa0the");
-    eng_tok_ids_fini(&ids);
-    eng_tok_destroy(tok);
+    ck_assert_str_eq(tok_id_to_token(tok, ids.ids[0]), "\xc4\xa0the");
+    tok_ids_fini(&ids);
+    tok_destroy(tok);
 }
 
 /* ---- tests ------------------------------------------------------------------------- */

@@ -4,13 +4,13 @@
  * alone, padding at group 256 for the 288-wide preset, and greedy generation
  * for Llama, Mistral-style and Qwen2 configurations. */
 #include "engine/backend.h"
-#include "engine/kv_cache.h"
+#include "engine/sched/kv_cache.h"
 #include "engine/model.h"
-#include "engine/model_config.h"
+#include "engine/weights/model_config.h"
 #include "engine/eng.h"
-#include "engine/greedy.h"
-#include "engine/safetensors.h"
-#include "engine/scheduler_impl.h"
+#include "engine/sched/greedy.h"
+#include "engine/weights/safetensors.h"
+#include "engine/sched/scheduler_impl.h"
 #include "test_model_util.h"
 
 #include <check.h>

@@ -1,6 +1,6 @@
 /* config.json parsing: each architecture, GQA, llama3 rope scaling, eos
  * lists, defaults, and each refusal naming its key. */
-#include "engine/model_config.h"
+#include "engine/weights/model_config.h"
 
 #include <check.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * norm weights around 1, biases small: a random model whose logits are far
  * from flat, so greedy decoding is meaningful. Tensors are written in the
  * order Hugging Face uses, fp32 unless dtype says otherwise. */
-#include "engine/safetensors_write.h"
+#include "engine/weights/safetensors_write.h"
 
 #include <math.h>
 #include <stdio.h>

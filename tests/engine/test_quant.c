@@ -1,7 +1,7 @@
 /* INT4 round-to-nearest quantization into the canonical form: the error
  * bound per element, padding that dequantizes to exactly 0, zero points,
  * fp16 storage, every group size, symmetric and asymmetric. */
-#include "engine/quant.h"
+#include "engine/weights/quant.h"
 
 #include <check.h>
 #include <math.h>

@@ -1,7 +1,7 @@
 /* Safetensors reader and streaming writer: round trips for every dtype,
  * sharded checkpoints, and each kind of malformed file built byte by byte. */
-#include "engine/safetensors.h"
-#include "engine/safetensors_write.h"
+#include "engine/weights/safetensors.h"
+#include "engine/weights/safetensors_write.h"
 
 #include <check.h>
 #include <dirent.h>

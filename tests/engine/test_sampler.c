@@ -1,7 +1,7 @@
 /* Sampler: greedy, temperature with per-request seeds, top-k, top-p, min-p,
  * penalties with exact arithmetic, logit_bias, raw logprobs, and the
  * validation of every setting. */
-#include "engine/sampler.h"
+#include "engine/sched/sampler.h"
 
 #include <check.h>
 #include <math.h>

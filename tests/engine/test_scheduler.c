@@ -1,8 +1,8 @@
 /* tests/engine/test_scheduler.c — the scheduler stepped by hand over the mock
  * model. Outputs are compared with a naive reference: the mock's logits
  * recomputed from the whole token history (no KV, no batch) and argmax. */
-#include "engine/mock.h"
-#include "engine/scheduler_impl.h"
+#include "engine/mock/mock.h"
+#include "engine/sched/scheduler_impl.h"
 
 #include <check.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * (8-byte length, JSON header, data area). Whatever the bytes, parsing must
  * answer with a status, never crash, and an accepted file's tensors must lie
  * inside the buffer without overlapping. */
-#include "engine/safetensors.h"
+#include "engine/weights/safetensors.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static eng_tok_t *toks[2];
+static tok_tokenizer_t *toks[2];
 
-static eng_tok_t *load(int which)
+static tok_tokenizer_t *load(int which)
 {
     if (toks[which])
         return toks[which];
@@ -36,7 +36,7 @@ static eng_tok_t *load(int which)
         snprintf(path, sizeof path, "%.*s/../fixtures/%s", dl, slash ? f : ".", name);
     }
     struct inf_err err;
-    if (eng_tok_load_files(path, NULL, &toks[which], &err) != INF_OK) {
+    if (tok_load_files(path, NULL, &toks[which], &err) != INF_OK) {
         fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path, err.msg);
         abort();
     }
@@ -88,26 +88,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     int which = data[0] & 1, op = (data[0] >> 1) & 3;
-    eng_tok_t *tok = load(which);
+    tok_tokenizer_t *tok = load(which);
     const uint8_t *p = data + 1;
     size_t n = size - 1;
     struct inf_err err;
     if (op == 0 || op == 3) {
-        struct eng_tok_ids ids = {0};
-        struct eng_tok_encode_opts o = {.add_special = (data[0] >> 3) & 1,
+        struct tok_ids ids = {0};
+        struct tok_encode_opts o = {.add_special = (data[0] >> 3) & 1,
                                         .parse_special = (data[0] >> 4) & 1};
-        inf_status_t st = eng_tok_encode(tok, (const char *)p, n, &o, &ids, &err);
+        inf_status_t st = tok_encode(tok, (const char *)p, n, &o, &ids, &err);
         check(valid_utf8(p, n) ? st == INF_OK : st == INF_E_INVALID);
         if (st == INF_OK) {
             char *text;
             size_t tl;
-            check(eng_tok_decode(tok, ids.ids, ids.n, false, &text, &tl, &err) == INF_OK);
+            check(tok_decode(tok, ids.ids, ids.n, false, &text, &tl, &err) == INF_OK);
             check(valid_utf8((unsigned char *)text, tl));
             if (which == 0 && !o.add_special && !o.parse_special)
                 check(tl == n && memcmp(text, p, n) == 0);
             free(text);
         }
-        eng_tok_ids_fini(&ids);
+        tok_ids_fini(&ids);
         return 0;
     }
     size_t nid = n / 4;
@@ -115,39 +115,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!ids)
         return 0;
     int in_range = 1;
-    int32_t vs = eng_tok_vocab_size(tok);
+    int32_t vs = tok_vocab_size(tok);
     for (size_t i = 0; i < nid; i++) {
         uint32_t v = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
                      (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
         /* mostly small ids, so most inputs are decodable */
         ids[i] = (data[0] & 0x80) ? (int32_t)v : (int32_t)(v % (uint32_t)(vs + 2));
-        if (ids[i] < 0 || ids[i] >= vs || !eng_tok_id_to_token(tok, ids[i]))
+        if (ids[i] < 0 || ids[i] >= vs || !tok_id_to_token(tok, ids[i]))
             in_range = 0;
     }
     int skip = (data[0] >> 3) & 1;
     char *text = NULL;
     size_t tl = 0;
-    inf_status_t st = eng_tok_decode(tok, ids, nid, skip, &text, &tl, &err);
+    inf_status_t st = tok_decode(tok, ids, nid, skip, &text, &tl, &err);
     check(in_range ? st == INF_OK : st == INF_E_RANGE);
     if (st == INF_OK)
         check(valid_utf8((unsigned char *)text, tl));
     if (op == 2 && st == INF_OK) {
-        eng_tok_stream_t *s;
-        struct eng_tok_stream_opts so = {.skip_special = skip};
-        check(eng_tok_stream_create(tok, &so, &s, &err) == INF_OK);
+        tok_stream_t *s;
+        struct tok_stream_opts so = {.skip_special = skip};
+        check(tok_stream_create(tok, &so, &s, &err) == INF_OK);
         size_t at = 0;
         for (size_t i = 0; i <= nid; i++) {
             const char *d;
             size_t dl;
-            inf_status_t r = i < nid ? eng_tok_stream_push(s, ids[i], &d, &dl, &err)
-                                     : eng_tok_stream_finish(s, &d, &dl, &err);
+            inf_status_t r = i < nid ? tok_stream_push(s, ids[i], &d, &dl, &err)
+                                     : tok_stream_finish(s, &d, &dl, &err);
             check(r == INF_OK);
             check(valid_utf8((const unsigned char *)d, dl));
             check(at + dl <= tl && memcmp(text + at, d, dl) == 0);
             at += dl;
         }
         check(at == tl);
-        eng_tok_stream_destroy(s);
+        tok_stream_destroy(s);
     }
     free(text);
     free(ids);

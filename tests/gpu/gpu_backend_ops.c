@@ -34,7 +34,7 @@
 #include "common/inf.h"
 #include "engine/backend.h"
 #include "engine/batch.h"
-#include "engine/quant.h"
+#include "engine/weights/quant.h"
 #include "tests/gpu/glu_bound.h"
 
 #include <cuda_runtime.h>

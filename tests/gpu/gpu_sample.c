@@ -1,5 +1,5 @@
 /* GPU test: sampling on the device (the CUDA backend's sample slot) against
- * the host sampler (engine/sampler.c), the reference.
+ * the host sampler (engine/sched/sampler.c), the reference.
  *
  * Each case builds two samplers with the same settings, seed and history:
  * the host one samples the (banned) logits row with eng_sampler_sample; the
@@ -23,7 +23,7 @@
  * Prints "SKIPPED: no GPU" and exits 0 without a GPU. */
 #include "common/inf.h"
 #include "engine/backend.h"
-#include "engine/sampler.h"
+#include "engine/sched/sampler.h"
 
 #include <cuda_runtime.h>
 #include <math.h>

@@ -6,7 +6,7 @@
  * exact text of the mock's byte tokenizer and the mock's reference logits
  * (eng_mock_logits). test_cpu runs the model-independent checks on a real
  * backend. */
-#include "engine/mock.h"
+#include "engine/mock/mock.h"
 #include "harness.h"
 #include "it_check.h"
 

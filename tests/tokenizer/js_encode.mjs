@@ -1,5 +1,5 @@
 // Encode JSON-lines strings with the pure-JS @huggingface/tokenizers package,
-// for the differential test (tests/engine/test_tokenizer_diff.c).
+// for the differential test (tests/tokenizer/test_tokenizer_diff.c).
 //   node js_encode.mjs CACHE TOKDIR IN OUT
 // CACHE holds node_modules/@huggingface/tokenizers (scripts/fetch-tokenizers.sh);
 // TOKDIR holds tokenizer.json and tokenizer_config.json. Each line of IN is a

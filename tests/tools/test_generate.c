@@ -2,7 +2,7 @@
  * generates exactly what --prompt-ids gives for those ids; the "text:" line
  * is the decode of the printed ids; bad flags are refused. */
 #include "common/inf.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -57,11 +57,11 @@ static void first_line(const char *s, char *line, size_t cap)
 START_TEST(prompt_text_equals_prompt_ids)
 {
     const char *text = "The quick brown fox jumps";
-    eng_tok_t *tok = NULL;
+    tok_tokenizer_t *tok = NULL;
     struct inf_err err = {0};
-    ck_assert_int_eq(eng_tok_load(model_dir, &tok, &err), INF_OK);
-    struct eng_tok_ids ids = {0};
-    ck_assert_int_eq(eng_tok_encode(tok, text, strlen(text), NULL, &ids, &err), INF_OK);
+    ck_assert_int_eq(tok_load(model_dir, &tok, &err), INF_OK);
+    struct tok_ids ids = {0};
+    ck_assert_int_eq(tok_encode(tok, text, strlen(text), NULL, &ids, &err), INF_OK);
     ck_assert_uint_gt(ids.n, 2);
 
     char idlist[1024] = "";
@@ -96,11 +96,11 @@ START_TEST(prompt_text_equals_prompt_ids)
     int32_t known[12];
     size_t kept = 0;
     for (int i = 0; i < n; i++)
-        if (gen[i] < eng_tok_vocab_size(tok))
+        if (gen[i] < tok_vocab_size(tok))
             known[kept++] = gen[i];
     char *dec = NULL;
     size_t dlen = 0;
-    ck_assert_int_eq(eng_tok_decode(tok, known, kept, true, &dec, &dlen, &err), INF_OK);
+    ck_assert_int_eq(tok_decode(tok, known, kept, true, &dec, &dlen, &err), INF_OK);
     const char *tl = strstr(out_text, "\ntext: \"");
     ck_assert_ptr_nonnull(tl);
     tl += strlen("\ntext: \"");
@@ -126,8 +126,8 @@ START_TEST(prompt_text_equals_prompt_ids)
     ck_assert_uint_eq(g, dlen);
     ck_assert(memcmp(got, dec, dlen) == 0);
     free(dec);
-    eng_tok_ids_fini(&ids);
-    eng_tok_destroy(tok);
+    tok_ids_fini(&ids);
+    tok_destroy(tok);
 }
 END_TEST
 

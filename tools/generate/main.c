@@ -27,9 +27,9 @@
  * dtype '<f4', shape (rows, vocab)); otherwise raw fp32 with no header. */
 #include "common/inf.h"
 #include "engine/backend.h"
-#include "engine/greedy.h"
+#include "engine/sched/greedy.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -128,7 +128,7 @@ static void on_step(void *user, int32_t step, const float *logits, uint64_t ns)
 /* Print "text: " and the decoded ids as one escaped line (quotes, backslash
  * and control bytes escaped; UTF-8 passed through). Ids past the tokenizer's
  * vocabulary (a model's vocabulary padding) give no text, as when serving. */
-static int print_text(const eng_tok_t *tok, const int32_t *ids, int n)
+static int print_text(const tok_tokenizer_t *tok, const int32_t *ids, int n)
 {
     char *text = NULL;
     size_t len = 0, kept = 0;
@@ -136,9 +136,9 @@ static int print_text(const eng_tok_t *tok, const int32_t *ids, int n)
     if (!known)
         return -1;
     for (int i = 0; i < n; i++)
-        if (ids[i] < eng_tok_vocab_size(tok))
+        if (ids[i] < tok_vocab_size(tok))
             known[kept++] = ids[i];
-    inf_status_t st = eng_tok_decode(tok, known, kept, true, &text, &len, NULL);
+    inf_status_t st = tok_decode(tok, known, kept, true, &text, &len, NULL);
     free(known);
     if (st != INF_OK)
         return -1;
@@ -255,8 +255,8 @@ int main(int argc, char **argv)
     struct inf_err err = {0};
     /* The tokenizer is optional for --prompt-ids (ids only), required for
      * --prompt. */
-    eng_tok_t *tok = NULL;
-    if (eng_tok_load(model, &tok, &err) != INF_OK) {
+    tok_tokenizer_t *tok = NULL;
+    if (tok_load(model, &tok, &err) != INF_OK) {
         if (text_arg) {
             fprintf(stderr, "int4serve-generate: %s\n", err.msg);
             return 1;
@@ -264,24 +264,24 @@ int main(int argc, char **argv)
         tok = NULL;
     }
     if (text_arg) {
-        struct eng_tok_ids ids = {0};
-        if (eng_tok_encode(tok, text_arg, strlen(text_arg), NULL, &ids, &err) != INF_OK) {
+        struct tok_ids ids = {0};
+        if (tok_encode(tok, text_arg, strlen(text_arg), NULL, &ids, &err) != INF_OK) {
             fprintf(stderr, "int4serve-generate: --prompt: %s\n", err.msg);
-            eng_tok_destroy(tok);
+            tok_destroy(tok);
             return 2;
         }
         prompt = ids.ids; /* ownership moves to prompt (malloc'd) */
         np = (int)ids.n;
         if (np == 0) {
             fprintf(stderr, "int4serve-generate: --prompt encodes to no tokens\n");
-            eng_tok_ids_fini(&ids);
-            eng_tok_destroy(tok);
+            tok_ids_fini(&ids);
+            tok_destroy(tok);
             return 2;
         }
     } else if (parse_ids(ids_arg, &prompt, &np) != 0) {
         fprintf(stderr, "int4serve-generate: --prompt-ids must be a comma-separated list of ids\n");
         free(prompt);
-        eng_tok_destroy(tok);
+        tok_destroy(tok);
         return 2;
     }
     eng_greedy_size(&mo, batch, np, max_tokens);
@@ -364,6 +364,6 @@ out:
     free(prompt);
     eng_model_destroy(m);
     eng_backend_destroy(be);
-    eng_tok_destroy(tok);
+    tok_destroy(tok);
     return rc;
 }

@@ -20,9 +20,9 @@
  * core, while a writer thread writes the batch before, and the bytes do not
  * depend on the thread count. */
 #include "common/inf.h"
-#include "engine/model_config.h"
+#include "engine/weights/model_config.h"
 #include "engine/par.h"
-#include "engine/safetensors_write.h"
+#include "engine/weights/safetensors_write.h"
 #include "tools/mkmodel/bpe.h"
 
 #include <errno.h>

@@ -1,0 +1,249 @@
+/* engine/sched/scheduler_lm.c — the real model and tokenizer behind the scheduler's
+ * interfaces: struct eng_lm over engine/model.h on a backend, and struct
+ * eng_detok_ops over tokenizer/tokenizer.h's streaming detokenizer. */
+#define INF_LOG_MODULE "eng"
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/sched/scheduler_lm.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct model_lm {
+    struct eng_backend *be;
+    eng_model_t *m;
+    char **keep; /* keep_fp16 as fnmatch patterns, alive as long as the model */
+    int32_t n_keep;
+};
+
+static void free_keep(struct model_lm *x)
+{
+    for (int32_t i = 0; i < x->n_keep; i++)
+        free(x->keep[i]);
+    free(x->keep);
+    x->keep = NULL;
+    x->n_keep = 0;
+}
+
+/* The configuration names layers by substring ("lm_head"); the model matches
+ * fnmatch(3) patterns over full tensor names. A name without glob characters
+ * becomes "*name*"; a pattern is kept as it is. */
+static inf_status_t make_keep(struct model_lm *x, const char *const *names, int32_t n)
+{
+    x->keep = calloc((size_t)n, sizeof *x->keep);
+    if (!x->keep)
+        return INF_E_NOMEM;
+    for (int32_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        char *p = malloc(len + 3);
+        if (!p)
+            return INF_E_NOMEM;
+        if (strpbrk(names[i], "*?["))
+            memcpy(p, names[i], len + 1);
+        else {
+            p[0] = '*';
+            memcpy(p + 1, names[i], len);
+            p[len + 1] = '*';
+            p[len + 2] = '\0';
+        }
+        x->keep[x->n_keep++] = p;
+    }
+    return INF_OK;
+}
+
+static inf_status_t model_kv_reserve(void *self, int32_t n_blocks, struct inf_err *err)
+{
+    struct model_lm *x = self;
+    /* Pools taken at load are kept when they are the size asked; otherwise
+     * (none at load, or another size) they are taken now. */
+    if (n_blocks == eng_model_n_kv_blocks(x->m))
+        return INF_OK;
+    return eng_model_kv_reserve(x->m, n_blocks, err);
+}
+
+static inf_status_t model_forward(void *self, const struct eng_batch *b, float *logits,
+                                  struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_forward(x->m, b, logits, err);
+}
+
+static inf_status_t model_forward_sample(void *self, const struct eng_batch *b,
+                                         const struct eng_sample_row *rows, int32_t n_rows,
+                                         struct eng_sample_out *out, struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_forward_sample(x->m, b, rows, n_rows, out, err);
+}
+
+static inf_status_t model_submit(void *self, const struct eng_batch *b,
+                                 const struct eng_sample_row *rows, int32_t n_rows,
+                                 struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_sample_submit(x->m, b, rows, n_rows, err);
+}
+
+static inf_status_t model_collect(void *self, struct eng_sample_out *out, struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_sample_collect(x->m, out, err);
+}
+
+static inf_status_t model_warm_up(void *self, int32_t max_rows, int32_t prompt_tokens,
+                                  int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err)
+{
+    struct model_lm *x = self;
+    return eng_model_warm_up(x->m, max_rows, prompt_tokens, n_graphs, n_prompt, err);
+}
+
+static void model_destroy(void *self)
+{
+    struct model_lm *x = self;
+    if (!x)
+        return;
+    eng_model_destroy(x->m);
+    eng_backend_destroy(x->be);
+    free_keep(x);
+    free(x);
+}
+
+void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_model_opts *o)
+{
+    *o = (struct eng_lm_model_opts){
+        .dir = cfg->model_dir,
+        .quantize = cfg->quantize,
+        .group_size = cfg->group_size,
+        .symmetric = cfg->symmetric,
+        .fuse_qkv = cfg->fuse_qkv,
+        .keep_fp16 = cfg->keep_fp16,
+        .n_keep_fp16 = cfg->n_keep_fp16,
+        .max_tokens = cfg->max_batched_tokens,
+        .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
+        .max_batch = cfg->max_batch,
+        .max_model_len = cfg->max_model_len,
+    };
+}
+
+inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,
+                                 struct eng_lm *lm, struct inf_err *err)
+{
+    inf_status_t st;
+    struct model_lm *x = calloc(1, sizeof *x);
+    if (!x)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    x->be = be;
+    struct eng_model_opts mo;
+    eng_model_opts_default(&mo);
+    mo.quant = o->quantize ? ENG_QUANT_INT4 : ENG_QUANT_NONE;
+    if (o->group_size)
+        mo.group_size = o->group_size < 0 ? 0 : o->group_size;
+    mo.symmetric = o->symmetric;
+    mo.fuse_qkv = o->fuse_qkv;
+    if (o->n_keep_fp16 > 0) {
+        if (make_keep(x, o->keep_fp16, o->n_keep_fp16) != INF_OK) {
+            st = inf_err_set(err, INF_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        mo.keep_fp16 = (const char *const *)x->keep;
+        mo.n_keep_fp16 = x->n_keep;
+    }
+    mo.max_tokens = o->max_tokens;
+    mo.n_kv_blocks = o->kv_blocks;
+    /* INT4SERVE_CUDA_GRAPHS=0 turns decode graphs off (diagnosis). */
+    const char *graphs = getenv("INT4SERVE_CUDA_GRAPHS");
+    if (graphs && strcmp(graphs, "0") == 0)
+        mo.decode_graphs = ENG_GRAPHS_OFF;
+    if (o->max_batch > 0 && o->max_model_len > 0) {
+        mo.max_slots = o->max_batch;
+        mo.max_seq_blocks = (o->max_model_len + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
+    }
+    st = eng_model_load(o->dir, x->be, &mo, &x->m, err);
+    if (st != INF_OK)
+        goto fail;
+
+    const struct eng_model_config *c = eng_model_config(x->m);
+    memset(lm, 0, sizeof *lm);
+    lm->self = x;
+    lm->name = eng_backend_name(x->be);
+    lm->vocab = c->vocab;
+    lm->max_len = c->max_pos;
+    lm->bos_id = c->bos_id;
+    for (int32_t i = 0; i < c->n_eos && lm->n_eos < ENG_LM_MAX_EOS; i++)
+        if (c->eos_ids[i] >= 0 && c->eos_ids[i] < c->vocab)
+            lm->eos_ids[lm->n_eos++] = c->eos_ids[i];
+    lm->kv_reserve = model_kv_reserve;
+    lm->forward = model_forward;
+    /* Backends that sample on the device return only token ids and logprobs. */
+    lm->forward_sample = eng_model_can_sample(x->m) ? model_forward_sample : NULL;
+    lm->warm_up = eng_model_can_sample(x->m) ? model_warm_up : NULL;
+    if (eng_model_can_submit(x->m)) {
+        lm->submit = model_submit;
+        lm->collect = model_collect;
+    }
+    lm->destroy = model_destroy;
+    return INF_OK;
+
+fail:
+    free_keep(x);
+    free(x);
+    return st;
+}
+
+const struct eng_model *eng_lm_model(const struct eng_lm *lm)
+{
+    const struct model_lm *x = lm->self;
+    return x->m;
+}
+
+/* ---- detokenizer ------------------------------------------------------------------------ */
+static void *tok_open(void *self, const int32_t *prompt, int32_t n_prompt)
+{
+    (void)prompt;
+    (void)n_prompt;
+    /* Completions continue the prompt: no start-of-text rules (a leading
+     * space of the first generated token is kept). Special tokens give no
+     * text. */
+    struct tok_stream_opts so = {.skip_special = true, .continuation = true};
+    tok_stream_t *s = NULL;
+    if (tok_stream_create(self, &so, &s, NULL) != INF_OK)
+        return NULL;
+    return s;
+}
+
+static inf_status_t tok_push(void *st, int32_t tok, struct eng_strbuf *out)
+{
+    const char *d;
+    size_t n;
+    inf_status_t s = tok_stream_push(st, tok, &d, &n, NULL);
+    if (s == INF_E_RANGE)
+        return INF_OK; /* an id the tokenizer lacks (model vocab padding): no text */
+    if (s != INF_OK)
+        return s;
+    return eng_strbuf_append(out, d, n);
+}
+
+static inf_status_t tok_flush(void *st, struct eng_strbuf *out)
+{
+    const char *d;
+    size_t n;
+    inf_status_t s = tok_stream_finish(st, &d, &n, NULL);
+    if (s != INF_OK)
+        return s;
+    return eng_strbuf_append(out, d, n);
+}
+
+static void tok_close(void *st)
+{
+    tok_stream_destroy(st);
+}
+
+void eng_lm_detok_ops(tok_tokenizer_t *tok, struct eng_detok_ops *ops)
+{
+    ops->self = tok;
+    ops->open = tok_open;
+    ops->push = tok_push;
+    ops->flush = tok_flush;
+    ops->close = tok_close;
+}
