@@ -76,6 +76,37 @@ inf_status_t eng_buf_upload(struct eng_backend *be, struct eng_buf *dst, size_t 
     return be->iface->buf_upload(be, dst, off, src, bytes, err);
 }
 
+/* Every copy of ups[0..n) lies inside its buffer. */
+static inf_status_t uploads_check(const struct eng_upload *ups, int32_t n, struct inf_err *err)
+{
+    if (n < 0 || (n > 0 && !ups))
+        return inf_err_set(err, INF_E_INVALID, "%d uploads", n);
+    for (int32_t i = 0; i < n; i++) {
+        const struct eng_upload *u = &ups[i];
+        if (!u->dst || u->off > u->dst->size || u->bytes > u->dst->size - u->off ||
+            (u->bytes && !u->src))
+            return inf_err_set(err, INF_E_INVALID,
+                               "upload %d of %zu bytes at %zu out of the buffer", i, u->bytes,
+                               u->off);
+    }
+    return INF_OK;
+}
+
+inf_status_t eng_buf_upload_many(struct eng_backend *be, const struct eng_upload *ups, int32_t n,
+                                 struct inf_err *err)
+{
+    inf_status_t st = uploads_check(ups, n, err);
+    if (st != INF_OK)
+        return st;
+    if (be->iface->buf_upload_many)
+        return n ? be->iface->buf_upload_many(be, ups, n, err) : INF_OK;
+    for (int32_t i = 0; i < n; i++)
+        if (ups[i].bytes && (st = be->iface->buf_upload(be, ups[i].dst, ups[i].off, ups[i].src,
+                                                        ups[i].bytes, err)) != INF_OK)
+            return st;
+    return INF_OK;
+}
+
 inf_status_t eng_buf_download(struct eng_backend *be, const struct eng_buf *src, size_t off,
                               void *dst, size_t bytes, struct inf_err *err)
 {
@@ -171,8 +202,7 @@ inf_status_t eng_weight_q4_create_glu(struct eng_backend *be, const struct krn_q
 {
     *out = NULL;
     if (!eng_backend_has_glu(be))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no GLU linear",
-                           be->iface->name);
+        return inf_err_set(err, INF_E_UNSUPPORTED, "backend %s has no GLU linear", be->iface->name);
     inf_status_t st = q4_check(w, err);
     if (st == INF_OK && w->n % 16 != 0)
         st = inf_err_set(err, INF_E_INVALID, "GLU weight: n=%d not a multiple of 16", w->n);
@@ -187,7 +217,7 @@ void eng_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
 
 inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                               const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                              int32_t m, struct inf_err *err)
+                              bool y_f32, int32_t m, struct inf_err *err)
 {
     size_t es = eng_act_size(be->act_dtype);
     if (m < 0 || !w)
@@ -195,15 +225,25 @@ inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
     if (m == 0)
         return INF_OK;
     CHECK_MAT(x, m, w->k, es, "linear_q4 x");
-    CHECK_MAT(y, m, w->n, es, "linear_q4 y");
+    CHECK_MAT(y, m, w->n, y_f32 ? 4 : es, "linear_q4 y");
     if (bias && !buf_holds(bias, w->n, 4))
         return inf_err_set(err, INF_E_INVALID, "linear_q4: bias shorter than n=%d", w->n);
-    return be->iface->linear_q4(be, w, bias, x, y, m, err);
+    return be->iface->linear_q4(be, w, bias, x, y, y_f32, m, err);
 }
 
-inf_status_t eng_op_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *w,
-                                  struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
-                                  int32_t m, struct inf_err *err)
+inf_status_t eng_op_linear(struct eng_backend *be, const struct eng_linear *l, struct eng_mat x,
+                           struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err)
+{
+    if (l->glu)
+        return inf_err_set(err, INF_E_INVALID, "linear: a GLU weight (use linear_q4_glu)");
+    if (l->q4)
+        return eng_op_linear_q4(be, l->q4, l->bias, x, y, y_f32, m, err);
+    return eng_op_linear_fp(be, l->w, l->wdt, l->n, l->k, l->bias, x, y, y_f32, m, err);
+}
+
+inf_status_t eng_op_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *w, struct eng_mat x,
+                                  struct eng_mat tmp, struct eng_mat out, int32_t m,
+                                  struct inf_err *err)
 {
     size_t es = eng_act_size(be->act_dtype);
     if (m < 0 || !w || !eng_backend_has_glu(be))
@@ -454,7 +494,8 @@ bool eng_backend_has_graphs(const struct eng_backend *be)
 }
 
 inf_status_t eng_graph_prepare(struct eng_backend *be, const struct eng_attn_params *p,
-                               int32_t bucket, bool *have, struct inf_err *err)
+                               int32_t bucket, const struct eng_upload *ups, int32_t n_ups,
+                               bool *have, struct inf_err *err)
 {
     *have = false;
     if (!eng_backend_has_graphs(be))
@@ -462,7 +503,10 @@ inf_status_t eng_graph_prepare(struct eng_backend *be, const struct eng_attn_par
     if (bucket <= 0 || p->n_seqs < 0 || p->n_seqs > bucket)
         return inf_err_set(err, INF_E_INVALID, "graph: %d sequences in a bucket of %d", p->n_seqs,
                            bucket);
-    return be->iface->graph_prepare(be, p, bucket, have, err);
+    inf_status_t st = uploads_check(ups, n_ups, err);
+    if (st != INF_OK)
+        return st;
+    return be->iface->graph_prepare(be, p, bucket, ups, n_ups, have, err);
 }
 
 inf_status_t eng_graph_record(struct eng_backend *be, int32_t bucket, bool begin,

@@ -118,6 +118,82 @@ struct eng_attn_params {
     int32_t n_blocks;                  /* blocks in each pool */
 };
 
+/* A linear layer as the model holds it: an INT4 weight (q4, from
+ * weight_q4_create, or a GLU weight from weight_q4_create_glu when glu) or an
+ * fp weight w [n][k] of wdt (buf_upload'ed); bias fp32 [n] or NULL. */
+struct eng_linear {
+    int32_t n, k;
+    struct eng_q4w *q4;
+    struct eng_buf *w;
+    enum eng_wdtype wdt;
+    struct eng_buf *bias;
+    bool glu; /* q4 is a gated MLP's [gate; up] for linear_q4_glu */
+};
+
+/* One host-to-device copy of a batch of them (eng_buf_upload_many). */
+struct eng_upload {
+    struct eng_buf *dst;
+    size_t off;
+    const void *src;
+    size_t bytes;
+};
+
+/* The attention half of a decoder layer, from its normalized input to the
+ * next norm (the slot attn_block; engine/backend.c composes it from the
+ * plain ops where a backend has none, and that composition is the
+ * definition):
+ *   qkv = xn . Wqkv^T (+ bias)      one fused linear, or q, k and v apart
+ *   RoPE on the q and k heads of qkv at pos
+ *   attention: the decode runs (seq_dec, one token each), then the prefill
+ *   runs (seq_pre), each writing its K/V and attending over its slot
+ *   d = att . Wo^T
+ *   x += d; xn = rmsnorm(x) * norm
+ * attn holds the heads, the q, k, v and out views (q, k and v in one buffer,
+ * q's heads then k's in each row, so one rotation covers both), the tables
+ * and this layer's pools; its seqs and n_seqs are not read. A backend may
+ * keep q/k/v and d in a form of its own between the parts (the CUDA
+ * backend's fixed-point sums in a decode step): their buffers are scratch
+ * whose contents are undefined afterwards. */
+struct eng_attn_block {
+    int32_t m;         /* rows (batch tokens) */
+    int32_t dim;       /* hidden size */
+    struct eng_mat x;  /* [m][dim] the residual stream, updated */
+    struct eng_mat xn; /* [m][dim] in: the normalized input; out: the next one */
+    const struct eng_linear *qkv[3];
+    int32_t n_qkv; /* 1 (fused) or 3 */
+    const struct eng_rope_params *rope;
+    struct eng_attn_params attn;
+    const struct eng_buf *seq_dec; /* int32 [n_dec][3] */
+    int32_t n_dec;
+    const struct eng_buf *seq_pre; /* int32 [n_pre][3] */
+    int32_t n_pre;
+    const struct eng_linear *o;
+    struct eng_mat d;           /* [m][dim] scratch */
+    const struct eng_buf *norm; /* fp32 [dim] */
+    float eps;
+};
+
+/* The gated MLP half of a decoder layer (the slot mlp_block; composed
+ * likewise):
+ *   g|u = xn . [Wgate; Wup]^T       one fused linear (a GLU weight, whose op
+ *                                   gives h directly), or gate and up apart
+ *   h = silu(g) * u
+ *   d = h . Wdown^T
+ *   x += d; xn = rmsnorm(x) * norm
+ * gu, h and d are scratch. */
+struct eng_mlp_block {
+    int32_t m, dim, inter; /* rows, hidden size, intermediate size */
+    struct eng_mat x, xn;  /* as in struct eng_attn_block */
+    const struct eng_linear *gu[2];
+    int32_t n_gu;          /* 1 (fused) or 2 */
+    struct eng_mat gu_out; /* [m][2 inter] scratch: gate | up */
+    struct eng_mat h;      /* [m][inter] scratch */
+    const struct eng_linear *down;
+    struct eng_mat d; /* [m][dim] scratch */
+    const struct eng_buf *norm;
+    float eps;
+};
+
 /* Sampling on the device (optional slots sample_reserve / sample). One
  * sampled row reads one row of fp32 logits and applies the host sampler's
  * rules (engine/sched/sampler.h), given its settings, its token history and the
@@ -168,6 +244,10 @@ struct eng_backend_iface {
                                const void *src, size_t bytes, struct inf_err *err);
     inf_status_t (*buf_download)(struct eng_backend *be, const struct eng_buf *src, size_t off,
                                  void *dst, size_t bytes, struct inf_err *err);
+    /* Optional: the copies of ups[0..n) in order, as buf_upload each; a
+     * device backend issues them as one transfer. */
+    inf_status_t (*buf_upload_many)(struct eng_backend *be, const struct eng_upload *ups, int32_t n,
+                                    struct inf_err *err);
 
     /* Repack the canonical form into the backend's object; the canonical
      * form stays the caller's. */
@@ -175,10 +255,11 @@ struct eng_backend_iface {
                                      struct eng_q4w **out, struct inf_err *err);
     void (*weight_q4_destroy)(struct eng_backend *be, struct eng_q4w *w);
 
-    /* y[m][w->n] = x[m][w->k] . W^T (+ bias[n], fp32, optional). */
+    /* y[m][w->n] = x[m][w->k] . W^T (+ bias[n], fp32, optional); y_f32
+     * selects an fp32 output (logits) instead of act_dtype. */
     inf_status_t (*linear_q4)(struct eng_backend *be, const struct eng_q4w *w,
                               const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                              int32_t m, struct inf_err *err);
+                              bool y_f32, int32_t m, struct inf_err *err);
     /* Optional (both or none): a gated MLP's gate and up projections as one
      * weight and one op. weight_q4_create_glu takes w = [gate; up] (n = 2 dim
      * rows, n a multiple of 16); its weight serves linear_q4_glu only, which
@@ -187,9 +268,9 @@ struct eng_backend_iface {
      * followed by silu_mul. tmp [m][n] is scratch the op may use. */
     inf_status_t (*weight_q4_create_glu)(struct eng_backend *be, const struct krn_q4_weight *w,
                                          struct eng_q4w **out, struct inf_err *err);
-    inf_status_t (*linear_q4_glu)(struct eng_backend *be, const struct eng_q4w *w,
-                                  struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
-                                  int32_t m, struct inf_err *err);
+    inf_status_t (*linear_q4_glu)(struct eng_backend *be, const struct eng_q4w *w, struct eng_mat x,
+                                  struct eng_mat tmp, struct eng_mat out, int32_t m,
+                                  struct inf_err *err);
     /* y[m][n] = x[m][k] . W^T (+ bias) with W [n][k] of wdt; y_f32 selects an
      * fp32 output (logits) instead of act_dtype. */
     inf_status_t (*linear_fp)(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
@@ -222,6 +303,15 @@ struct eng_backend_iface {
     /* out[i] = x[idx[i]] row copies, i < m (gathers the rows that need logits). */
     inf_status_t (*rows_gather)(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
                                 struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+    /* Optional fused slots: a decoder layer's two halves (struct
+     * eng_attn_block, struct eng_mlp_block), called by the model where it
+     * knows which layer it runs. NULL: engine/backend.c composes the plain
+     * ops. A backend's slot gives the composition's results (a device
+     * backend within its arithmetic's rounding). */
+    inf_status_t (*attn_block)(struct eng_backend *be, const struct eng_attn_block *p,
+                               struct inf_err *err);
+    inf_status_t (*mlp_block)(struct eng_backend *be, const struct eng_mlp_block *p,
+                              struct inf_err *err);
     /* Optional: sum x[m][dim] over the tensor-parallel group, in place.
      * NULL for a single device. */
     inf_status_t (*all_reduce)(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
@@ -257,11 +347,12 @@ struct eng_backend_iface {
     inf_status_t (*download_wait)(struct eng_backend *be, int slot, void *dst, struct inf_err *err);
     /* Optional (all four or none): decode steps as recorded, replayed
      * graphs. A decode step padded to `bucket` rows goes:
-     *   graph_prepare(p, bucket, &have): validates p (the step's decode
-     *     sequences; tables uploaded, the block table with its planned
-     *     stride) and uploads its attention work list in a fixed shape for
-     *     bucket; until graph_finish, attn_decode uses that list and nothing
-     *     is uploaded;
+     *   graph_prepare(p, bucket, ups, n_ups, &have): uploads ups (the
+     *     step's tables, as buf_upload_many), validates p (the step's
+     *     decode sequences; the block table with its planned stride) and
+     *     uploads its attention work list in a fixed shape for bucket, all
+     *     as one transfer; until graph_finish, attn_decode and attn_block
+     *     use that list and nothing is uploaded;
      *   have: graph_launch(bucket) replays the step's recorded work;
      *   else the ops, run as they come, or recorded: graph_record(bucket,
      *     true) before them, graph_record(bucket, false) after, which ends
@@ -270,11 +361,14 @@ struct eng_backend_iface {
      *     recorded: the caller runs the ops again);
      *   graph_finish().
      * The recorded work must read and write the same buffers at every
-     * replay: only their contents change. The graphs are the backend's,
-     * one a bucket, until it is destroyed: a backend records the steps of
-     * one model (a second model on it would replay the first one's). */
+     * replay: only their contents change. Between graph_prepare and
+     * graph_finish a backend may keep scratch of the step's own (the CUDA
+     * backend's fixed-point word buffers, zero again when the step ends). The graphs are the
+     * backend's, one a bucket, until it is destroyed: a backend records the steps of one model (a
+     * second model on it would replay the first one's). */
     inf_status_t (*graph_prepare)(struct eng_backend *be, const struct eng_attn_params *p,
-                                  int32_t bucket, bool *have, struct inf_err *err);
+                                  int32_t bucket, const struct eng_upload *ups, int32_t n_ups,
+                                  bool *have, struct inf_err *err);
     inf_status_t (*graph_record)(struct eng_backend *be, int32_t bucket, bool begin,
                                  struct inf_err *err);
     inf_status_t (*graph_launch)(struct eng_backend *be, int32_t bucket, struct inf_err *err);
@@ -302,6 +396,10 @@ inf_status_t eng_buf_alloc(struct eng_backend *be, size_t bytes, struct eng_buf 
 void eng_buf_free(struct eng_backend *be, struct eng_buf *buf); /* NULL is a no-op */
 inf_status_t eng_buf_upload(struct eng_backend *be, struct eng_buf *dst, size_t off,
                             const void *src, size_t bytes, struct inf_err *err);
+/* The copies of ups[0..n) in order (each checked as eng_buf_upload's);
+ * zero-byte entries are skipped. */
+inf_status_t eng_buf_upload_many(struct eng_backend *be, const struct eng_upload *ups, int32_t n,
+                                 struct inf_err *err);
 /* The optional feed ops (struct eng_backend_iface's token_feed,
  * download_start, download_wait); INF_E_UNSUPPORTED where the backend has
  * none (eng_backend_can_feed). */
@@ -325,15 +423,19 @@ void eng_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w); /* NULL: 
 
 inf_status_t eng_op_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                               const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                              int32_t m, struct inf_err *err);
+                              bool y_f32, int32_t m, struct inf_err *err);
+/* y = x . W^T (+ bias) for l: linear_q4 or linear_fp (a GLU weight is
+ * refused: it serves eng_op_linear_q4_glu only). */
+inf_status_t eng_op_linear(struct eng_backend *be, const struct eng_linear *l, struct eng_mat x,
+                           struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err);
 /* The GLU pair (iface weight_q4_create_glu / linear_q4_glu); has_glu: the
  * backend offers them. */
 bool eng_backend_has_glu(const struct eng_backend *be);
 inf_status_t eng_weight_q4_create_glu(struct eng_backend *be, const struct krn_q4_weight *w,
                                       struct eng_q4w **out, struct inf_err *err);
-inf_status_t eng_op_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *w,
-                                  struct eng_mat x, struct eng_mat tmp, struct eng_mat out,
-                                  int32_t m, struct inf_err *err);
+inf_status_t eng_op_linear_q4_glu(struct eng_backend *be, const struct eng_q4w *w, struct eng_mat x,
+                                  struct eng_mat tmp, struct eng_mat out, int32_t m,
+                                  struct inf_err *err);
 inf_status_t eng_op_linear_fp(struct eng_backend *be, const struct eng_buf *w, enum eng_wdtype wdt,
                               int32_t n, int32_t k, const struct eng_buf *bias, struct eng_mat x,
                               struct eng_mat y, bool y_f32, int32_t m, struct inf_err *err);
@@ -355,6 +457,19 @@ inf_status_t eng_op_silu_mul(struct eng_backend *be, struct eng_mat gate, struct
                              struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
 inf_status_t eng_op_rows_gather(struct eng_backend *be, struct eng_mat x, const struct eng_buf *idx,
                                 struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+/* The fused halves of a decoder layer: the backend's slot where it has one,
+ * else eng_*_block_compose. Errors as the plain ops'. */
+inf_status_t eng_op_attn_block(struct eng_backend *be, const struct eng_attn_block *p,
+                               struct inf_err *err);
+inf_status_t eng_op_mlp_block(struct eng_backend *be, const struct eng_mlp_block *p,
+                              struct inf_err *err);
+/* The plain ops' composition that defines each block (struct
+ * eng_attn_block's and struct eng_mlp_block's comments), for a backend's
+ * slot to fall back to where its fused form does not apply. */
+inf_status_t eng_attn_block_compose(struct eng_backend *be, const struct eng_attn_block *p,
+                                    struct inf_err *err);
+inf_status_t eng_mlp_block_compose(struct eng_backend *be, const struct eng_mlp_block *p,
+                                   struct inf_err *err);
 /* For backends: validate the tables of an attention call (they are caller
  * data) from host copies: pos [rows], seqs [p->n_seqs][3], block_table
  * [p->n_slots][p->max_blocks]. Each sequence's tokens lie inside the batch,
@@ -390,7 +505,8 @@ inf_status_t eng_op_sample(struct eng_backend *be, const struct eng_buf *logits,
 bool eng_backend_has_graphs(const struct eng_backend *be);
 /* The graph_* slots (see the table); INF_E_UNSUPPORTED without them. */
 inf_status_t eng_graph_prepare(struct eng_backend *be, const struct eng_attn_params *p,
-                               int32_t bucket, bool *have, struct inf_err *err);
+                               int32_t bucket, const struct eng_upload *ups, int32_t n_ups,
+                               bool *have, struct inf_err *err);
 inf_status_t eng_graph_record(struct eng_backend *be, int32_t bucket, bool begin,
                               struct inf_err *err);
 inf_status_t eng_graph_launch(struct eng_backend *be, int32_t bucket, struct inf_err *err);

@@ -192,11 +192,13 @@ static int32_t linear_parts(struct cpu_ctx *c, int32_t n, int32_t m, int32_t k)
     return parts_for(c, n);
 }
 
+/* Activations are fp32 here: y_f32 asks for what every output already is. */
 static inf_status_t cpu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                                   const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
-                                  int32_t m, struct inf_err *err)
+                                  bool y_f32, int32_t m, struct inf_err *err)
 {
     (void)err;
+    (void)y_f32;
     struct cpu_ctx *c = ctx_of(be);
     const struct cpu_q4 *q = w->impl;
     struct linear_job j = {.kind = 0,

@@ -91,12 +91,12 @@ START_TEST(linear_q4_any_threads)
         struct eng_buf *by;
         ck_assert_int_eq(eng_buf_alloc(be, sizeof y1, &by, NULL), INF_OK);
         struct eng_mat mx = {bx, 0, k}, my = {by, 0, n};
-        ck_assert_int_eq(eng_op_linear_q4(be, qw, bb, mx, my, m, NULL), INF_OK);
+        ck_assert_int_eq(eng_op_linear_q4(be, qw, bb, mx, my, false, m, NULL), INF_OK);
         ck_assert_int_eq(eng_buf_download(be, by, 0, t ? y3 : y1, sizeof y1, NULL), INF_OK);
         /* a view that does not fit is refused, not overrun */
         struct inf_err err;
         struct eng_mat bad = {by, 1, n};
-        ck_assert_int_eq(eng_op_linear_q4(be, qw, bb, mx, bad, m, &err), INF_E_INVALID);
+        ck_assert_int_eq(eng_op_linear_q4(be, qw, bb, mx, bad, false, m, &err), INF_E_INVALID);
         ck_assert_int_eq(eng_op_all_reduce(be, my, n, m, &err), INF_E_UNSUPPORTED);
         eng_weight_q4_destroy(be, qw);
         eng_buf_free(be, bx);

@@ -366,10 +366,10 @@ static void test_linear_q4(int32_t m, int32_t n, int32_t k, int32_t group, bool 
         DIE_IF(eng_buf_from_host(g_gpu, bv, (size_t)n * 4, &bg, &err), "bias");
     }
     DIE_IF(eng_op_linear_q4(g_cpu, wc, bc, (struct eng_mat){x.c, 0, ldx},
-                            (struct eng_mat){y.c, 0, ldy}, m, &err),
+                            (struct eng_mat){y.c, 0, ldy}, false, m, &err),
            "cpu linear_q4");
     DIE_IF(eng_op_linear_q4(g_gpu, wg, bg, (struct eng_mat){x.g, 0, ldx},
-                            (struct eng_mat){y.g, 0, ldy}, m, &err),
+                            (struct eng_mat){y.g, 0, ldy}, false, m, &err),
            "gpu linear_q4");
     char what[128];
     snprintf(what, sizeof what, "linear_q4 m %d n %d k %d g %d %s%s%s", m, n, k, group,
@@ -430,7 +430,7 @@ static void fx_begin(struct fx_step *f, int32_t m)
                                  .v_cache = f->vc,
                                  .n_blocks = m};
     bool have = false;
-    DIE_IF(eng_graph_prepare(g_gpu, &ap, m, &have, &err), "graph_prepare");
+    DIE_IF(eng_graph_prepare(g_gpu, &ap, m, NULL, 0, &have, &err), "graph_prepare");
     free(pos);
     free(seqs);
     free(bt);
@@ -473,13 +473,13 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
                 out = pair_make(NULL, (int64_t)m * ldo), ref = pair_make(NULL, (int64_t)m * ldo);
     /* CPU and the GPU's unfused path */
     DIE_IF(eng_op_linear_q4(g_cpu, wc, NULL, (struct eng_mat){x.c, 0, ldx},
-                            (struct eng_mat){gu.c, 0, n}, m, &err),
+                            (struct eng_mat){gu.c, 0, n}, false, m, &err),
            "cpu linear_q4");
     DIE_IF(eng_op_silu_mul(g_cpu, (struct eng_mat){gu.c, 0, n}, (struct eng_mat){gu.c, dim, n},
                            (struct eng_mat){out.c, 0, ldo}, dim, m, &err),
            "cpu silu");
     DIE_IF(eng_op_linear_q4(g_gpu, wg, NULL, (struct eng_mat){x.g, 0, ldx},
-                            (struct eng_mat){gu.g, 0, n}, m, &err),
+                            (struct eng_mat){gu.g, 0, n}, false, m, &err),
            "gpu linear_q4");
     DIE_IF(eng_op_silu_mul(g_gpu, (struct eng_mat){gu.g, 0, n}, (struct eng_mat){gu.g, dim, n},
                            (struct eng_mat){ref.g, 0, ldo}, dim, m, &err),
@@ -579,7 +579,7 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
     /* a GLU weight is for linear_q4_glu only */
     expect_status("linear_q4 on a GLU weight refused",
                   eng_op_linear_q4(g_gpu, wglu, NULL, (struct eng_mat){x.g, 0, ldx},
-                                   (struct eng_mat){gu.g, 0, n}, m, &err),
+                                   (struct eng_mat){gu.g, 0, n}, false, m, &err),
                   INF_E_INVALID, &err);
     free(h1);
     free(h2);
@@ -596,121 +596,290 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
     free(xv);
 }
 
-/* An o or down projection followed by the RMSNorm that adds it to the
- * residual, as a layer of a decode step runs them: a norm first (its width
- * and output tell the backend which linear it may leave as fixed-point
- * sums), the linear from another buffer, then the norm with the linear's
- * output as delta; twice, so the second linear uses the other word buffer
- * and zeroes the first's. Checked against the CPU backend, and: inside a
- * fixed-shape step with M <= 16 on a large weight the linear's C is never
- * written (the norm read the sums: C keeps its poison), else, and when
- * another op reads C first (flush), C is the linear's output. Outside a
- * fixed-shape step C is always written. */
-static void test_linear_then_norm(int32_t m, int32_t dim, int32_t k, int32_t group,
-                                  bool want_deferred)
+/* ---- the fused halves of a layer ------------------------------------------------ */
+/* An INT4 linear on both backends from the same random weight. */
+struct q4_pair {
+    struct eng_q4w *c, *g;
+    struct eng_linear lc, lg;
+};
+
+static struct q4_pair q4_pair_make(int32_t n, int32_t k, int32_t group, bool glu)
 {
     struct inf_err err = {0};
-    float *wv = frand((int64_t)dim * k, -1, 1);
+    float *wv = frand((int64_t)n * k, -1, 1);
     struct krn_q4_weight q;
-    DIE_IF(eng_q4_quantize(wv, dim, k, group, false, &q, &err), "quantize");
-    struct eng_q4w *wc, *wg;
-    DIE_IF(eng_weight_q4_create(g_cpu, &q, &wc, &err), "cpu q4");
-    DIE_IF(eng_weight_q4_create(g_gpu, &q, &wg, &err), "gpu q4");
+    DIE_IF(eng_q4_quantize(wv, n, k, group, false, &q, &err), "quantize");
+    struct q4_pair p = {0};
+    DIE_IF(eng_weight_q4_create(g_cpu, &q, &p.c, &err), "cpu q4");
+    if (glu)
+        DIE_IF(eng_weight_q4_create_glu(g_gpu, &q, &p.g, &err), "gpu q4 glu");
+    else
+        DIE_IF(eng_weight_q4_create(g_gpu, &q, &p.g, &err), "gpu q4");
     eng_q4_free(&q);
-    float *xv = frand((int64_t)m * dim, -2, 2), *hv = frand((int64_t)m * k, -1, 1);
-    float *nv = frand(dim, 0.5f, 1.5f);
-    struct pair x = pair_make(xv, (int64_t)m * dim), h = pair_make(hv, (int64_t)m * k),
-                d = pair_make(NULL, (int64_t)m * dim), out = pair_make(NULL, (int64_t)m * dim),
-                n0 = pair_make(NULL, (int64_t)m * dim), x0 = pair_make(xv, (int64_t)m * dim);
-    struct eng_buf *wnc, *wng;
-    DIE_IF(eng_buf_from_host(g_cpu, nv, (size_t)dim * 4, &wnc, &err), "w");
-    DIE_IF(eng_buf_from_host(g_gpu, nv, (size_t)dim * 4, &wng, &err), "w");
-    char what[128];
-    for (int flush = 0; flush < 3; flush++) { /* 2: outside a fixed-shape step */
-        struct fx_step fx;
-        if (flush < 2)
-            fx_begin(&fx, m);
-        struct eng_backend *bes[2] = {g_cpu, g_gpu};
-        for (int bi = 0; bi < 2; bi++) {
-            struct eng_backend *be = bes[bi];
-            struct eng_buf *X = bi ? x.g : x.c, *H = bi ? h.g : h.c, *D = bi ? d.g : d.c,
-                           *O = bi ? out.g : out.c, *N0 = bi ? n0.g : n0.c,
-                           *X0 = bi ? x0.g : x0.c;
-            DIE_IF(eng_op_rmsnorm_add(be, (struct eng_mat){X0, 0, dim}, NULL, bi ? wng : wnc,
-                                      1e-5f, (struct eng_mat){N0, 0, dim}, dim, m, &err),
-                   "norm before");
-            DIE_IF(eng_op_linear_q4(be, bi ? wg : wc, NULL, (struct eng_mat){H, 0, k},
-                                    (struct eng_mat){D, 0, dim}, m, &err),
-                   "linear");
-            if (flush == 1) { /* another op reads C first: the sums are written to it */
-                snprintf(what, sizeof what, "linear_q4 m %d n %d k %d, C read first", m, dim, k);
-                if (bi)
-                    compare_view(what, &d, 0, dim, m, dim, 3e-3);
-            }
-            struct eng_mat dm = {D, 0, dim};
-            DIE_IF(eng_op_rmsnorm_add(be, (struct eng_mat){X, 0, dim}, &dm, bi ? wng : wnc, 1e-5f,
-                                      (struct eng_mat){O, 0, dim}, dim, m, &err),
-                   "norm after");
-            /* again: the other word buffer, the first one's words zeroed */
-            DIE_IF(eng_op_linear_q4(be, bi ? wg : wc, NULL, (struct eng_mat){H, 0, k},
-                                    (struct eng_mat){D, 0, dim}, m, &err),
-                   "linear");
-            DIE_IF(eng_op_rmsnorm_add(be, (struct eng_mat){X, 0, dim}, &dm, bi ? wng : wnc, 1e-5f,
-                                      (struct eng_mat){O, 0, dim}, dim, m, &err),
-                   "norm after");
-        }
-        if (flush < 2)
-            fx_end(&fx);
-        const char *how = flush == 1 ? " (C read first)" : flush == 2 ? " (no fixed shape)" : "";
-        snprintf(what, sizeof what, "linear m %d n %d k %d then rmsnorm+add%s: out", m, dim, k,
-                 how);
-        compare_view(what, &out, 0, dim, m, dim, 3e-3);
-        snprintf(what, sizeof what, "linear m %d n %d k %d then rmsnorm+add%s: residual", m, dim,
-                 k, how);
-        compare_view(what, &x, 0, dim, m, dim, 3e-3);
-        if (flush != 1) {
-            /* deferred: the GPU's C still holds its poison */
-            uint16_t *hd = malloc((size_t)m * dim * 2);
-            DIE_IF(eng_buf_download(g_gpu, d.g, 0, hd, (size_t)m * dim * 2, &err), "download");
-            int64_t poisoned = 0;
-            for (int64_t i = 0; i < (int64_t)m * dim; i++)
-                poisoned += hd[i] == 0xffff;
-            const bool deferred = poisoned == (int64_t)m * dim;
-            g_checks++;
-            if (deferred != (want_deferred && flush == 0) || (poisoned && !deferred)) {
-                g_fail++;
-                printf("FAIL linear m %d n %d k %d then rmsnorm%s: C %s (%lld of %lld poisoned)\n",
-                       m, dim, k, how, deferred ? "left to the norm" : "written",
-                       (long long)poisoned, (long long)m * dim);
-            } else {
-                printf("ok   linear m %d n %d k %d then rmsnorm%s: C %s\n", m, dim, k, how,
-                       deferred ? "left to the norm (fixed-point sums)" : "written");
-            }
-            free(hd);
-            /* reset: fresh residual, poisoned C */
-            uint16_t *hx = malloc((size_t)m * dim * 2);
-            for (int64_t i = 0; i < (int64_t)m * dim; i++)
-                hx[i] = inf_f32_to_f16(xv[i]);
-            DIE_IF(eng_buf_upload(g_gpu, x.g, 0, hx, (size_t)m * dim * 2, &err), "upload");
-            DIE_IF(eng_buf_upload(g_cpu, x.c, 0, xv, (size_t)m * dim * 4, &err), "upload");
-            memset(hx, 0xff, (size_t)m * dim * 2);
-            DIE_IF(eng_buf_upload(g_gpu, d.g, 0, hx, (size_t)m * dim * 2, &err), "upload");
-            free(hx);
-        }
-    }
-    pair_free(&x);
-    pair_free(&h);
-    pair_free(&d);
-    pair_free(&out);
-    pair_free(&n0);
-    pair_free(&x0);
-    eng_buf_free(g_cpu, wnc);
-    eng_buf_free(g_gpu, wng);
-    eng_weight_q4_destroy(g_cpu, wc);
-    eng_weight_q4_destroy(g_gpu, wg);
     free(wv);
+    p.lc = (struct eng_linear){.n = n, .k = k, .q4 = p.c};
+    p.lg = (struct eng_linear){.n = n, .k = k, .q4 = p.g, .glu = glu};
+    return p;
+}
+
+static void q4_pair_free(struct q4_pair *p)
+{
+    eng_weight_q4_destroy(g_cpu, p->c);
+    eng_weight_q4_destroy(g_gpu, p->g);
+}
+
+/* The poisoned elements (0xffff) of rows x cols of a GPU buffer. */
+static int64_t poisoned(struct eng_buf *b, int64_t rows, int64_t ld, int64_t cols)
+{
+    struct inf_err err = {0};
+    uint16_t *h = malloc((size_t)rows * ld * 2);
+    DIE_IF(eng_buf_download(g_gpu, b, 0, h, (size_t)rows * ld * 2, &err), "download");
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            n += h[r * ld + c] == 0xffff;
+    free(h);
+    return n;
+}
+
+static void poison(struct eng_buf *b, size_t bytes)
+{
+    struct inf_err err = {0};
+    uint8_t *h = malloc(bytes);
+    memset(h, 0xff, bytes);
+    DIE_IF(eng_buf_upload(g_gpu, b, 0, h, bytes, &err), "poison");
+    free(h);
+}
+
+static void want_words(const char *what, struct eng_buf *b, int64_t rows, int64_t ld, int64_t cols,
+                       bool want)
+{
+    const int64_t n = poisoned(b, rows, ld, cols), all = rows * cols;
+    const bool words = n == all;
+    g_checks++;
+    if (words != want || (n && !words)) {
+        g_fail++;
+        printf("FAIL %s: %lld of %lld poisoned (want %s)\n", what, (long long)n, (long long)all,
+               want ? "the fixed-point words, never written" : "written");
+    } else {
+        printf("ok   %s: %s\n", what, words ? "handed over as fixed-point words" : "written");
+    }
+}
+
+/* The attention half of a layer (eng_op_attn_block) in a decode step of m
+ * sequences with contexts of up to 300 positions, fused q/k/v (bias when
+ * asked) and o: the GPU's fused form inside a fixed-shape step and its
+ * composition outside one, against the CPU's composition (x, xn and both
+ * pools). want_words: inside the step the q/k/v and o linears hand their
+ * sums over as words (their fp16 outputs keep their poison). */
+static void test_attn_block(int32_t m, int32_t nh, int32_t nkv, int32_t hd, int32_t dim,
+                            int32_t group, bool bias, bool want)
+{
+    struct inf_err err = {0};
+    const int32_t qd = nh * hd, kvd = nkv * hd, qkvw = qd + 2 * kvd;
+    int32_t *before = malloc((size_t)m * 4), max_blocks = 0;
+    for (int32_t s = 0; s < m; s++) {
+        before[s] = (int32_t)(rnd() % 300);
+        int32_t need = before[s] / ENG_KV_BLOCK + 1;
+        max_blocks = need > max_blocks ? need : max_blocks;
+    }
+    const int32_t n_blocks = m * max_blocks;
+    int32_t *seqs = malloc((size_t)m * 12), *pos = malloc((size_t)m * 4);
+    int32_t *bt = malloc((size_t)m * max_blocks * 4);
+    for (int32_t s = 0; s < m; s++) {
+        seqs[3 * s] = s;
+        seqs[3 * s + 1] = 1;
+        seqs[3 * s + 2] = s;
+        pos[s] = before[s];
+        for (int32_t b = 0; b < max_blocks; b++)
+            bt[s * max_blocks + b] = b <= before[s] / ENG_KV_BLOCK ? s * max_blocks + b : -1;
+    }
+    struct eng_buf *sc, *sg, *pc, *pg, *bc, *bg;
+    ints_make(seqs, (int64_t)m * 3, &sc, &sg);
+    ints_make(pos, m, &pc, &pg);
+    ints_make(bt, (int64_t)m * max_blocks, &bc, &bg);
+    const int64_t pool = (int64_t)n_blocks * ENG_KV_BLOCK * kvd;
+    float *kv0 = frand(pool, -1, 1), *vv0 = frand(pool, -1, 1);
+    float *xv = frand((int64_t)m * dim, -2, 2), *xnv = frand((int64_t)m * dim, -1, 1);
+    float *nv = frand(dim, 0.5f, 1.5f), *bv = bias ? frand(qkvw, -0.5f, 0.5f) : NULL;
+    struct q4_pair wqkv = q4_pair_make(qkvw, dim, group, false),
+                   wo = q4_pair_make(dim, qd, group, false);
+    struct eng_buf *nc, *ng, *bic = NULL, *big = NULL;
+    DIE_IF(eng_buf_from_host(g_cpu, nv, (size_t)dim * 4, &nc, &err), "norm");
+    DIE_IF(eng_buf_from_host(g_gpu, nv, (size_t)dim * 4, &ng, &err), "norm");
+    if (bias) {
+        DIE_IF(eng_buf_from_host(g_cpu, bv, (size_t)qkvw * 4, &bic, &err), "bias");
+        DIE_IF(eng_buf_from_host(g_gpu, bv, (size_t)qkvw * 4, &big, &err), "bias");
+        wqkv.lc.bias = bic;
+        wqkv.lg.bias = big;
+    }
+    const struct eng_rope_params rope = {.theta = 10000.0f};
+    for (int where = 0; where < 2; where++) { /* 0: inside a fixed-shape step, 1: outside */
+        struct pair x = pair_make(xv, (int64_t)m * dim), xn = pair_make(xnv, (int64_t)m * dim);
+        struct pair kc = pair_make(kv0, pool), vc = pair_make(vv0, pool);
+        struct pair qkv = pair_make(NULL, (int64_t)m * qkvw),
+                    att = pair_make(NULL, (int64_t)m * qd);
+        struct pair d = pair_make(NULL, (int64_t)m * dim);
+        struct eng_attn_block ab = {.m = m,
+                                    .dim = dim,
+                                    .n_qkv = 1,
+                                    .rope = &rope,
+                                    .n_dec = m,
+                                    .eps = 1e-5f,
+                                    .attn = {.n_heads = nh,
+                                             .n_kv_heads = nkv,
+                                             .head_dim = hd,
+                                             .scale = 1.0f / sqrtf((float)hd),
+                                             .n_slots = m,
+                                             .max_blocks = max_blocks,
+                                             .n_blocks = n_blocks}};
+        for (int bi = 0; bi < 2; bi++) {
+            struct eng_backend *be = bi ? g_gpu : g_cpu;
+            struct eng_buf *Q = bi ? qkv.g : qkv.c;
+            struct eng_attn_block b = ab;
+            b.x = (struct eng_mat){bi ? x.g : x.c, 0, dim};
+            b.xn = (struct eng_mat){bi ? xn.g : xn.c, 0, dim};
+            b.qkv[0] = bi ? &wqkv.lg : &wqkv.lc;
+            b.o = bi ? &wo.lg : &wo.lc;
+            b.d = (struct eng_mat){bi ? d.g : d.c, 0, dim};
+            b.norm = bi ? ng : nc;
+            b.seq_dec = bi ? sg : sc;
+            b.attn.q = (struct eng_mat){Q, 0, qkvw};
+            b.attn.k = (struct eng_mat){Q, qd, qkvw};
+            b.attn.v = (struct eng_mat){Q, qd + kvd, qkvw};
+            b.attn.out = (struct eng_mat){bi ? att.g : att.c, 0, qd};
+            b.attn.pos = bi ? pg : pc;
+            b.attn.block_table = bi ? bg : bc;
+            b.attn.k_cache = bi ? kc.g : kc.c;
+            b.attn.v_cache = bi ? vc.g : vc.c;
+            bool have = false;
+            if (bi && where == 0) {
+                struct eng_attn_params ap = b.attn;
+                ap.seqs = sg;
+                ap.n_seqs = m;
+                DIE_IF(eng_graph_prepare(g_gpu, &ap, m, NULL, 0, &have, &err), "graph_prepare");
+            }
+            DIE_IF(eng_op_attn_block(be, &b, &err), "attn_block");
+            if (bi && where == 0)
+                eng_graph_finish(g_gpu);
+        }
+        char what[160];
+        const char *how = where ? "composed" : "fixed-shape step";
+        snprintf(what, sizeof what, "attn_block m %d h %d/%d hd %d dim %d%s (%s): x", m, nh, nkv,
+                 hd, dim, bias ? " bias" : "", how);
+        compare(what, &x, 3e-3);
+        snprintf(what, sizeof what, "attn_block m %d h %d/%d hd %d (%s): xn", m, nh, nkv, hd, how);
+        compare(what, &xn, 5e-3);
+        snprintf(what, sizeof what, "attn_block m %d h %d/%d hd %d (%s): K cache", m, nh, nkv, hd,
+                 how);
+        compare(what, &kc, 3e-3);
+        snprintf(what, sizeof what, "attn_block m %d h %d/%d hd %d (%s): V cache", m, nh, nkv, hd,
+                 how);
+        compare(what, &vc, 3e-3);
+        snprintf(what, sizeof what, "attn_block m %d h %d/%d hd %d (%s): q/k/v", m, nh, nkv, hd,
+                 how);
+        want_words(what, qkv.g, m, qkvw, qkvw, want && where == 0);
+        snprintf(what, sizeof what, "attn_block m %d h %d/%d hd %d (%s): o", m, nh, nkv, hd, how);
+        want_words(what, d.g, m, dim, dim, want && where == 0);
+        pair_free(&x);
+        pair_free(&xn);
+        pair_free(&kc);
+        pair_free(&vc);
+        pair_free(&qkv);
+        pair_free(&att);
+        pair_free(&d);
+    }
+    q4_pair_free(&wqkv);
+    q4_pair_free(&wo);
+    eng_buf_free(g_cpu, nc);
+    eng_buf_free(g_gpu, ng);
+    eng_buf_free(g_cpu, bic);
+    eng_buf_free(g_gpu, big);
+    eng_buf_free(g_cpu, sc);
+    eng_buf_free(g_gpu, sg);
+    eng_buf_free(g_cpu, pc);
+    eng_buf_free(g_gpu, pg);
+    eng_buf_free(g_cpu, bc);
+    eng_buf_free(g_gpu, bg);
+    free(before);
+    free(seqs);
+    free(pos);
+    free(bt);
+    free(kv0);
+    free(vv0);
     free(xv);
-    free(hv);
+    free(xnv);
+    free(nv);
+    free(bv);
+}
+
+/* The MLP half of a layer (eng_op_mlp_block): a GLU gate/up weight on the
+ * GPU (the CPU has none: its plain [gate; up]) and down, inside a
+ * fixed-shape step and outside one, against the CPU (x, xn); want: inside
+ * the step down hands its sums over as words (d keeps its poison). Twice in
+ * a row inside one step, so the second block uses the other word buffer
+ * and zeroes the first's. */
+static void test_mlp_block(int32_t m, int32_t dim, int32_t inter, int32_t group, bool want)
+{
+    struct inf_err err = {0};
+    float *xv = frand((int64_t)m * dim, -2, 2), *xnv = frand((int64_t)m * dim, -1, 1);
+    float *nv = frand(dim, 0.5f, 1.5f);
+    struct q4_pair wgu = q4_pair_make(2 * inter, dim, group, true),
+                   wd = q4_pair_make(dim, inter, group, false);
+    struct eng_buf *nc, *ng;
+    DIE_IF(eng_buf_from_host(g_cpu, nv, (size_t)dim * 4, &nc, &err), "norm");
+    DIE_IF(eng_buf_from_host(g_gpu, nv, (size_t)dim * 4, &ng, &err), "norm");
+    for (int where = 0; where < 2; where++) {
+        struct pair x = pair_make(xv, (int64_t)m * dim), xn = pair_make(xnv, (int64_t)m * dim);
+        struct pair gu = pair_make(NULL, (int64_t)m * 2 * inter),
+                    h = pair_make(NULL, (int64_t)m * inter), d = pair_make(NULL, (int64_t)m * dim);
+        struct fx_step fx;
+        if (where == 0)
+            fx_begin(&fx, m);
+        for (int bi = 0; bi < 2; bi++) {
+            struct eng_mlp_block b = {.m = m,
+                                      .dim = dim,
+                                      .inter = inter,
+                                      .x = {bi ? x.g : x.c, 0, dim},
+                                      .xn = {bi ? xn.g : xn.c, 0, dim},
+                                      .gu = {bi ? &wgu.lg : &wgu.lc},
+                                      .n_gu = 1,
+                                      .gu_out = {bi ? gu.g : gu.c, 0, 2 * inter},
+                                      .h = {bi ? h.g : h.c, 0, inter},
+                                      .down = bi ? &wd.lg : &wd.lc,
+                                      .d = {bi ? d.g : d.c, 0, dim},
+                                      .norm = bi ? ng : nc,
+                                      .eps = 1e-5f};
+            for (int rep = 0; rep < 2; rep++) {
+                if (bi && rep == 1)
+                    poison(d.g, (size_t)m * dim * 2);
+                DIE_IF(eng_op_mlp_block(bi ? g_gpu : g_cpu, &b, &err), "mlp_block");
+            }
+        }
+        if (where == 0)
+            fx_end(&fx);
+        char what[160];
+        const char *how = where ? "composed" : "fixed-shape step";
+        snprintf(what, sizeof what, "mlp_block m %d dim %d inter %d g %d (%s): x", m, dim, inter,
+                 group, how);
+        compare(what, &x, 3e-3);
+        snprintf(what, sizeof what, "mlp_block m %d dim %d inter %d (%s): xn", m, dim, inter, how);
+        compare(what, &xn, 5e-3);
+        snprintf(what, sizeof what, "mlp_block m %d dim %d inter %d (%s): down", m, dim, inter,
+                 how);
+        want_words(what, d.g, m, dim, dim, want && where == 0);
+        pair_free(&x);
+        pair_free(&xn);
+        pair_free(&gu);
+        pair_free(&h);
+        pair_free(&d);
+    }
+    q4_pair_free(&wgu);
+    q4_pair_free(&wd);
+    eng_buf_free(g_cpu, nc);
+    eng_buf_free(g_gpu, ng);
+    free(xv);
+    free(xnv);
     free(nv);
 }
 
@@ -919,7 +1088,7 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
         memset(fx, 0xff, ob);
         DIE_IF(eng_buf_upload(g_gpu, out.g, 0, fx, ob, &err), "poison");
         bool have = false;
-        DIE_IF(eng_graph_prepare(g_gpu, &ag, n_seqs, &have, &err), "graph_prepare");
+        DIE_IF(eng_graph_prepare(g_gpu, &ag, n_seqs, NULL, 0, &have, &err), "graph_prepare");
         DIE_IF(op(g_gpu, &ag, &err), "gpu attention (fixed shape)");
         eng_graph_finish(g_gpu);
         snprintf(what, sizeof what, "attn decode %s h %d/%d hd %d: out (fixed shape)", name,
@@ -1015,13 +1184,22 @@ static void time_attention(int32_t n_seqs, int32_t ctx, int32_t n_new, bool deco
     DIE_IF(eng_buf_from_host(g_gpu, pos, (size_t)n_tok * 4, &pg, &err), "pos");
     DIE_IF(eng_buf_from_host(g_gpu, bt, (size_t)n_blocks * 4, &bg, &err), "bt");
     DIE_IF(eng_buf_alloc(g_gpu, 4, &probe, &err), "probe");
-    struct eng_attn_params a = {.n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
-                                .scale = 1.0f / sqrtf((float)hd), .q = {in, 0, ldq},
+    struct eng_attn_params a = {.n_heads = nh,
+                                .n_kv_heads = nkv,
+                                .head_dim = hd,
+                                .scale = 1.0f / sqrtf((float)hd),
+                                .q = {in, 0, ldq},
                                 .k = {in, (int64_t)nh * hd, ldq},
                                 .v = {in, (int64_t)(nh + nkv) * hd, ldq},
-                                .out = {out, 0, (int64_t)nh * hd}, .pos = pg, .seqs = sg,
-                                .n_seqs = n_seqs, .block_table = bg, .n_slots = n_seqs,
-                                .max_blocks = per_seq, .k_cache = kc, .v_cache = vc,
+                                .out = {out, 0, (int64_t)nh * hd},
+                                .pos = pg,
+                                .seqs = sg,
+                                .n_seqs = n_seqs,
+                                .block_table = bg,
+                                .n_slots = n_seqs,
+                                .max_blocks = per_seq,
+                                .k_cache = kc,
+                                .v_cache = vc,
                                 .n_blocks = n_blocks};
     inf_status_t (*op)(struct eng_backend *, const struct eng_attn_params *, struct inf_err *) =
         decode ? eng_op_attn_decode : eng_op_attn_prefill;
@@ -1248,13 +1426,22 @@ int main(void)
     test_linear_q4_glu(64, 512, 288, 32, true, 8, 24);
     test_linear_q4_glu(7, 256, 100, 32, false, 0, 0);
     test_linear_q4_glu(1000, 1024, 512, 128, false, 0, 8);
-    /* the o / down projection and the RMSNorm after it (fixed-point sums
-     * read by the norm at M <= 16 on weights of 256 tiles or more) */
-    test_linear_then_norm(1, 4096, 4096, 128, true);
-    test_linear_then_norm(5, 4096, 11008, 128, true);
-    test_linear_then_norm(16, 4096, 4096, 64, true);
-    test_linear_then_norm(17, 4096, 4096, 128, false);
-    test_linear_then_norm(3, 288, 768, 32, false); /* tiny */
+    /* the fused halves of a layer: inside a fixed-shape step of at most 16
+     * rows the linears on weights of 256 tiles or more hand their sums over
+     * as fixed-point words (q/k/v to the decode attention, o and down to
+     * the RMSNorm); with a q/k/v bias, more rows, or tiny weights they
+     * write fp16 */
+    test_attn_block(1, 32, 32, 128, 4096, 128, false, true);
+    test_attn_block(5, 32, 8, 128, 4096, 128, false, true);
+    test_attn_block(16, 32, 8, 128, 4096, 64, false, true);
+    test_attn_block(3, 32, 8, 128, 4096, 128, true, false);
+    test_attn_block(17, 32, 8, 128, 4096, 128, false, false);
+    test_attn_block(2, 4, 2, 64, 288, 32, false, false); /* tiny */
+    test_mlp_block(1, 4096, 11008, 128, true);
+    test_mlp_block(4, 4096, 11008, 128, true);
+    test_mlp_block(16, 4096, 14336, 64, true);
+    test_mlp_block(17, 4096, 11008, 128, false);
+    test_mlp_block(3, 288, 768, 32, false); /* tiny */
     test_linear_fp(1, 1024, 288, true, true, false);
     /* fp16 weights at one row: the weight-streaming kernel (gemv.cu):
      * outputs not a multiple of its rows a block, one and several batches

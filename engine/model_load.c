@@ -1,0 +1,739 @@
+/* engine/model_load.c — a Llama-family checkpoint onto a backend: each
+ * linear quantized to INT4 (or kept in fp16/fp32) and repacked by the
+ * backend, the norms, embedding and lm_head, the activation and index
+ * buffers of the forward step (engine/model.c) and the KV pools. */
+#define INF_LOG_MODULE "eng"
+#include "engine/model_impl.h"
+#include "engine/par.h"
+#include "engine/weights/quant.h"
+#include "engine/weights/safetensors.h"
+
+#include <fnmatch.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const default_keep[] = {"model.embed_tokens.*", "lm_head.*"};
+
+void eng_model_opts_default(struct eng_model_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->quant = ENG_QUANT_INT4;
+    o->group_size = 128;
+    o->symmetric = false;
+    o->fuse_qkv = true;
+    o->keep_fp16 = NULL;
+    o->n_keep_fp16 = 0;
+    o->max_tokens = 512;
+    o->n_kv_blocks = 256;
+    o->max_slots = 0;
+    o->max_seq_blocks = 0;
+    o->decode_graphs = ENG_GRAPHS_ON;
+    o->load_threads = 0;
+}
+
+/* ---- loading -------------------------------------------------------------- */
+
+/* Read tensor name of shape [rows][cols] (cols 0 for 1-D) into dst as f32. */
+static inf_status_t read_tensor(const eng_st_t *st, const char *name, int64_t rows, int64_t cols,
+                                float *dst, struct inf_err *err)
+{
+    int64_t shape[2] = {rows, cols};
+    const struct eng_st_tensor *t;
+    inf_status_t s = eng_st_require(st, name, cols ? 2 : 1, shape, &t, err);
+    if (s != INF_OK)
+        return s;
+    return eng_st_read_f32(t, 0, t->numel, dst, err);
+}
+
+static bool keep_fp(const struct eng_model *m, const char *const *names, int32_t n_names)
+{
+    const char *const *pat = m->opts.keep_fp16 ? m->opts.keep_fp16 : default_keep;
+    int32_t np = m->opts.keep_fp16 ? m->opts.n_keep_fp16 : 2;
+    for (int32_t i = 0; i < np; i++)
+        for (int32_t j = 0; j < n_names; j++)
+            if (fnmatch(pat[i], names[j], 0) == 0)
+                return true;
+    return false;
+}
+
+/* A new zeroed layer record, or NULL on out of memory. */
+static struct eng_layer_info *add_info(struct eng_model *m)
+{
+    if (m->n_info == m->cap_info) {
+        int32_t cap = m->cap_info ? 2 * m->cap_info : 16;
+        struct eng_layer_info *p = realloc(m->info, (size_t)cap * sizeof *p);
+        if (!p)
+            return NULL;
+        m->info = p;
+        m->cap_info = cap;
+    }
+    struct eng_layer_info *r = &m->info[m->n_info++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+/* dtype of fp weights: fp16 under INT4 (the layers kept) and on backends
+ * with fp16 activations (a GPU serving quantization none); fp32 otherwise. */
+static enum eng_wdtype fp_wdt(const struct eng_model *m)
+{
+    return m->opts.quant == ENG_QUANT_INT4 || m->be->act_dtype == ENG_ACT_F16 ? ENG_W_F16
+                                                                              : ENG_W_F32;
+}
+
+/* The rows of one linear layer as they lie in the checkpoint: the parts'
+ * tensors ([rows[i]][k] each) stacked in order (q | k | v when fused). */
+struct src {
+    const struct eng_st_tensor *t[3];
+    int32_t rows[3];
+    int32_t np;
+    int32_t k;
+};
+
+/* The tensor holding row r of s, and the element offset of that row in it. */
+static const struct eng_st_tensor *src_row(const struct src *s, int64_t r, int64_t *first)
+{
+    int32_t i = 0;
+    while (i < s->np - 1 && r >= s->rows[i])
+        r -= s->rows[i++];
+    *first = r * s->k;
+    return s->t[i];
+}
+
+/* Work shared by the load threads over the rows of one weight: convert each
+ * row from the checkpoint and quantize it (q set) or store it as fp16 / fp32
+ * (host set). Errors keep the one of the lowest row, whatever the threads. */
+struct rows_job {
+    const struct src *src;
+    struct krn_q4_weight *q;
+    void *host;
+    enum eng_wdtype wdt;
+    pthread_mutex_t mu;
+    int64_t err_row;
+    inf_status_t st;
+    struct inf_err err;
+};
+
+static void rows_fail(struct rows_job *j, int64_t r, inf_status_t st, const struct inf_err *e)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->st == INF_OK || r < j->err_row) {
+        j->st = st;
+        j->err = *e;
+        j->err_row = r;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void rows_run(void *arg, int64_t r0, int64_t r1)
+{
+    struct rows_job *j = arg;
+    const int32_t k = j->src->k;
+    struct inf_err e = {0};
+    float *row = NULL;
+    if (j->q && !(row = malloc((size_t)k * sizeof(float)))) {
+        inf_err_set(&e, INF_E_NOMEM, "out of memory converting a weight");
+        rows_fail(j, r0, INF_E_NOMEM, &e);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t first;
+        const struct eng_st_tensor *t = src_row(j->src, r, &first);
+        inf_status_t s;
+        if (j->q) {
+            s = eng_st_read_f32(t, first, k, row, &e);
+            if (s == INF_OK)
+                s = eng_q4_quantize_rows(row, (int32_t)r, 1, j->q, &e);
+        } else if (j->wdt == ENG_W_F16) {
+            s = eng_st_read_f16(t, first, k, (uint16_t *)j->host + r * k, &e);
+        } else {
+            s = eng_st_read_f32(t, first, k, (float *)j->host + r * k, &e);
+        }
+        if (s != INF_OK) {
+            rows_fail(j, r, s, &e);
+            break;
+        }
+    }
+    free(row);
+}
+
+/* Rows of one weight on the load threads, 16 to a chunk. */
+static inf_status_t rows_convert(struct eng_model *m, struct rows_job *j, int32_t n,
+                                 struct inf_err *err)
+{
+    j->st = INF_OK;
+    pthread_mutex_init(&j->mu, NULL);
+    eng_par_run(m->par, n, 16, rows_run, j);
+    pthread_mutex_destroy(&j->mu);
+    if (j->st != INF_OK)
+        return inf_err_set(err, j->st, "%s", j->err.msg);
+    return INF_OK;
+}
+
+static double secs_since(uint64_t t0)
+{
+    return (double)(inf_now_ns() - t0) * 1e-9;
+}
+
+/* The rows of src converted to an fp buffer of dtype dt on the backend. */
+static inf_status_t upload_fp(struct eng_model *m, const struct src *src, int32_t n,
+                              enum eng_wdtype dt, struct eng_buf **out, struct inf_err *err)
+{
+    size_t bytes = (size_t)n * (size_t)src->k * eng_w_size(dt);
+    uint64_t t0 = inf_now_ns();
+    if (bytes > m->stage_bytes) {
+        /* One host buffer for every fp weight of the load, grown to the
+         * largest: its pages are faulted in once, not once per weight. */
+        free(m->stage);
+        m->stage_bytes = 0;
+        if (!(m->stage = malloc(bytes)))
+            return inf_err_set(err, INF_E_NOMEM, "out of memory converting a %dx%d weight", n,
+                               src->k);
+        m->stage_bytes = bytes;
+    }
+    struct rows_job j = {.src = src, .wdt = dt, .host = m->stage};
+    inf_status_t s = rows_convert(m, &j, n, err);
+    m->t_convert += secs_since(t0);
+    t0 = inf_now_ns();
+    if (s == INF_OK)
+        s = eng_buf_from_host(m->be, j.host, bytes, out, err);
+    m->t_upload += secs_since(t0);
+    return s;
+}
+
+/* Quantize and repack (or upload as fp) the rows of src, [n][k], as linear
+ * `name`. */
+static inf_status_t make_linear(struct eng_model *m, const char *name, const struct src *src,
+                                int32_t n, const float *bias, bool keep, struct lin *l,
+                                struct inf_err *err)
+{
+    inf_status_t s;
+    int32_t k = src->k;
+    struct eng_layer_info *inf = add_info(m);
+    if (!inf)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for layer records");
+    l->info = m->n_info - 1;
+    l->lin.n = n;
+    l->lin.k = k;
+    snprintf(inf->name, sizeof inf->name, "%s", name);
+    inf->n = n;
+    inf->k = k;
+    if (m->opts.quant == ENG_QUANT_INT4 && !keep) {
+        int32_t group = m->opts.group_size, kp = eng_q4_padded_k(k, group);
+        struct krn_q4_weight q;
+        if ((s = eng_q4_alloc(n, k, kp, group == 0 ? kp : group, m->opts.symmetric, &q, err)))
+            return s;
+        uint64_t t0 = inf_now_ns();
+        struct rows_job j = {.src = src, .q = &q};
+        s = rows_convert(m, &j, n, err);
+        m->t_quantize += secs_since(t0);
+        t0 = inf_now_ns();
+        /* a gate/up pair the backend can fuse with its SiLU·mul; where it
+         * declines (INF_E_UNSUPPORTED), a plain weight */
+        if (s == INF_OK && l->lin.glu && !bias && n % 16 == 0 && eng_backend_has_glu(m->be)) {
+            s = eng_weight_q4_create_glu(m->be, &q, &l->lin.q4, err);
+            if (s == INF_E_UNSUPPORTED) {
+                inf_err_clear(err);
+                s = INF_OK;
+            }
+        }
+        l->lin.glu = l->lin.q4 != NULL;
+        if (s == INF_OK && !l->lin.q4)
+            s = eng_weight_q4_create(m->be, &q, &l->lin.q4, err);
+        m->t_q4_backend += secs_since(t0);
+        inf->quantized = true;
+        inf->kp = q.kp;
+        inf->group = q.group;
+        eng_q4_free(&q);
+        if (s != INF_OK)
+            return s;
+    } else {
+        l->lin.glu = false;
+        l->lin.wdt = fp_wdt(m);
+        inf->fp_dtype = l->lin.wdt;
+        inf->kp = k;
+        if ((s = upload_fp(m, src, n, l->lin.wdt, &l->lin.w, err)))
+            return s;
+    }
+    if (bias)
+        return eng_buf_from_host(m->be, bias, (size_t)n * 4, &l->lin.bias, err);
+    return INF_OK;
+}
+
+/* Load the parts (suffixes like "q_proj") of module prefix, each [n_i][k],
+ * as one fused linear (fused) or one linear each into l[0..np). glu: the
+ * parts are a gated MLP's gate and up, which a fused INT4 linear may serve
+ * as one GLU op (struct lin, glu). */
+static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
+                               const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
+                               bool with_bias, const char *fused_name, bool glu, struct lin *l,
+                               struct inf_err *err)
+{
+    int64_t total = 0;
+    for (int32_t i = 0; i < np; i++)
+        total += rows[i];
+    float *b = with_bias ? malloc((size_t)total * sizeof(float)) : NULL;
+    inf_status_t s = INF_OK;
+    char names[3][256];
+    const char *name_ptrs[4];
+    struct src all = {.np = np, .k = k};
+    if (with_bias && !b)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory loading %s", prefix);
+    int64_t r0 = 0;
+    for (int32_t i = 0; i < np; i++) {
+        char bn[256];
+        int64_t shape[2] = {rows[i], k};
+        snprintf(names[i], sizeof names[i], "%s.%s.weight", prefix, parts[i]);
+        name_ptrs[i] = names[i];
+        if ((s = eng_st_require(st, names[i], 2, shape, &all.t[i], err)))
+            goto done;
+        if ((s = eng_st_read_f32(all.t[i], 0, 0, NULL, err))) /* a float dtype */
+            goto done;
+        all.rows[i] = rows[i];
+        if (with_bias) {
+            snprintf(bn, sizeof bn, "%s.%s.bias", prefix, parts[i]);
+            s = read_tensor(st, bn, rows[i], 0, b + r0, err);
+            if (s != INF_OK)
+                goto done;
+        }
+        r0 += rows[i];
+    }
+    if (m->fused) {
+        char fname[320], lname[320];
+        const char *fn = fused_name ? fused_name : "fused";
+        snprintf(fname, sizeof fname, "%s.%s.weight", prefix, fn);
+        snprintf(lname, sizeof lname, "%s.%s", prefix, fn);
+        name_ptrs[np] = fname;
+        l[0].lin.glu = glu;
+        s = make_linear(m, lname, &all, (int32_t)total, b, keep_fp(m, name_ptrs, np + 1), &l[0],
+                        err);
+    } else {
+        r0 = 0;
+        for (int32_t i = 0; i < np && s == INF_OK; i++) {
+            char lname[320];
+            struct src one = {.t = {all.t[i]}, .rows = {rows[i]}, .np = 1, .k = k};
+            snprintf(lname, sizeof lname, "%s.%s", prefix, parts[i]);
+            s = make_linear(m, lname, &one, rows[i], b ? b + r0 : NULL,
+                            keep_fp(m, &name_ptrs[i], 1), &l[i], err);
+            r0 += rows[i];
+        }
+    }
+done:
+    free(b);
+    return s;
+}
+
+static inf_status_t load_single(struct eng_model *m, const eng_st_t *st, const char *prefix,
+                                int32_t n, int32_t k, struct lin *l, struct inf_err *err)
+{
+    const char *parts[1] = {""};
+    char base[128], last[64];
+    /* prefix "a.b.o_proj": split into module "a.b" and part "o_proj" */
+    const char *dot = strrchr(prefix, '.');
+    snprintf(base, sizeof base, "%.*s", (int)(dot - prefix), prefix);
+    snprintf(last, sizeof last, "%s", dot + 1);
+    parts[0] = last;
+    bool fused = m->fused;
+    m->fused = false;
+    inf_status_t s = load_group(m, st, base, parts, &n, 1, k, false, NULL, false, l, err);
+    m->fused = fused;
+    return s;
+}
+
+static inf_status_t load_norm(struct eng_model *m, const eng_st_t *st, const char *name,
+                              struct eng_buf **out, struct inf_err *err)
+{
+    int32_t H = m->cfg.hidden;
+    float *w = malloc((size_t)H * sizeof(float));
+    if (!w)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory loading %s", name);
+    inf_status_t s = read_tensor(st, name, H, 0, w, err);
+    if (s == INF_OK)
+        s = eng_buf_from_host(m->be, w, (size_t)H * 4, out, err);
+    free(w);
+    return s;
+}
+
+/* Start reading the weights of layer l from the disk in the background. */
+static void prefetch_layer(const eng_st_t *st, int32_t l)
+{
+    static const char *const parts[] = {
+        "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+    char nm[128];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, parts[i]);
+        eng_st_prefetch(eng_st_find(st, nm));
+    }
+}
+
+static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
+                                        struct inf_err *err)
+{
+    int32_t V = m->cfg.vocab, H = m->cfg.hidden;
+    int64_t shape[2] = {V, H};
+    struct src emb = {.rows = {V}, .np = 1, .k = H};
+    inf_status_t s = eng_st_require(st, "model.embed_tokens.weight", 2, shape, &emb.t[0], err);
+    if (s != INF_OK)
+        return s;
+    m->embed_dt = fp_wdt(m);
+    if ((s = upload_fp(m, &emb, V, m->embed_dt, &m->embed, err)))
+        return s;
+    const char *hn[1] = {"lm_head.weight"};
+    bool keep = keep_fp(m, hn, 1);
+    if (m->cfg.tie_embeddings && (keep || m->opts.quant == ENG_QUANT_NONE)) {
+        /* The tied head reads the embedding table as is. */
+        struct eng_layer_info *inf = add_info(m);
+        if (!inf)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for layer records");
+        snprintf(inf->name, sizeof inf->name, "lm_head (tied)");
+        inf->n = V;
+        inf->k = H;
+        inf->kp = H;
+        inf->fp_dtype = m->embed_dt;
+        m->lm_head = (struct lin){.lin = {.n = V, .k = H, .w = m->embed, .wdt = m->embed_dt},
+                                  .info = m->n_info - 1,
+                                  .w_borrowed = true};
+        return INF_OK;
+    }
+    if (m->cfg.tie_embeddings)
+        return make_linear(m, "lm_head (tied)", &emb, V, NULL, false, &m->lm_head, err);
+    struct src head = {.rows = {V}, .np = 1, .k = H};
+    if ((s = eng_st_require(st, "lm_head.weight", 2, shape, &head.t[0], err)))
+        return s;
+    eng_st_prefetch(head.t[0]);
+    return make_linear(m, "lm_head", &head, V, NULL, keep, &m->lm_head, err);
+}
+
+static void log_padding(const struct eng_model *m)
+{
+    char buf[512] = "";
+    size_t used = 0;
+    int32_t n_pad = 0, n_q = 0;
+    for (int32_t i = 0; i < m->n_info; i++) {
+        const struct eng_layer_info *l = &m->info[i];
+        if (!l->quantized)
+            continue;
+        n_q++;
+        if (l->kp == l->k)
+            continue;
+        n_pad++;
+        /* One entry per distinct part name (after the layer index). */
+        const char *part = strstr(l->name, "layers.");
+        part = part ? strchr(part + 7, '.') : NULL;
+        part = part ? part + 1 : l->name;
+        char item[96];
+        snprintf(item, sizeof item, "%s %d->%d", part, l->k, l->kp);
+        if (!strstr(buf, item) && used + strlen(item) + 3 < sizeof buf)
+            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", used ? ", " : "", item);
+    }
+    char grp[32];
+    if (m->opts.group_size > 0)
+        snprintf(grp, sizeof grp, "group %d", m->opts.group_size);
+    else
+        snprintf(grp, sizeof grp, "per-channel");
+    if (n_pad > 0)
+        inf_log(INFO, "INT4 %s: %d of %d quantized layers padded along K (%s)", grp, n_pad, n_q,
+                buf);
+    else if (n_q > 0)
+        inf_log(INFO, "INT4 %s: %d layers quantized, none padded", grp, n_q);
+}
+
+static inf_status_t alloc_act(struct eng_model *m, struct eng_buf **b, int64_t elems, size_t esz,
+                              struct inf_err *err)
+{
+    return eng_buf_alloc(m->be, (size_t)elems * esz, b, err);
+}
+
+/* Decode graphs need a backend that records them, planned block tables,
+ * and not being turned off; their largest bucket is max_slots rows, at most
+ * 128 (and max_tokens). */
+static void plan_graphs(struct eng_model *m)
+{
+    int32_t r = m->opts.max_slots < m->opts.max_tokens ? m->opts.max_slots : m->opts.max_tokens;
+    bool on = m->opts.decode_graphs != ENG_GRAPHS_OFF && eng_backend_has_graphs(m->be) &&
+              m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0;
+    m->graph_rows = on ? (r < 128 ? r : 128) : 0;
+}
+
+/* Rows of the logits buffer: a chunk, or a whole decode bucket. */
+static int32_t lo_rows(const struct eng_model *m)
+{
+    return m->graph_rows > LOGIT_ROWS ? m->graph_rows : LOGIT_ROWS;
+}
+
+static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    int64_t T = m->opts.max_tokens;
+    size_t es = eng_act_size(m->be->act_dtype);
+    plan_graphs(m);
+    if (m->graph_rows > T)
+        T = m->graph_rows; /* a padded bucket needs its rows */
+    int64_t qkvw = (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    inf_status_t s;
+    if ((s = alloc_act(m, &m->x, T * c->hidden, es, err)) ||
+        (s = alloc_act(m, &m->xn, T * c->hidden, es, err)) ||
+        (s = alloc_act(m, &m->d, T * c->hidden, es, err)) ||
+        (s = alloc_act(m, &m->qkv, T * qkvw, es, err)) ||
+        (s = alloc_act(m, &m->att, T * c->n_heads * c->head_dim, es, err)) ||
+        (s = alloc_act(m, &m->gu, T * 2 * c->intermediate, es, err)) ||
+        (s = alloc_act(m, &m->h, T * c->intermediate, es, err)) ||
+        (s = alloc_act(m, &m->lx, (int64_t)LOGIT_ROWS * c->hidden, es, err)) ||
+        (s = alloc_act(m, &m->lo, (int64_t)lo_rows(m) * c->vocab, 4, err)) ||
+        (s = alloc_act(m, &m->tok, T, 4, err)) || (s = alloc_act(m, &m->pos, T, 4, err)) ||
+        (s = alloc_act(m, &m->seq_dec, T * 3, 4, err)) ||
+        (s = alloc_act(m, &m->seq_pre, T * 3, 4, err)) || (s = alloc_act(m, &m->lrows, T, 4, err)))
+        return s;
+    m->host_seq_dec = malloc((size_t)T * 3 * sizeof(int32_t));
+    m->host_seq_pre = malloc((size_t)T * 3 * sizeof(int32_t));
+    m->host_lrows = malloc((size_t)T * sizeof(int32_t));
+    if (!m->host_seq_dec || !m->host_seq_pre || !m->host_lrows)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for batch tables");
+    if (m->graph_rows > 0) {
+        m->pad_tok = malloc((size_t)m->graph_rows * sizeof(int32_t));
+        m->pad_pos = malloc((size_t)m->graph_rows * sizeof(int32_t));
+        m->pad_bt =
+            malloc((size_t)m->opts.max_slots * (size_t)m->opts.max_seq_blocks * sizeof(int32_t));
+        if (!m->pad_tok || !m->pad_pos || !m->pad_bt)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for decode tables");
+    }
+    if (eng_backend_can_sample(m->be)) {
+        m->cap_samples = m->opts.max_slots > 0 ? m->opts.max_slots : m->opts.max_tokens;
+        if ((s = eng_backend_sample_reserve(m->be, c->vocab, err)) ||
+            (s = alloc_act(m, &m->samples, m->cap_samples, sizeof(struct eng_sample_out), err)))
+            return s;
+        m->host_rows = malloc((size_t)m->cap_samples * sizeof *m->host_rows);
+        if (!m->host_rows)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for sampling rows");
+        if (eng_backend_can_feed(m->be)) {
+            if ((s = alloc_act(m, &m->feed, T, 4, err)))
+                return s;
+            m->host_feed = malloc((size_t)T * sizeof(int32_t));
+            if (!m->host_feed)
+                return inf_err_set(err, INF_E_NOMEM, "out of memory for the token feed");
+        }
+    }
+    if (m->opts.max_slots > 0 && m->opts.max_seq_blocks > 0 &&
+        (s = alloc_act(m, &m->bt, (int64_t)m->opts.max_slots * m->opts.max_seq_blocks, 4, err)))
+        return s;
+    int32_t nb = m->opts.n_kv_blocks;
+    m->opts.n_kv_blocks = 0;
+    return nb > 0 ? eng_model_kv_reserve(m, nb, err) : INF_OK;
+}
+
+static void kv_free(struct eng_model *m)
+{
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        eng_buf_free(m->be, m->layers[l].k_cache);
+        eng_buf_free(m->be, m->layers[l].v_cache);
+        m->layers[l].k_cache = m->layers[l].v_cache = NULL;
+    }
+    m->opts.n_kv_blocks = 0;
+}
+
+inf_status_t eng_model_kv_reserve(eng_model_t *m, int32_t n_blocks, struct inf_err *err)
+{
+    const struct eng_model_config *c = &m->cfg;
+    if (n_blocks <= 0)
+        return inf_err_set(err, INF_E_INVALID, "KV blocks must be > 0, got %d", n_blocks);
+    kv_free(m);
+    size_t pool = (size_t)n_blocks * ENG_KV_BLOCK * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+                  eng_act_size(m->be->kv_dtype);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        inf_status_t s;
+        if ((s = eng_buf_alloc(m->be, pool, &m->layers[l].k_cache, err)) ||
+            (s = eng_buf_alloc(m->be, pool, &m->layers[l].v_cache, err))) {
+            kv_free(m);
+            return s;
+        }
+    }
+    m->opts.n_kv_blocks = n_blocks;
+    return INF_OK;
+}
+
+inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
+                            const struct eng_model_opts *opts, eng_model_t **out,
+                            struct inf_err *err)
+{
+    *out = NULL;
+    struct eng_model_opts o;
+    if (opts)
+        o = *opts;
+    else
+        eng_model_opts_default(&o);
+    if (o.quant == ENG_QUANT_INT4 && !eng_q4_group_valid(o.group_size))
+        return inf_err_set(err, INF_E_INVALID,
+                           "group_size must be 32, 64, 128, 256 or 0 (per-channel), got %d",
+                           o.group_size);
+    if (o.max_tokens <= 0 || o.n_kv_blocks < 0 || o.n_keep_fp16 < 0 || o.max_slots < 0 ||
+        o.max_seq_blocks < 0 || o.load_threads < 0)
+        return inf_err_set(err, INF_E_INVALID,
+                           "max_tokens must be > 0; n_kv_blocks, max_slots, max_seq_blocks and "
+                           "load_threads >= 0");
+    eng_st_t *st = NULL;
+    struct eng_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for a model");
+    m->be = be;
+    m->opts = o;
+    m->fused = o.fuse_qkv;
+    inf_status_t s = eng_model_config_load(dir, &m->cfg, err);
+    if (s != INF_OK)
+        goto fail;
+    const struct eng_model_config *c = &m->cfg;
+    if (c->head_dim > 512 || (c->head_dim & 1)) {
+        s = inf_err_set(err, INF_E_UNSUPPORTED, "head_dim %d is not supported", c->head_dim);
+        goto fail;
+    }
+    m->rope = (struct eng_rope_params){.theta = c->rope_theta,
+                                       .llama3 = c->rope_llama3,
+                                       .factor = c->rope_factor,
+                                       .low_freq = c->rope_low_freq,
+                                       .high_freq = c->rope_high_freq,
+                                       .orig_max_pos = c->rope_orig_max_pos};
+    s = eng_st_open(dir, &st, err);
+    if (s != INF_OK)
+        goto fail;
+    uint64_t t_load = inf_now_ns();
+    if ((s = eng_par_create(o.load_threads, &m->par, err)))
+        goto fail;
+    prefetch_layer(st, 0);
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        s = inf_err_set(err, INF_E_NOMEM, "out of memory for layers");
+        goto fail;
+    }
+    int32_t H = c->hidden, I = c->intermediate, qd = c->n_heads * c->head_dim,
+            kvd = c->n_kv_heads * c->head_dim;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        struct layer *L = &m->layers[l];
+        char pre[96], nm[128];
+        if (l + 1 < c->n_layers)
+            prefetch_layer(st, l + 1);
+        static const char *const qkv_parts[3] = {"q_proj", "k_proj", "v_proj"};
+        static const char *const gu_parts[2] = {"gate_proj", "up_proj"};
+        int32_t qkv_rows[3] = {qd, kvd, kvd}, gu_rows[2] = {I, I};
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        if ((s = load_norm(m, st, nm, &L->attn_norm, err)))
+            goto fail;
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        if ((s = load_norm(m, st, nm, &L->mlp_norm, err)))
+            goto fail;
+        snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
+        if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", false,
+                            L->qkv, err)))
+            goto fail;
+        snprintf(nm, sizeof nm, "%s.o_proj", pre);
+        if ((s = load_single(m, st, nm, H, qd, &L->o, err)))
+            goto fail;
+        snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+        if ((s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true, L->gu,
+                            err)))
+            goto fail;
+        snprintf(nm, sizeof nm, "%s.down_proj", pre);
+        if ((s = load_single(m, st, nm, H, I, &L->down, err)))
+            goto fail;
+    }
+    if ((s = load_norm(m, st, "model.norm.weight", &m->final_norm, err)) ||
+        (s = load_embed_and_head(m, st, err)))
+        goto fail;
+    inf_log(INFO,
+            "weights loaded in %.2f s on %d threads: INT4 convert+quantize %.2f s, repack+upload "
+            "%.2f s; fp convert %.2f s, upload %.2f s",
+            secs_since(t_load), eng_par_size(m->par), m->t_quantize, m->t_q4_backend, m->t_convert,
+            m->t_upload);
+    eng_par_destroy(m->par);
+    m->par = NULL;
+    free(m->stage);
+    m->stage = NULL;
+    m->stage_bytes = 0;
+    if ((s = alloc_work(m, err)))
+        goto fail;
+    eng_st_close(st);
+    log_padding(m);
+    *out = m;
+    return INF_OK;
+fail:
+    eng_st_close(st);
+    eng_model_destroy(m);
+    return s;
+}
+
+static void lin_free(struct eng_backend *be, struct lin *l)
+{
+    eng_weight_q4_destroy(be, l->lin.q4);
+    if (!l->w_borrowed)
+        eng_buf_free(be, l->lin.w);
+    eng_buf_free(be, l->lin.bias);
+    memset(l, 0, sizeof *l);
+}
+
+void eng_model_destroy(eng_model_t *m)
+{
+    if (!m)
+        return;
+    struct eng_backend *be = m->be;
+    if (m->layers) {
+        kv_free(m);
+        for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+            struct layer *L = &m->layers[l];
+            eng_buf_free(be, L->attn_norm);
+            eng_buf_free(be, L->mlp_norm);
+            for (int i = 0; i < 3; i++)
+                lin_free(be, &L->qkv[i]);
+            lin_free(be, &L->o);
+            lin_free(be, &L->gu[0]);
+            lin_free(be, &L->gu[1]);
+            lin_free(be, &L->down);
+        }
+    }
+    lin_free(be, &m->lm_head);
+    eng_buf_free(be, m->embed);
+    eng_buf_free(be, m->final_norm);
+    struct eng_buf *bufs[] = {m->x,       m->xn,    m->d,  m->qkv,     m->att, m->gu,
+                              m->h,       m->lx,    m->lo, m->tok,     m->pos, m->seq_dec,
+                              m->seq_pre, m->lrows, m->bt, m->samples, m->feed};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        eng_buf_free(be, bufs[i]);
+    free(m->host_seq_dec);
+    free(m->host_seq_pre);
+    free(m->host_lrows);
+    free(m->host_rows);
+    free(m->host_feed);
+    free(m->pad_tok);
+    free(m->pad_pos);
+    free(m->pad_bt);
+    free(m->layers);
+    free(m->info);
+    eng_par_destroy(m->par);
+    free(m->stage);
+    free(m);
+}
+
+const struct eng_model_config *eng_model_config(const eng_model_t *m)
+{
+    return &m->cfg;
+}
+
+int32_t eng_model_max_tokens(const eng_model_t *m)
+{
+    return m->opts.max_tokens;
+}
+
+int32_t eng_model_n_kv_blocks(const eng_model_t *m)
+{
+    return m->opts.n_kv_blocks;
+}
+
+int32_t eng_model_layer_count(const eng_model_t *m)
+{
+    return m->n_info;
+}
+
+const struct eng_layer_info *eng_model_layer_info(const eng_model_t *m, int32_t i)
+{
+    return i >= 0 && i < m->n_info ? &m->info[i] : NULL;
+}
