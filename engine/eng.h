@@ -22,30 +22,39 @@ typedef struct eng_engine eng_engine_t;
 enum eng_backend_kind { ENG_BACKEND_CPU, ENG_BACKEND_CUDA, ENG_BACKEND_MOCK };
 
 struct eng_config {
-    const char *model_dir;       /* Hugging Face folder (config.json, safetensors, tokenizer.json) */
+    const char *model_dir; /* Hugging Face folder (config.json, safetensors, tokenizer.json) */
     enum eng_backend_kind backend;
-    int32_t threads;             /* CPU backend worker threads, 0 = one per core */
-    int32_t n_devices;           /* CUDA: devices[0..n_devices) */
+    int32_t threads;   /* CPU backend worker threads, 0 = one per core */
+    int32_t n_devices; /* CUDA: devices[0..n_devices) */
     const int32_t *devices;
-    int32_t tp;                  /* tensor-parallel ranks */
-    int32_t max_batch;           /* running sequences at once (default 128) */
-    int32_t max_batched_tokens;  /* token budget of one step; 0: the backend's
-                                    for its device (8192 on CUDA devices of
-                                    compute capability 9+ and 70+ GiB), else
-                                    2048 (never below max_batch) */
-    int32_t max_model_len;       /* 0 = the model's max_position_embeddings */
-    int64_t kv_cache_tokens;     /* KV capacity in tokens, 0 = automatic */
+    int32_t tp;                 /* tensor-parallel ranks */
+    int32_t max_batch;          /* running sequences at once (default 128) */
+    int32_t max_batched_tokens; /* token budget of one step; 0: the backend's
+                                   for its device (8192 on CUDA devices of
+                                   compute capability 9+ and 70+ GiB), else
+                                   2048 (never below max_batch) */
+    int32_t max_model_len;      /* 0 = the model's max_position_embeddings */
+    int64_t kv_cache_tokens;    /* KV capacity in tokens, 0 = automatic */
     float gpu_memory_utilization;
-    int32_t max_queue;           /* waiting requests before INF_E_BUSY (default 256) */
-    bool quantize;               /* false = quantization "none" */
-    int32_t group_size;          /* 32, 64, 128, 256, or -1 per-channel */
+    int32_t max_queue;  /* waiting requests before INF_E_BUSY (default 256) */
+    bool quantize;      /* false = quantization "none" */
+    int32_t group_size; /* 32, 64, 128, 256, or -1 per-channel */
     bool symmetric;
-    int32_t n_keep_fp16;         /* name patterns of layers kept in fp16 */
+    int32_t n_keep_fp16; /* name patterns of layers kept in fp16 */
     const char *const *keep_fp16;
-    bool fuse_qkv;               /* fuse q/k/v and gate/up (default true) */
-    uint64_t seed;               /* base seed for requests without one */
-    uint32_t min_step_us;        /* test hook: every step lasts at least this long (0 = off;
-                                  * env INT4SERVE_MIN_STEP_US is used when this is 0) */
+    bool fuse_qkv;      /* fuse q/k/v and gate/up (default true) */
+    uint64_t seed;      /* base seed for requests without one */
+    bool enforce_eager; /* decode steps run their ops as they come: no
+                           recorded graphs (a device backend) */
+    bool skip_warm_up;  /* serve at once: no warm-up (decode graphs recorded and
+                           kernels first launched by the first requests) */
+    /* Test hooks, for the project's own tests (0 / false: off). */
+    uint32_t min_step_us;      /* every step lasts at least this long */
+    bool no_overlap;           /* plan every step only once the one before is back */
+    int32_t mock_vocab;        /* mock backend: its vocabulary (0: the mock's default) */
+    int32_t mock_fail_step;    /* mock backend: the forward that fails (engine/mock/mock.h) */
+    bool mock_device_sampling; /* mock backend: sample "on the device", so that the
+                                  scheduler queues decode steps ahead */
 };
 
 /* ---- requests ------------------------------------------------------------------ */
@@ -58,11 +67,11 @@ struct eng_sampling {
     float frequency_penalty;  /* 0 = off */
     float repetition_penalty; /* 1 = off */
     bool has_seed;
-    uint64_t seed;            /* choice i of n samples with seed + i */
+    uint64_t seed; /* choice i of n samples with seed + i */
     int32_t n_logit_bias;
-    int32_t *logit_bias_ids;  /* [n_logit_bias], owned by the request */
-    float *logit_bias_vals;   /* [n_logit_bias], owned by the request */
-    int32_t logprobs;         /* -1 = none, else top-n alternatives (0..5) with the chosen token's */
+    int32_t *logit_bias_ids; /* [n_logit_bias], owned by the request */
+    float *logit_bias_vals;  /* [n_logit_bias], owned by the request */
+    int32_t logprobs;        /* -1 = none, else top-n alternatives (0..5) with the chosen token's */
     bool ignore_eos;
 };
 
@@ -71,12 +80,12 @@ struct eng_sampling {
 /* One completion request. Built by the server with eng_request_create, all
  * arrays malloc'd and owned by the request (freed by eng_request_destroy). */
 struct eng_request {
-    uint64_t id;              /* unique, chosen by the server; echoed in every event */
+    uint64_t id; /* unique, chosen by the server; echoed in every event */
     int32_t n_prompt;
-    int32_t *prompt;          /* [n_prompt] token ids */
-    int32_t max_tokens;       /* >= 1; prompt + max_tokens <= max model length (checked by caller) */
-    int32_t min_tokens;       /* EOS and stop strings ignored before this many tokens */
-    int32_t n;                /* choices, sharing the prompt's KV blocks */
+    int32_t *prompt;    /* [n_prompt] token ids */
+    int32_t max_tokens; /* >= 1; prompt + max_tokens <= max model length (checked by caller) */
+    int32_t min_tokens; /* EOS and stop strings ignored before this many tokens */
+    int32_t n;          /* choices, sharing the prompt's KV blocks */
     struct eng_sampling sampling;
     int32_t n_stop;
     char *stop[ENG_MAX_STOP]; /* NUL-terminated, owned */
@@ -102,7 +111,7 @@ enum eng_finish {
 
 struct eng_token_info {
     int32_t id;
-    float logprob;             /* of the chosen token (when logprobs >= 0) */
+    float logprob; /* of the chosen token (when logprobs >= 0) */
     int32_t n_top;
     int32_t top_ids[5];
     float top_logprobs[5];
@@ -121,21 +130,21 @@ enum eng_event_kind {
 };
 
 struct eng_event {
-    struct inf_qnode node;      /* outbox link */
+    struct inf_qnode node; /* outbox link */
     enum eng_event_kind kind;
     uint64_t req_id;
-    int32_t choice;             /* DELTA: which of the n choices */
-    char *text;                 /* DELTA: UTF-8 delta, never ending inside a character */
+    int32_t choice; /* DELTA: which of the n choices */
+    char *text;     /* DELTA: UTF-8 delta, never ending inside a character */
     size_t text_len;
-    int32_t n_tokens;           /* DELTA: tokens this delta covers; PROMPT: n_prompt */
+    int32_t n_tokens; /* DELTA: tokens this delta covers; PROMPT: n_prompt */
     struct eng_token_info *tokens;
-    enum eng_finish finish;     /* DELTA: the choice's finish, or NONE */
-    int32_t prompt_tokens;      /* DONE */
-    int32_t completion_tokens;  /* DONE: summed over choices */
-    uint64_t queue_ns;          /* DONE: time waiting before the first step */
-    uint64_t ttft_ns;           /* DONE: submit to first token */
-    inf_status_t status;        /* ERROR */
-    char msg[INF_ERR_LEN];      /* ERROR */
+    enum eng_finish finish;    /* DELTA: the choice's finish, or NONE */
+    int32_t prompt_tokens;     /* DONE */
+    int32_t completion_tokens; /* DONE: summed over choices */
+    uint64_t queue_ns;         /* DONE: time waiting before the first step */
+    uint64_t ttft_ns;          /* DONE: submit to first token */
+    inf_status_t status;       /* ERROR */
+    char msg[INF_ERR_LEN];     /* ERROR */
 };
 
 /* Frees an event taken from eng_events_take (and what it owns). NULL no-op. */
@@ -185,15 +194,15 @@ void eng_engine_info(const eng_engine_t *eng, struct eng_info *info);
 
 /* Gauges and counters for /metrics (a snapshot). Thread: any. */
 struct eng_stats {
-    int32_t running, waiting;       /* sequences (each started choice of a request is one) */
+    int32_t running, waiting; /* sequences (each started choice of a request is one) */
     int64_t kv_blocks_used, kv_blocks_total;
     uint64_t prompt_tokens_total, generation_tokens_total;
     uint64_t preemptions_total;
     uint64_t steps_total;
-    uint64_t batched_steps_total;   /* steps that ran more than one sequence */
-    uint64_t steps_ahead_total;     /* decode steps queued before the step before them was back */
+    uint64_t batched_steps_total; /* steps that ran more than one sequence */
+    uint64_t steps_ahead_total;   /* decode steps queued before the step before them was back */
     int32_t max_running_seen;
-    bool failed;                    /* sticky device error: /health answers 503 */
+    bool failed; /* sticky device error: /health answers 503 */
 };
 void eng_engine_stats(eng_engine_t *eng, struct eng_stats *st);
 

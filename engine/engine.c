@@ -45,7 +45,7 @@ struct eng_engine {
     struct eng_lm lm;
     const struct eng_detok_ops *detok;
     struct eng_detok_ops tok_ops; /* detok when it is the tokenizer's */
-    tok_tokenizer_t *tok;               /* the server's tokenizer (NULL for none) */
+    tok_tokenizer_t *tok;         /* the server's tokenizer (NULL for none) */
     eng_sched_t *sched;           /* engine thread only, after create */
     inf_queue_t *inbox, *outbox;
     pthread_t thread;
@@ -264,20 +264,6 @@ tok_tokenizer_t *eng_engine_tokenizer(const eng_engine_t *eng)
 }
 
 /* ---- lifetime -------------------------------------------------------------------------- */
-static int32_t env_int(const char *name, int32_t dflt)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return dflt;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < 0 || x > INT32_MAX) {
-        inf_log(WARN, "ignoring %s=%s (not a non-negative integer)", name, v);
-        return dflt;
-    }
-    return (int32_t)x;
-}
-
 /* KV bytes per token: K and V of every layer in the backend's KV dtype. */
 static int64_t kv_bytes_per_token(const struct eng_model_config *mc, const struct eng_backend *be)
 {
@@ -447,12 +433,10 @@ static inf_status_t load_model(eng_engine_t *eng, struct inf_err *err)
     switch (cfg->backend) {
     case ENG_BACKEND_MOCK: {
         struct eng_mock_config mc = {
-            .vocab = env_int("INT4SERVE_MOCK_VOCAB", 0),
+            .vocab = cfg->mock_vocab,
             .max_len = cfg->max_model_len,
-            .fail_at_step = env_int("INT4SERVE_MOCK_FAIL_STEP", 0),
-            /* test hook: sample "on the device", so that the scheduler
-             * queues decode steps ahead (engine/mock/mock.h) */
-            .device_sampling = env_int("INT4SERVE_MOCK_DEVICE_SAMPLING", 0) != 0,
+            .fail_at_step = cfg->mock_fail_step,
+            .device_sampling = cfg->mock_device_sampling,
         };
         st = eng_mock_create(&mc, &eng->lm, err);
         if (st != INF_OK)
@@ -494,9 +478,11 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         st = inf_err_set(err, INF_E_INVALID, "engine limits must not be negative");
         goto fail_cfg;
     }
-    uint32_t min_step_us =
-        cfg->min_step_us ? cfg->min_step_us : (uint32_t)env_int("INT4SERVE_MIN_STEP_US", 0);
-    eng->min_step_ns = (uint64_t)min_step_us * 1000ull;
+    eng->min_step_ns = (uint64_t)cfg->min_step_us * 1000ull;
+    if (cfg->mock_vocab < 0 || cfg->mock_fail_step < 0) {
+        st = inf_err_set(err, INF_E_INVALID, "mock settings must not be negative");
+        goto fail_cfg;
+    }
 
     st = load_model(eng, err);
     if (st != INF_OK)
@@ -514,17 +500,14 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         .max_model_len = eng->cfg.max_model_len,
         .kv_blocks = (int32_t)(kv_tokens / ENG_KV_BLOCK),
         .seed = eng->cfg.seed,
-        /* INT4SERVE_OVERLAP=0: every step planned only once the one before
-         * is back (diagnosis) */
-        .no_overlap = env_int("INT4SERVE_OVERLAP", 1) == 0,
+        .no_overlap = eng->cfg.no_overlap,
     };
     st = eng_sched_create(&sc, &eng->lm, eng->detok, outbox_push, eng, &eng->sched, err);
     if (st != INF_OK)
         goto fail_lm;
     /* A device model warms up before serving, so that the first requests do
-     * not pay the lazy set-up (kernel loading, decode-graph recording):
-     * INT4SERVE_WARMUP=0 skips it (diagnosis). */
-    if (eng->lm.warm_up && env_int("INT4SERVE_WARMUP", 1) != 0) {
+     * not pay the lazy set-up (kernel loading, decode-graph recording). */
+    if (eng->lm.warm_up && !eng->cfg.skip_warm_up) {
         const uint64_t t0 = inf_now_ns();
         int32_t n_graphs = 0, n_prompt = 0;
         st = eng->lm.warm_up(eng->lm.self, eng->cfg.max_batch, eng->cfg.max_batched_tokens,

@@ -95,6 +95,14 @@ const struct srv_config_key srv_config_keys[] = {
     {.section = "engine", .name = "seed", .type = SRV_CFG_INT, .offset = OFF(seed),
      .min = 0, .max = INT64_MAX, .def = "0",
      .help = "base sampling seed for requests that give none"},
+    {.section = "engine", .name = "enforce_eager", .type = SRV_CFG_BOOL,
+     .offset = OFF(enforce_eager), .def = "false",
+     .help = "run decode steps op by op instead of replaying recorded CUDA graphs (cuda "
+             "backend; slower, for diagnosis)"},
+    {.section = "engine", .name = "warm_up", .type = SRV_CFG_BOOL, .offset = OFF(warm_up),
+     .def = "true",
+     .help = "before serving, run the prefill and decode shapes once so that the first "
+             "requests do not pay kernel loading and graph recording (cuda backend)"},
 
     {.section = "limits", .name = "max_queue", .type = SRV_CFG_INT, .offset = OFF(max_queue),
      .min = 1, .max = 1048576, .def = "256",
@@ -117,6 +125,20 @@ const struct srv_config_key srv_config_keys[] = {
     {.section = "limits", .name = "drain_timeout", .type = SRV_CFG_FLOAT,
      .offset = OFF(drain_timeout), .fmin = 0, .fmax = 3600, .def = "30",
      .help = "seconds to finish running requests on SIGTERM; 0: abort them at once"},
+
+    {.section = "testing", .name = "min_step_us", .type = SRV_CFG_INT,
+     .offset = OFF(min_step_us), .min = 0, .max = 10000000, .def = "0",
+     .help = "test hook: every engine step lasts at least this many microseconds; 0: off"},
+    {.section = "testing", .name = "mock_vocab", .type = SRV_CFG_INT, .offset = OFF(mock_vocab),
+     .min = 0, .max = 1048576, .def = "0",
+     .help = "test hook: the mock backend's vocabulary; 0: its default"},
+    {.section = "testing", .name = "mock_fail_step", .type = SRV_CFG_INT,
+     .offset = OFF(mock_fail_step), .min = 0, .max = INT32_MAX, .def = "0",
+     .help = "test hook: the mock backend's forward step that fails (engine failure); 0: none"},
+    {.section = "testing", .name = "mock_device_sampling", .type = SRV_CFG_BOOL,
+     .offset = OFF(mock_device_sampling), .def = "false",
+     .help = "test hook: the mock backend samples \"on the device\", so that decode steps are "
+             "queued ahead"},
 };
 /* clang-format on */
 

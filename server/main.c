@@ -63,6 +63,12 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     ecfg->keep_fp16 = cfg->keep_fp16.v;
     ecfg->fuse_qkv = cfg->fuse_qkv;
     ecfg->seed = (uint64_t)cfg->seed;
+    ecfg->enforce_eager = cfg->enforce_eager;
+    ecfg->skip_warm_up = !cfg->warm_up;
+    ecfg->min_step_us = (uint32_t)cfg->min_step_us;
+    ecfg->mock_vocab = (int32_t)cfg->mock_vocab;
+    ecfg->mock_fail_step = (int32_t)cfg->mock_fail_step;
+    ecfg->mock_device_sampling = cfg->mock_device_sampling;
     return 0;
 }
 

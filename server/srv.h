@@ -55,6 +55,8 @@ struct srv_config {
     int64_t kv_cache_tokens;       /* 0 = as many as memory allows */
     double gpu_memory_utilization; /* fraction of GPU memory to take */
     int64_t seed;                  /* sampling seed for requests without one */
+    bool enforce_eager;            /* no decode graphs */
+    bool warm_up;                  /* warm the device model up before serving */
     /* [limits] */
     int64_t max_queue;          /* requests waiting for admission */
     int64_t body_limit;         /* bytes */
@@ -63,6 +65,11 @@ struct srv_config {
     int64_t per_ip_connections; /* per client address; 0 = no limit */
     double connection_timeout;  /* seconds idle before a connection is closed; 0 = never */
     double drain_timeout;       /* seconds to finish requests on SIGTERM; 0 = abort now */
+    /* [testing]: hooks for the project's own tests */
+    int64_t min_step_us;       /* every engine step lasts at least this long */
+    int64_t mock_vocab;        /* mock backend: vocabulary; 0 = its default */
+    int64_t mock_fail_step;    /* mock backend: the forward that fails; 0 = none */
+    bool mock_device_sampling; /* mock backend: samples "on the device" */
 
     const char *config_path; /* the file read, or NULL */
     const char **origin;     /* per key (index in srv_config_keys): "default",
@@ -161,16 +168,16 @@ void srv_config_log(const struct srv_config *cfg);
 
 /* What the HTTP side needs, filled by main from the configuration. */
 struct srv_options {
-    const char *host;              /* listen address, e.g. "127.0.0.1" */
-    int32_t port;                  /* 0 = an ephemeral port (logged once bound) */
-    const char *api_key;           /* NULL or "" = no authentication */
-    const char *model_name;        /* the id /v1/models lists and requests must name */
-    size_t max_body_bytes;         /* larger bodies are answered 413 (default 2 MiB) */
-    uint32_t max_connections;      /* MHD connection limit (0 = libmicrohttpd's default) */
+    const char *host;                /* listen address, e.g. "127.0.0.1" */
+    int32_t port;                    /* 0 = an ephemeral port (logged once bound) */
+    const char *api_key;             /* NULL or "" = no authentication */
+    const char *model_name;          /* the id /v1/models lists and requests must name */
+    size_t max_body_bytes;           /* larger bodies are answered 413 (default 2 MiB) */
+    uint32_t max_connections;        /* MHD connection limit (0 = libmicrohttpd's default) */
     uint32_t max_connections_per_ip; /* 0 = unlimited */
-    uint32_t connection_timeout_s; /* idle / header timeout, 0 = none */
-    size_t connection_memory_limit; /* per-connection buffer (0 = default) */
-    double drain_timeout_s;        /* on SIGTERM, wait this long for running requests; 0 = abort */
+    uint32_t connection_timeout_s;   /* idle / header timeout, 0 = none */
+    size_t connection_memory_limit;  /* per-connection buffer (0 = default) */
+    double drain_timeout_s; /* on SIGTERM, wait this long for running requests; 0 = abort */
 };
 
 /* Default values for every field (max_body 2 MiB, drain 30 s, host 127.0.0.1,

@@ -21,10 +21,10 @@
  * or overwritten by mistake changes the outputs. So scheduling, preemption or
  * recompute bugs show up as errors or wrong text.
  *
- * The engine's mock backend ignores model_dir; INT4SERVE_MOCK_VOCAB sets the
- * vocabulary, max_model_len the length, INT4SERVE_MOCK_FAIL_STEP the fault
- * hook below, INT4SERVE_MOCK_DEVICE_SAMPLING=1 its device_sampling, and
- * INT4SERVE_MIN_STEP_US (any backend) a minimum step time. */
+ * The engine's mock backend ignores model_dir; eng_config's test hooks set
+ * the rest: mock_vocab the vocabulary, max_model_len the length,
+ * mock_fail_step the fault hook below, mock_device_sampling its
+ * device_sampling, and min_step_us (any backend) a minimum step time. */
 #include "engine/sched/scheduler_impl.h"
 #include "tokenizer/tokenizer.h"
 

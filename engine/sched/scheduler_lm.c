@@ -123,6 +123,7 @@ void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_m
         .kv_blocks = (int32_t)(cfg->kv_cache_tokens / ENG_KV_BLOCK),
         .max_batch = cfg->max_batch,
         .max_model_len = cfg->max_model_len,
+        .eager = cfg->enforce_eager,
     };
 }
 
@@ -151,9 +152,7 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     }
     mo.max_tokens = o->max_tokens;
     mo.n_kv_blocks = o->kv_blocks;
-    /* INT4SERVE_CUDA_GRAPHS=0 turns decode graphs off (diagnosis). */
-    const char *graphs = getenv("INT4SERVE_CUDA_GRAPHS");
-    if (graphs && strcmp(graphs, "0") == 0)
+    if (o->eager)
         mo.decode_graphs = ENG_GRAPHS_OFF;
     if (o->max_batch > 0 && o->max_model_len > 0) {
         mo.max_slots = o->max_batch;

@@ -18,6 +18,7 @@ struct eng_lm_model_opts {
     int32_t kv_blocks;     /* KV pool of the model, in blocks; 0: none until kv_reserve */
     int32_t max_batch;     /* sequences of one step (block tables planned at load; 0: grow) */
     int32_t max_model_len; /* tokens of one sequence (idem) */
+    bool eager;            /* no decode graphs (eng_config's enforce_eager) */
 };
 
 /* The opts of cfg's model (dir, quantization, fp16 layers, max_tokens from

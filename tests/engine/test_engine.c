@@ -146,6 +146,9 @@ static void pump(eng_engine_t *eng, int want, int timeout_ms)
         }                                                                                          \
     } while (0)
 
+/* The mock's forward that fails (mock_fail_step) for the next open_engine. */
+static int32_t g_fail_step;
+
 static eng_engine_t *open_engine(int32_t max_batch, int32_t max_queue, uint32_t min_step_us,
                                  int32_t max_len, int64_t kv_tokens)
 {
@@ -157,6 +160,7 @@ static eng_engine_t *open_engine(int32_t max_batch, int32_t max_queue, uint32_t 
     cfg.min_step_us = min_step_us;
     cfg.max_model_len = max_len;
     cfg.kv_cache_tokens = kv_tokens;
+    cfg.mock_fail_step = g_fail_step;
     eng_engine_t *eng = NULL;
     struct inf_err err;
     inf_status_t st = eng_engine_create(&cfg, on_notify, NULL, &eng, &err);
@@ -454,14 +458,12 @@ START_TEST(min_step_time_hook)
      * the tenth step's sleep */
     ck_assert_uint_ge(dt, 45000000ull);
     eng_engine_destroy(eng);
-
-    setenv("INT4SERVE_MIN_STEP_US", "4000", 1);
+    /* and off: the same ten steps of the mock take well under that */
     eng = open_engine(4, 8, 0, 256, 0);
-    unsetenv("INT4SERVE_MIN_STEP_US");
     t0 = inf_now_ns();
     submit_ok(eng, mkreq(1, 10, 1, 10));
     pump(eng, 1, 5000);
-    ck_assert_uint_ge(inf_now_ns() - t0, 36000000ull);
+    ck_assert_uint_lt(inf_now_ns() - t0, 45000000ull);
     eng_engine_destroy(eng);
 }
 END_TEST
@@ -492,9 +494,9 @@ END_TEST
 
 START_TEST(device_failure_is_sticky)
 {
-    setenv("INT4SERVE_MOCK_FAIL_STEP", "4", 1);
+    g_fail_step = 4;
     eng_engine_t *eng = open_engine(4, 8, 0, 256, 0);
-    unsetenv("INT4SERVE_MOCK_FAIL_STEP");
+    g_fail_step = 0;
     for (int k = 1; k <= 3; k++) {
         struct eng_request *r = mkreq((uint64_t)k, 10, (uint32_t)k, 50);
         r->stream = true;
@@ -664,8 +666,7 @@ START_TEST(cpu_model_batched_equals_alone)
         for (int i = 0; i < 12; i++)
             if (o->toks[i] < tok_vocab_size(tok))
                 known[n_known++] = o->toks[i];
-        ck_assert_int_eq(tok_decode(tok, known, (size_t)n_known, true, &dec, &dlen, &err),
-                         INF_OK);
+        ck_assert_int_eq(tok_decode(tok, known, (size_t)n_known, true, &dec, &dlen, &err), INF_OK);
         ck_assert_uint_eq(dlen, o->len);
         ck_assert(memcmp(dec, o->text, dlen) == 0);
         free(dec);

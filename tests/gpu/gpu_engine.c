@@ -20,7 +20,7 @@
  * against the GPU's alone tokens with CPU_TOL (fp32 against fp16
  * activations). Every accepted divergence is printed. Decode steps are
  * queued ahead of the step before (steps_ahead_total > 0), and an engine
- * with INT4SERVE_OVERLAP=0 (none queued ahead) gives every request alone,
+ * with no_overlap (none queued ahead) gives every request alone,
  * greedy and seeded, the same tokens and logprobs bit for bit. Also: engine info
  * names the cuda backend; an engine of max_batch 128 x max_model_len 512
  * gets its whole KV pool from the GPU memory plan. Checkpoint: argv[1], else
@@ -283,11 +283,16 @@ static bool default_budget_ok(const char *dir)
     return ok;
 }
 
+/* no_overlap for the next open_engine: every step planned only once the
+ * one before is back */
+static bool g_no_overlap;
+
 static eng_engine_t *open_engine(const char *dir, enum eng_backend_kind kind)
 {
     struct eng_config cfg = base_cfg(dir, kind, 8, 160);
     cfg.max_batched_tokens = 64;
     cfg.max_queue = 64;
+    cfg.no_overlap = g_no_overlap;
     eng_engine_t *eng = NULL;
     struct inf_err err = {0};
     if (eng_engine_create(&cfg, on_notify, NULL, &eng, &err) != INF_OK) {
@@ -391,7 +396,7 @@ int main(int argc, char **argv)
     }
     g_sampled = false;
     /* Decode steps were queued ahead (each fed its tokens on the device
-     * from the step before); one at a time (INT4SERVE_OVERLAP=0) a request
+     * from the step before); one at a time (no_overlap) a request
      * alone runs the same steps, so its tokens and logprobs are the same
      * bit for bit. */
     {
@@ -404,9 +409,9 @@ int main(int argc, char **argv)
                (unsigned long long)st.steps_total);
     }
     eng_engine_destroy(eng);
-    setenv("INT4SERVE_OVERLAP", "0", 1);
+    g_no_overlap = true;
     eng = open_engine(dir, ENG_BACKEND_CUDA);
-    unsetenv("INT4SERVE_OVERLAP");
+    g_no_overlap = false;
     for (int mode = 0; mode < 2; mode++) {
         g_sampled = mode == 1;
         int same = 0;
@@ -428,8 +433,8 @@ int main(int argc, char **argv)
         eng_engine_stats(eng, &st);
         checks++;
         fails += st.steps_ahead_total != 0;
-        printf("%-4s INT4SERVE_OVERLAP=0: %llu steps queued ahead\n",
-               st.steps_ahead_total ? "FAIL" : "ok", (unsigned long long)st.steps_ahead_total);
+        printf("%-4s no_overlap: %llu steps queued ahead\n", st.steps_ahead_total ? "FAIL" : "ok",
+               (unsigned long long)st.steps_ahead_total);
     }
     g_sampled = false;
     eng_engine_destroy(eng);

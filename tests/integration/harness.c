@@ -96,6 +96,23 @@ char *it_log(const struct it_server *s)
     return buf;
 }
 
+static char g_hooks[8][96];
+static int g_n_hooks;
+
+void it_hook(const char *key, const char *value)
+{
+    char kv[96];
+    snprintf(kv, sizeof kv, "testing.%s=%s", key, value);
+    size_t klen = strlen("testing.") + strlen(key) + 1; /* "testing.key=" */
+    for (int i = 0; i < g_n_hooks; i++)
+        if (strncmp(g_hooks[i], kv, klen) == 0) {
+            snprintf(g_hooks[i], sizeof g_hooks[i], "%s", kv);
+            return;
+        }
+    if (g_n_hooks < 8)
+        snprintf(g_hooks[g_n_hooks++], sizeof g_hooks[0], "%s", kv);
+}
+
 static bool spawn(struct it_server *s, const char *const *extra)
 {
     const char *bdir = getenv("INT4SERVE_BUILD_DIR");
@@ -117,6 +134,17 @@ static bool spawn(struct it_server *s, const char *const *extra)
     argv[n++] = "127.0.0.1";
     argv[n++] = "--port";
     argv[n++] = port;
+    /* The suite's second run: the mock samples "on the device", so that
+     * the scheduler queues decode steps ahead (tests/integration's CMake). */
+    const char *ahead = getenv("INT4SERVE_IT_AHEAD");
+    if (ahead && strcmp(ahead, "1") == 0 && strcmp(it_backend, "mock") == 0) {
+        argv[n++] = "--set";
+        argv[n++] = "testing.mock_device_sampling=true";
+    }
+    for (int i = 0; i < g_n_hooks; i++) {
+        argv[n++] = "--set";
+        argv[n++] = g_hooks[i];
+    }
     for (int i = 0; extra && extra[i] && n < 62; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;

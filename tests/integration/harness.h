@@ -20,7 +20,7 @@ extern const char *it_backend;
 /* The backend named by $INT4SERVE_IT_BACKEND ("cuda", "cpu"), or NULL when
  * it is unset or empty. Suites whose checks hold for any model (test_cpu)
  * run on it; suites that need the mock (its reference logits, its byte
- * tokenizer's exact text, INT4SERVE_MOCK_FAIL_STEP) ignore it. */
+ * tokenizer's exact text, the mock_fail_step hook) ignore it. */
 const char *it_env_backend(void);
 /* A checkpoint for a real backend, its folder written into dir:
  * $INT4SERVE_IT_MODEL when set (made there by int4serve-mkmodel --preset
@@ -28,6 +28,11 @@ const char *it_env_backend(void);
  * kept), else a fresh tiny one under /tmp that the caller removes (*owned is
  * then true). Returns false (after printing the command) when mkmodel fails. */
 bool it_model(unsigned seed, char *dir, size_t cap, bool *owned);
+
+/* A test hook of the server's [testing] keys ("min_step_us", "200"): it_start
+ * passes it as --set testing.<key>=<value> to every server this process
+ * starts from now on. Up to 8; a key set again takes the new value. */
+void it_hook(const char *key, const char *value);
 
 /* Start int4serve with it_backend and the extra arguments (NULL
  * terminated, may be NULL), wait until /health/ready answers 200 (at most

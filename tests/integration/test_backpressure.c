@@ -2,7 +2,7 @@
  * serving others (a probe answers quickly, SIGTERM stops the server in time),
  * and a connection whose unread stream passes the per-connection bound has its
  * request cancelled and is closed, while a normal client completes. Steps of
- * 200 us (INT4SERVE_MIN_STEP_US) with n=16 and logprobs=5 make the engine
+ * 200 us (the min_step_us hook) with n=16 and logprobs=5 make the engine
  * produce events faster than the loop can encode them. */
 #include "harness.h"
 
@@ -86,7 +86,7 @@ static bool read_to_close(int fd, double timeout_s, size_t *got, bool *done)
 START_TEST(test_flood_probe_and_sigterm)
 {
     const char *more[] = {"--set", "limits.drain_timeout=1", NULL};
-    setenv("INT4SERVE_MIN_STEP_US", "200", 1);
+    it_hook("min_step_us", "200");
     ck_assert_msg(it_start(&srv, more), "server did not start");
     enum { N = 4 };
     int fds[N];
@@ -151,7 +151,7 @@ END_TEST
 
 START_TEST(test_slow_client_dropped)
 {
-    setenv("INT4SERVE_MIN_STEP_US", "200", 1);
+    it_hook("min_step_us", "200");
     ck_assert_msg(it_start(&srv, NULL), "server did not start");
     int fd = send_raw(FLOOD);
     ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", 16, 5.0));

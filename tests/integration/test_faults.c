@@ -1,9 +1,9 @@
 /* test_faults.c — clients that go away, KV cache exhaustion, an engine that
- * fails mid-request (the mock's INT4SERVE_MOCK_FAIL_STEP), and shutdown:
+ * fails mid-request (the mock's the mock_fail_step hook), and shutdown:
  * SIGTERM under load (drain), drain_timeout 0, a drain that times out, and
  * a second signal. Always the mock backend, whatever $INT4SERVE_IT_BACKEND
- * says: the engine failure needs INT4SERVE_MOCK_FAIL_STEP, and the KV and
- * drain tests time their loads against the mock's step (INT4SERVE_MIN_STEP_US
+ * says: the engine failure needs the mock_fail_step hook, and the KV and
+ * drain tests time their loads against the mock's step (the min_step_us hook
  * on a step that costs nothing otherwise). */
 #include "harness.h"
 
@@ -22,7 +22,7 @@ static struct it_server srv;
 
 static void start_with(const char *step_us, const char *const *more)
 {
-    setenv("INT4SERVE_MIN_STEP_US", step_us, 1);
+    it_hook("min_step_us", step_us);
     ck_assert_msg(it_start(&srv, more), "server did not start");
 }
 
@@ -182,7 +182,7 @@ static void check_failed_server(void)
 START_TEST(test_engine_failure)
 {
     /* Step 1 prefills, 2 and 3 decode, the 4th forward fails. */
-    setenv("INT4SERVE_MOCK_FAIL_STEP", "4", 1);
+    it_hook("mock_fail_step", "4");
     start_with("0", NULL);
     struct it_resp r;
     ck_assert(it_http(&srv, "GET", "/health", NULL, NULL, &r));
@@ -206,7 +206,7 @@ START_TEST(test_engine_failure_stream)
 {
     /* Streamed, the status (200) is sent before the failure: the stream
      * carries an error event, then [DONE] (vLLM's way). */
-    setenv("INT4SERVE_MOCK_FAIL_STEP", "4", 1);
+    it_hook("mock_fail_step", "4");
     start_with("0", NULL);
     struct it_resp r;
     ck_assert(it_post(&srv, "/v1/completions",

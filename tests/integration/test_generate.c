@@ -122,7 +122,7 @@ END_TEST
 START_TEST(test_batched)
 {
     /* A small step time makes the 128 requests overlap in the engine. */
-    setenv("INT4SERVE_MIN_STEP_US", "300", 1);
+    it_hook("min_step_us", "300");
     /* 128 connections from one address: over the default per-IP limit. */
     const char *more[] = {"--set", "limits.per_ip_connections=0", NULL};
     ck_assert_msg(it_start(&srv, more), "server did not start");
@@ -484,7 +484,7 @@ static int64_t int_at(json_t *lp, const char *key, size_t i)
  * logits, then the generated tokens exactly as without echo. */
 START_TEST(test_echo_logprobs)
 {
-    setenv("INT4SERVE_MOCK_VOCAB", "512", 1);
+    it_hook("mock_vocab", "512");
     start_default();
     static const int32_t prompt[] = {1, 72, 105, 33};
     const char *base = "{\"prompt\":[1,72,105,33],\"max_tokens\":4,\"temperature\":0,"

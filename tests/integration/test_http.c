@@ -280,7 +280,7 @@ struct bad_case {
 START_TEST(test_bad_inputs)
 {
     /* A slow engine step keeps the stream running through the whole matrix. */
-    setenv("INT4SERVE_MIN_STEP_US", "8000", 1);
+    it_hook("min_step_us", "8000");
     start_with(NULL);
     struct bg_stream bg = {0};
     pthread_t th;
@@ -393,7 +393,7 @@ END_TEST
 START_TEST(test_queue_full)
 {
     /* One running sequence, two waiting: the rest of 24 at once get 429. */
-    setenv("INT4SERVE_MIN_STEP_US", "2000", 1);
+    it_hook("min_step_us", "2000");
     const char *more[] = {
         "--max-batch",        "1", "--set", "engine.max_batched_tokens=64", "--set",
         "limits.max_queue=2", NULL};
@@ -447,7 +447,7 @@ START_TEST(test_prompts_over_queue)
 {
     /* One sequence runs at a time, so the prompts of one request wait
      * together: four of them never fit a queue of two. */
-    setenv("INT4SERVE_MIN_STEP_US", "2000", 1);
+    it_hook("min_step_us", "2000");
     const char *more[] = {"--max-batch", "1", "--set", "limits.max_queue=2", NULL};
     start_with(more);
     struct it_resp r;
