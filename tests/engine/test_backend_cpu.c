@@ -305,6 +305,132 @@ START_TEST(rows_ops_through_wrappers)
 }
 END_TEST
 
+/* ---- the fused layer halves and upload batches ------------------------------- */
+static struct eng_buf *frand_buf(struct eng_backend *be, int64_t n, float scale)
+{
+    float *v = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = scale * urand();
+    struct eng_buf *b = upload(be, v, (size_t)n * 4);
+    free(v);
+    return b;
+}
+
+static struct eng_linear fp_linear(struct eng_backend *be, int32_t n, int32_t k)
+{
+    return (struct eng_linear){
+        .n = n, .k = k, .w = frand_buf(be, (int64_t)n * k, 0.3f), .wdt = ENG_W_F32};
+}
+
+static int g_mlp_calls;
+static inf_status_t counting_mlp(struct eng_backend *be, const struct eng_mlp_block *p,
+                                 struct inf_err *err)
+{
+    g_mlp_calls++;
+    return eng_mlp_block_compose(be, p, err);
+}
+
+/* eng_op_mlp_block is its definition (gate/up, SiLU*mul, down, residual
+ * add, norm) bit for bit, through a backend's slot where it has one, and
+ * refuses linears that do not fit; eng_buf_upload_many copies in order and
+ * refuses a copy out of its buffer. */
+START_TEST(blocks_and_uploads)
+{
+    struct eng_backend *be = cpu(2);
+    const int32_t m = 3, H = 24, I = 40;
+    struct eng_linear gu = fp_linear(be, 2 * I, H), down = fp_linear(be, H, I);
+    struct eng_buf *x0 = frand_buf(be, (int64_t)m * H, 1.0f),
+                   *xn0 = frand_buf(be, (int64_t)m * H, 1.0f);
+    struct eng_buf *norm = frand_buf(be, H, 1.0f);
+    float xa[3 * 24], xna[3 * 24], xb[3 * 24], xnb[3 * 24];
+    struct eng_buf *x, *xn, *g, *h, *d;
+    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &x, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &xn, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * 2 * I * 4, &g, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * I * 4, &h, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &d, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, x0, 0, xa, sizeof xa, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, xn0, 0, xna, sizeof xna, NULL), INF_OK);
+    /* by hand */
+    ck_assert_int_eq(eng_buf_upload(be, x, 0, xa, sizeof xa, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_upload(be, xn, 0, xna, sizeof xna, NULL), INF_OK);
+    struct eng_mat mx = {x, 0, H}, mxn = {xn, 0, H}, mg = {g, 0, 2 * I}, mu = {g, I, 2 * I},
+                   mh = {h, 0, I}, md = {d, 0, H};
+    ck_assert_int_eq(eng_op_linear(be, &gu, mxn, mg, false, m, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_silu_mul(be, mg, mu, mh, I, m, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_linear(be, &down, mh, md, false, m, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_rmsnorm_add(be, mx, &md, norm, 1e-5f, mxn, H, m, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, x, 0, xb, sizeof xb, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, xn, 0, xnb, sizeof xnb, NULL), INF_OK);
+    /* as a block, through a slot that counts its calls, from a batch of uploads */
+    struct eng_backend_iface iface = *be->iface;
+    iface.mlp_block = counting_mlp;
+    const struct eng_backend_iface *plain = be->iface;
+    be->iface = &iface;
+    const struct eng_upload ups[2] = {{x, 0, xa, sizeof xa}, {xn, 0, xna, sizeof xna}};
+    ck_assert_int_eq(eng_buf_upload_many(be, ups, 2, NULL), INF_OK);
+    struct eng_mlp_block b = {.m = m,
+                              .dim = H,
+                              .inter = I,
+                              .x = mx,
+                              .xn = mxn,
+                              .gu = {&gu},
+                              .n_gu = 1,
+                              .gu_out = mg,
+                              .h = mh,
+                              .down = &down,
+                              .d = md,
+                              .norm = norm,
+                              .eps = 1e-5f};
+    ck_assert_int_eq(eng_op_mlp_block(be, &b, NULL), INF_OK);
+    ck_assert_int_eq(g_mlp_calls, 1);
+    float xc[3 * 24], xnc[3 * 24];
+    ck_assert_int_eq(eng_buf_download(be, x, 0, xc, sizeof xc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, xn, 0, xnc, sizeof xnc, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(xb, xc, sizeof xb), 0);
+    ck_assert_int_eq(memcmp(xnb, xnc, sizeof xnb), 0);
+    /* a down projection of the wrong width is refused before any work */
+    struct inf_err err;
+    struct eng_linear bad = down;
+    bad.k = I - 8;
+    b.down = &bad;
+    ck_assert_int_eq(eng_op_mlp_block(be, &b, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "mlp_block"));
+    ck_assert_int_eq(g_mlp_calls, 1);
+    be->iface = plain;
+    /* an attention half whose k does not follow q in the rows is refused */
+    const struct eng_rope_params rope = {.theta = 10000.0f};
+    struct eng_attn_block ab = {.m = m,
+                                .dim = H,
+                                .x = mx,
+                                .xn = mxn,
+                                .qkv = {&gu},
+                                .n_qkv = 1,
+                                .rope = &rope,
+                                .o = &down,
+                                .d = md,
+                                .norm = norm,
+                                .eps = 1e-5f,
+                                .attn = {.n_heads = 2,
+                                         .n_kv_heads = 1,
+                                         .head_dim = 8,
+                                         .q = {g, 0, 32},
+                                         .k = {g, 20, 32},
+                                         .v = {g, 24, 32}}};
+    ck_assert_int_eq(eng_op_attn_block(be, &ab, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "k must follow q"));
+    /* a copy past its buffer: nothing is copied */
+    const struct eng_upload over[2] = {{x, 0, xna, sizeof xna}, {h, 8, xa, (size_t)m * I * 4}};
+    ck_assert_int_eq(eng_buf_upload_many(be, over, 2, &err), INF_E_INVALID);
+    ck_assert_int_eq(eng_buf_download(be, x, 0, xc, sizeof xc, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(xb, xc, sizeof xb), 0);
+    struct eng_buf *bufs[] = {gu.w, down.w, x0, xn0, norm, x, xn, g, h, d};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        eng_buf_free(be, bufs[i]);
+    eng_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(thread_count_checked)
 {
     struct eng_backend_cpu_opts o = {.n_threads = -1};
@@ -327,6 +453,7 @@ int main(void)
     tcase_add_test(t, linear_fp16_and_embedding);
     tcase_add_test(t, attention_prefill_and_decode);
     tcase_add_test(t, rows_ops_through_wrappers);
+    tcase_add_test(t, blocks_and_uploads);
     tcase_add_test(t, thread_count_checked);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
