@@ -1,0 +1,150 @@
+/* engine/tp/comm.c — the local communicator: the ranks of a group are
+ * threads of this process and meet in shared host memory.
+ *
+ * An all-reduce: each rank copies its rows into its own slot, all meet at a
+ * barrier, each sums the slots in rank order into its own buffer (so every
+ * rank holds the same bits), and all meet again before a slot may be
+ * written by the next collective. */
+#define INF_LOG_MODULE "eng"
+#include "engine/tp/comm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct group {
+    int32_t size;
+    int32_t refs; /* handles alive */
+    size_t cap;   /* floats per slot */
+    float **slot; /* [size][cap] */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t arrived;
+    uint64_t generation;
+};
+
+struct eng_comm {
+    struct group *g;
+    int32_t rank;
+};
+
+static void group_free(struct group *g)
+{
+    for (int32_t r = 0; r < g->size; r++)
+        free(g->slot[r]);
+    free(g->slot);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}
+
+inf_status_t eng_comm_local_create(int32_t size, size_t max_floats, eng_comm_t **ranks,
+                                   struct inf_err *err)
+{
+    if (size < 1)
+        return inf_err_set(err, INF_E_INVALID, "a group needs at least one rank, got %d", size);
+    struct group *g = calloc(1, sizeof *g);
+    if (!g)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for a communicator");
+    g->size = size;
+    g->cap = max_floats;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->slot = calloc((size_t)size, sizeof *g->slot);
+    bool ok = g->slot != NULL;
+    for (int32_t r = 0; ok && r < size; r++)
+        ok = (g->slot[r] = malloc((max_floats ? max_floats : 1) * sizeof(float))) != NULL;
+    int32_t made = 0;
+    for (; ok && made < size; made++) {
+        eng_comm_t *c = calloc(1, sizeof *c);
+        if (!c) {
+            ok = false;
+            break;
+        }
+        c->g = g;
+        c->rank = made;
+        ranks[made] = c;
+    }
+    if (!ok) {
+        for (int32_t r = 0; r < made; r++)
+            free(ranks[r]);
+        if (g->slot)
+            group_free(g);
+        else
+            free(g);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for a communicator of %d ranks", size);
+    }
+    g->refs = size;
+    return INF_OK;
+}
+
+void eng_comm_destroy(eng_comm_t *c)
+{
+    if (!c)
+        return;
+    struct group *g = c->g;
+    free(c);
+    pthread_mutex_lock(&g->mu);
+    const bool last = --g->refs == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (last)
+        group_free(g);
+}
+
+int32_t eng_comm_rank(const eng_comm_t *c)
+{
+    return c->rank;
+}
+
+int32_t eng_comm_size(const eng_comm_t *c)
+{
+    return c->g->size;
+}
+
+void eng_comm_barrier(eng_comm_t *c)
+{
+    struct group *g = c->g;
+    if (g->size == 1)
+        return;
+    pthread_mutex_lock(&g->mu);
+    const uint64_t gen = g->generation;
+    if (++g->arrived == g->size) {
+        g->arrived = 0;
+        g->generation++;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        while (g->generation == gen)
+            pthread_cond_wait(&g->cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+inf_status_t eng_comm_all_reduce_f32(eng_comm_t *c, float *x, int64_t ld, int32_t m, int32_t cols,
+                                     struct inf_err *err)
+{
+    struct group *g = c->g;
+    if (m < 0 || cols < 0 || (m > 1 && ld < cols))
+        return inf_err_set(err, INF_E_INVALID, "all_reduce: %d rows of %d at stride %lld", m, cols,
+                           (long long)ld);
+    /* every rank sees the same sizes, so every rank answers the same */
+    if ((size_t)m * (size_t)cols > g->cap)
+        return inf_err_set(err, INF_E_TOOBIG, "all_reduce of %d x %d exceeds the group's %zu", m,
+                           cols, g->cap);
+    if (g->size == 1 || m == 0 || cols == 0)
+        return INF_OK;
+    float *mine = g->slot[c->rank];
+    for (int32_t r = 0; r < m; r++)
+        memcpy(mine + (size_t)r * cols, x + r * ld, (size_t)cols * sizeof(float));
+    eng_comm_barrier(c);
+    for (int32_t r = 0; r < m; r++) {
+        float *row = x + r * ld;
+        for (int32_t j = 0; j < cols; j++) {
+            float s = g->slot[0][(size_t)r * cols + j];
+            for (int32_t k = 1; k < g->size; k++)
+                s += g->slot[k][(size_t)r * cols + j];
+            row[j] = s;
+        }
+    }
+    eng_comm_barrier(c);
+    return INF_OK;
+}
