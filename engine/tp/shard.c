@@ -1,0 +1,82 @@
+/* engine/tp/shard.c — rows and column ranges of a canonical INT4 weight
+ * (engine/tp/shard.h). */
+#include "engine/tp/shard.h"
+#include "engine/weights/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+static void set_code(struct krn_q4_weight *w, int32_t row, int32_t col, int code)
+{
+    uint8_t *b = &w->q[(int64_t)row * (w->kp / 2) + col / 2];
+    *b = (col & 1) ? (uint8_t)((*b & 0x0f) | (code << 4)) : (uint8_t)((*b & 0xf0) | code);
+}
+
+/* The code that dequantizes to 0 in group g of row: the zero point (an
+ * integer in [0, 15] in every canonical weight; 8 when symmetric). */
+static int zero_code(const struct krn_q4_weight *w, int32_t row, int32_t g)
+{
+    const float z = inf_f16_to_f32(w->zero[(int64_t)row * krn_q4_groups(w) + g]);
+    const int c = (int)lrintf(z);
+    return c < 0 ? 0 : c > 15 ? 15 : c;
+}
+
+inf_status_t eng_q4_take_rows(const struct krn_q4_weight *w, const struct eng_rows *ranges,
+                              int32_t n, struct krn_q4_weight *out, struct inf_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int64_t rows = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (ranges[i].first < 0 || ranges[i].count < 0 ||
+            (int64_t)ranges[i].first + ranges[i].count > w->n)
+            return inf_err_set(err, INF_E_INVALID, "rows %d..%d outside a weight of %d rows",
+                               ranges[i].first, ranges[i].first + ranges[i].count, w->n);
+        rows += ranges[i].count;
+    }
+    if (rows == 0 || rows > INT32_MAX)
+        return inf_err_set(err, INF_E_INVALID, "a shard of %lld rows", (long long)rows);
+    inf_status_t st = eng_q4_alloc((int32_t)rows, w->k, w->kp, w->group, w->symmetric, out, err);
+    if (st != INF_OK)
+        return st;
+    const size_t qrow = (size_t)w->kp / 2, grow = (size_t)krn_q4_groups(w) * 2;
+    int64_t at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t r0 = ranges[i].first, c = ranges[i].count;
+        memcpy(out->q + at * qrow, w->q + r0 * qrow, (size_t)c * qrow);
+        memcpy((uint8_t *)out->scale + at * grow, (const uint8_t *)w->scale + r0 * grow,
+               (size_t)c * grow);
+        memcpy((uint8_t *)out->zero + at * grow, (const uint8_t *)w->zero + r0 * grow,
+               (size_t)c * grow);
+        at += c;
+    }
+    return INF_OK;
+}
+
+inf_status_t eng_q4_take_cols(const struct krn_q4_weight *w, int32_t c0, int32_t c1,
+                              struct krn_q4_weight *out, int32_t *lead, struct inf_err *err)
+{
+    memset(out, 0, sizeof *out);
+    *lead = 0;
+    if (c0 < 0 || c1 <= c0 || c1 > w->k)
+        return inf_err_set(err, INF_E_INVALID, "columns %d..%d outside a weight of %d", c0, c1,
+                           w->k);
+    const bool channel = krn_q4_groups(w) == 1;
+    const int32_t ld = channel ? 0 : c0 % w->group, start = c0 - ld, k = ld + (c1 - c0);
+    const int32_t kp = channel ? (k + 1) / 2 * 2 : (k + w->group - 1) / w->group * w->group;
+    const int32_t group = channel ? kp : w->group, g0 = channel ? 0 : start / w->group;
+    inf_status_t st = eng_q4_alloc(w->n, k, kp, group, w->symmetric, out, err);
+    if (st != INF_OK)
+        return st;
+    const int32_t ng = krn_q4_groups(out), wg = krn_q4_groups(w);
+    for (int32_t r = 0; r < w->n; r++) {
+        memcpy(out->scale + (int64_t)r * ng, w->scale + (int64_t)r * wg + g0, (size_t)ng * 2);
+        memcpy(out->zero + (int64_t)r * ng, w->zero + (int64_t)r * wg + g0, (size_t)ng * 2);
+        for (int32_t j = 0; j < kp; j++) {
+            const int32_t src = start + j;
+            const bool inside = j >= ld && src < c1;
+            set_code(out, r, j, inside ? krn_q4_code(w, r, src) : zero_code(out, r, j / group));
+        }
+    }
+    *lead = ld;
+    return INF_OK;
+}

@@ -1,0 +1,44 @@
+#pragma once
+/* engine/tp/shard.h — engine-internal: a rank's shard of a linear layer in
+ * the canonical INT4 form (kernels/q4.h), cut from the weight quantized
+ * whole, so that every tensor-parallel size computes the model of one rank.
+ *
+ *   column-parallel (q/k/v by heads, gate/up by intermediate rows): some
+ *     rows of W, every group as it was;
+ *   row-parallel (o and down, each rank a range of K): a range of columns.
+ *     A range may start or end inside a group: the shard keeps that group's
+ *     scale and zero, and starts with `lead` columns (the part of the group
+ *     before the range) whose codes are the zero point, so they dequantize
+ *     to exactly 0 and the shard's groups line up with W's. The caller puts
+ *     `lead` zero columns before the shard's activations; K is padded at the
+ *     end as any K is.
+ * Thread: any (pure functions over caller data). */
+#include "common/inf.h"
+#include "kernels/q4.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A run of rows: first, count. */
+struct eng_rows {
+    int32_t first, count;
+};
+
+/* out = the rows of w named by ranges[0..n), in that order. out is
+ * allocated here (eng_q4_free). Errors: INF_E_INVALID (a range outside w,
+ * no rows), INF_E_NOMEM. */
+inf_status_t eng_q4_take_rows(const struct krn_q4_weight *w, const struct eng_rows *ranges,
+                              int32_t n, struct krn_q4_weight *out, struct inf_err *err);
+
+/* out = columns [c0, c1) of w after *lead zero columns (c0 % group; 0 for a
+ * per-channel w, whose one group a row spans any range). Errors:
+ * INF_E_INVALID (0 <= c0 < c1 <= w->k does not hold), INF_E_NOMEM. */
+inf_status_t eng_q4_take_cols(const struct krn_q4_weight *w, int32_t c0, int32_t c1,
+                              struct krn_q4_weight *out, int32_t *lead, struct inf_err *err);
+
+#ifdef __cplusplus
+}
+#endif
