@@ -304,8 +304,9 @@ inf_status_t eng_cuda_attn_decode(struct eng_backend *be, const struct eng_attn_
 }
 
 inf_status_t eng_cuda_attn_fused(struct cu_ctx *c, const struct eng_attn_params *p,
-                                 int32_t qkv_words, int32_t qkv_n, struct inf_err *err)
+                                 int32_t qkv_words, int32_t qkv_n, bool *done, struct inf_err *err)
 {
+    *done = false;
     const struct attn_layout lay = c->step.lay;
     const struct list_cache *lc = &c->lists[0];
     const int32_t hd = p->head_dim;
@@ -313,7 +314,8 @@ inf_status_t eng_cuda_attn_fused(struct cu_ctx *c, const struct eng_attn_params 
     /* the list carries the rows' pool rows, and the kernels take the views */
     if (lay.map_off == 0 || !krn_cuda_rope_kv_ok(q, p->q.ld, p->n_heads, p->n_kv_heads, hd, v,
                                                  p->v.ld, p->k_cache->ptr, p->v_cache->ptr))
-        return inf_err_set(err, INF_E_UNSUPPORTED, "attention: no fused RoPE for these views");
+        return INF_OK;
+    *done = true;
     /* the words of q's first column and of v's: rows of qkv_n words, q, k
      * and v where the rows of their views lie */
     const int64_t *qw = NULL, *vw = NULL;

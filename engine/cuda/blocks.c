@@ -68,17 +68,15 @@ inf_status_t eng_cuda_attn_block(struct eng_backend *be, const struct eng_attn_b
     }
     if (s || (s = eng_cuda_rope_freqs(c, p->rope, hd, err)))
         return s;
-    s = eng_cuda_attn_fused(c, &a, words, qkv_n, err);
-    if (s == INF_E_UNSUPPORTED) {
-        /* the plain RoPE and attention, from fp16 q/k/v */
-        inf_err_clear(err);
-        if ((words >= 0 && (s = eng_cuda_words_reduce(c, words, a.q, m, qkv_n, err))) ||
-            (s = eng_op_rope(be, a.q, a.n_heads + a.n_kv_heads, hd, a.pos, p->rope, m, err)) ||
-            (s = eng_op_attn_decode(be, &a, err)))
-            return s;
-    } else if (s != INF_OK) {
+    bool fused = false;
+    if ((s = eng_cuda_attn_fused(c, &a, words, qkv_n, &fused, err)))
         return s;
-    }
+    /* else the plain RoPE and attention, from fp16 q/k/v */
+    if (!fused &&
+        ((words >= 0 && (s = eng_cuda_words_reduce(c, words, a.q, m, qkv_n, err))) ||
+         (s = eng_op_rope(be, a.q, a.n_heads + a.n_kv_heads, hd, a.pos, p->rope, m, err)) ||
+         (s = eng_op_attn_decode(be, &a, err))))
+        return s;
     if ((s = linear_words(c, be, p->o, a.out, p->d, m, &words, err)))
         return s;
     return eng_cuda_norm_add(c, p->x, &p->d, words, p->norm, p->eps, p->xn, p->dim, m, err);

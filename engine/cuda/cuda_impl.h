@@ -355,10 +355,10 @@ inf_status_t eng_cuda_attn_list(struct cu_ctx *c, const struct eng_attn_params *
 /* The decode attention of a fixed-shape step with the RoPE of its rows and
  * their K/V write inside (p's q and k heads rotated at p->pos); qkv_words
  * >= 0: q, k and v as the q/k/v linear's words in that buffer (row stride
- * qkv_n). INF_E_UNSUPPORTED (nothing queued) where the fused form does not
- * take the step's views. */
+ * qkv_n). *done false (nothing queued, the words untouched) where the fused
+ * form does not take the step's views. */
 inf_status_t eng_cuda_attn_fused(struct cu_ctx *c, const struct eng_attn_params *p,
-                                 int32_t qkv_words, int32_t qkv_n, struct inf_err *err);
+                                 int32_t qkv_words, int32_t qkv_n, bool *done, struct inf_err *err);
 
 /* ---- the table's slots, by file ------------------------------------------------ */
 inf_status_t eng_cuda_buf_alloc(struct eng_backend *be, size_t bytes, struct eng_buf **out,
