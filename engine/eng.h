@@ -44,6 +44,9 @@ struct eng_config {
     const char *const *keep_fp16;
     bool fuse_qkv;               /* fuse q/k/v and gate/up (default true) */
     uint64_t seed;               /* base seed for requests without one */
+    bool prefix_caching;         /* share the KV blocks of a common prefix between
+                                  * sequences (automatic prefix caching; the
+                                  * server's default: on) */
     uint32_t min_step_us;        /* test hook: every step lasts at least this long (0 = off;
                                   * env INT4SERVE_MIN_STEP_US is used when this is 0) */
 };
@@ -192,6 +195,11 @@ struct eng_stats {
     uint64_t steps_total;
     uint64_t batched_steps_total;   /* steps that ran more than one sequence */
     uint64_t steps_ahead_total;     /* decode steps queued before the step before them was back */
+    /* The prefix cache, in tokens as vLLM counts them: queries are the
+     * tokens of each request looked up at its first admission, hits those
+     * of them found cached (not computed). Both 0 with prefix caching off. */
+    uint64_t prefix_cache_queries_total, prefix_cache_hits_total;
+    int64_t kv_blocks_cached;       /* blocks the prefix cache holds (in use or evictable) */
     int32_t max_running_seen;
     bool failed;                    /* sticky device error: /health answers 503 */
 };

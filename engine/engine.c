@@ -45,7 +45,7 @@ struct eng_engine {
     struct eng_lm lm;
     const struct eng_detok_ops *detok;
     struct eng_detok_ops tok_ops; /* detok when it is the tokenizer's */
-    tok_tokenizer_t *tok;               /* the server's tokenizer (NULL for none) */
+    tok_tokenizer_t *tok;         /* the server's tokenizer (NULL for none) */
     eng_sched_t *sched;           /* engine thread only, after create */
     inf_queue_t *inbox, *outbox;
     pthread_t thread;
@@ -514,6 +514,7 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         .max_model_len = eng->cfg.max_model_len,
         .kv_blocks = (int32_t)(kv_tokens / ENG_KV_BLOCK),
         .seed = eng->cfg.seed,
+        .prefix_caching = eng->cfg.prefix_caching,
         /* INT4SERVE_OVERLAP=0: every step planned only once the one before
          * is back (diagnosis) */
         .no_overlap = env_int("INT4SERVE_OVERLAP", 1) == 0,

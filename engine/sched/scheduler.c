@@ -30,6 +30,18 @@
  * batch is the k-th sequence scheduled in it; its block_table row is that
  * sequence's block list.
  *
+ * Prefix cache (cfg.prefix_caching). A sequence admitted without blocks
+ * (new, or back after preemption) first holds the longest run of committed
+ * blocks its tokens start with, and its prefill starts after them; after
+ * every step the blocks its computed positions fill are committed, prompt
+ * and generated tokens alike, so the next request with the same head, a
+ * second turn, or the sequence itself after a preemption, skips them. The
+ * last token is always computed, for its logits; a request that scores its
+ * prompt computes every position it scores. Nothing is ever written into a
+ * committed or shared block (asserted for every token a step writes):
+ * positions are written only past the committed run, into blocks of the
+ * sequence's own.
+ *
  * n > 1. The prompt is prefilled once (choice 0, which reserves n of the
  * max_batch slots). When its prefill ends, choices 1..n-1 are forked: they
  * share the prompt's full blocks (reference counted, read-only) and recompute
@@ -54,12 +66,14 @@
 #include <string.h>
 
 /* ---- blocks -------------------------------------------------------------------- */
+/* Last block first, so that of a sequence's cached blocks its tail is
+ * evicted first and its head, which more requests share, last. */
 static void seq_release_blocks(eng_sched_t *s, struct seq *q)
 {
-    for (int32_t i = 0; i < q->n_blocks; i++)
-        eng_kv_block_unref(s->kv, q->blocks[i]);
-    q->n_blocks = 0;
+    while (q->n_blocks > 0)
+        eng_kv_block_unref(s->kv, q->blocks[--q->n_blocks]);
     q->n_computed = 0;
+    q->n_cached = 0;
 }
 
 /* Tokens q could add at its current blocks plus every free block. */
@@ -79,6 +93,63 @@ static void seq_grow(eng_sched_t *s, struct seq *q, int32_t upto)
         INF_ASSERT(b >= 0);
         q->blocks[q->n_blocks++] = b;
     }
+}
+
+/* ---- prefix cache ------------------------------------------------------------------- */
+/* q, holding no block, is being admitted: hold the longest run of cached
+ * blocks its tokens start with, as its first blocks, so that its prefill
+ * starts after them. At most (len - 1) / ENG_KV_BLOCK blocks, so that at
+ * least the last token is computed for its logits (a prompt cached whole
+ * recomputes its last block, into a block of its own); for a request that
+ * scores its prompt, none past the positions already scored (none before
+ * its first prefill), whose logits are wanted. */
+static void prefix_attach(eng_sched_t *s, struct seq *q)
+{
+    INF_ASSERT(q->n_blocks == 0 && q->n_computed == 0);
+    if (!eng_kv_cache_prefix_on(s->kv))
+        return;
+    int32_t max = (q->len - 1) / ENG_KV_BLOCK;
+    const struct sreq *r = q->r;
+    if (r->want_plp && !r->plp_sent && q->choice == 0 && r->n_plp / ENG_KV_BLOCK < max)
+        max = r->n_plp / ENG_KV_BLOCK;
+    int32_t parent = -1;
+    while (q->n_blocks < max) {
+        int32_t b = eng_kv_prefix_find(s->kv, parent, q->tok + (size_t)q->n_blocks * ENG_KV_BLOCK);
+        if (b < 0)
+            break;
+        eng_kv_block_ref(s->kv, b);
+        q->blocks[q->n_blocks++] = b;
+        parent = b;
+    }
+    q->n_cached = q->n_blocks;
+    q->n_computed = q->n_blocks * ENG_KV_BLOCK;
+}
+
+/* q's blocks that its computed positions fill are committed, in order
+ * (each block's parent, the one before it, is committed already). A block
+ * whose content another sequence committed first is exchanged for that
+ * one: the step queued ahead may still read q's own copy, which is the same
+ * data, and a later step that reuses the freed block runs after it. */
+static void prefix_commit(eng_sched_t *s, struct seq *q)
+{
+    if (!eng_kv_cache_prefix_on(s->kv))
+        return;
+    while ((q->n_cached + 1) * ENG_KV_BLOCK <= q->n_computed) {
+        int32_t k = q->n_cached;
+        int32_t parent = k > 0 ? q->blocks[k - 1] : -1;
+        q->blocks[k] =
+            eng_kv_prefix_commit(s->kv, q->blocks[k], parent, q->tok + (size_t)k * ENG_KV_BLOCK);
+        q->n_cached++;
+    }
+}
+
+/* The blocks that positions [from, from + n) of q are written into are q's
+ * alone and not cached: a shared or committed block is never written. */
+static void assert_private(const eng_sched_t *s, const struct seq *q, int32_t from, int32_t n)
+{
+    for (int32_t b = from / ENG_KV_BLOCK; b <= (from + n - 1) / ENG_KV_BLOCK; b++)
+        INF_ASSERT(b < q->n_blocks && eng_kv_block_refs(s->kv, q->blocks[b]) == 1 &&
+                   !eng_kv_block_cached(s->kv, q->blocks[b]));
 }
 
 /* ---- sequences and queues --------------------------------------------------------- */
@@ -244,6 +315,7 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
         }
         q->n_blocks = full;
         q->n_computed = full * ENG_KV_BLOCK;
+        q->n_cached = parent->n_cached < full ? parent->n_cached : full;
         r->ch[j].seq = q;
         /* The parent's reservation of n slots becomes one per choice. */
         parent->reserve--;
@@ -353,6 +425,7 @@ static int32_t plan_step(eng_sched_t *s)
         struct seq *q = s->whead;
         if (s->reserved + q->reserve > s->cfg.max_batch)
             break;
+        prefix_attach(s, q);
         int32_t rem = q->len - q->n_computed;
         int32_t chunk = rem < budget ? rem : budget;
         /* Keep a watermark of free blocks for the running decodes, so that
@@ -361,11 +434,20 @@ static int32_t plan_step(eng_sched_t *s)
         if (chunk > fit)
             chunk = fit;
         chunk = eng_sched_plp_clamp(s, q, chunk);
-        if (chunk <= 0)
+        if (chunk <= 0) {
+            seq_release_blocks(s, q); /* the cached blocks it found wait with it */
             break;
+        }
         wait_remove(s, q);
-        if (!q->r->started)
+        if (!q->r->started) {
+            /* counted as vLLM counts them: a request's first admission only
+             * (not its recomputes after preemption), in tokens */
             s->stats.prompt_tokens_total += (uint64_t)q->r->req->n_prompt;
+            if (eng_kv_cache_prefix_on(s->kv)) {
+                s->stats.prefix_cache_queries_total += (uint64_t)q->len;
+                s->stats.prefix_cache_hits_total += (uint64_t)q->n_computed;
+            }
+        }
         eng_sched_mark_dequeued(s, q->r);
         running_append(s, q);
         schedule(s, q, chunk, &n_step, &budget);
@@ -507,6 +589,7 @@ static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *
             continue;
         struct choice *c = &q->r->ch[q->choice];
         seq_grow(s, q, q->len + 1);
+        assert_private(s, q, q->len, 1);
         s->b_tok[j] = 0;
         s->b_feed[j] = s->st_row[k];
         s->b_pos[j] = q->len;
@@ -568,6 +651,7 @@ static inf_status_t finish_step(eng_sched_t *s, int32_t n_step, bool dev)
             r->n_plp = plo + prows;
         }
         q->n_computed += s->st_chunk[k];
+        prefix_commit(s, q); /* before a fork shares the prompt's blocks */
         if (q->n_computed != q->len)
             continue;
         float *lg = dev ? NULL : s->logits + (size_t)row * (size_t)s->lm->vocab;
@@ -657,6 +741,7 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         /* Scoring rows: positions [plo, plo + prows) of this chunk. */
         int32_t prows = eng_sched_plp_rows(q, q->n_computed, chunk);
         int32_t plo = q->n_computed > q->r->n_plp ? q->n_computed : q->r->n_plp;
+        assert_private(s, q, q->n_computed, chunk);
         for (int32_t j = 0; j < chunk; j++) {
             int32_t p = q->n_computed + j;
             s->b_tok[nt] = q->tok[p];
@@ -920,6 +1005,7 @@ void eng_sched_stats(const eng_sched_t *s, struct eng_stats *st)
     st->waiting = s->n_waiting;
     st->kv_blocks_total = s->cfg.kv_blocks;
     st->kv_blocks_used = s->cfg.kv_blocks - eng_kv_cache_free_blocks(s->kv);
+    st->kv_blocks_cached = eng_kv_cache_cached_blocks(s->kv);
     st->failed = false;
 }
 
@@ -984,6 +1070,15 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
         return inf_err_set(err, INF_E_NOMEM, "out of memory for the scheduler");
     }
     inf_status_t st = eng_kv_cache_create(cfg->kv_blocks, 0, 0, &s->kv, err);
+    if (st == INF_OK && cfg->prefix_caching) {
+        /* The chain of block hashes starts at what the blocks' content
+         * depends on besides the ids: the model and its KV dtype. */
+        uint64_t salt =
+            mix64(lm->kv_id ^ mix64((uint64_t)(uint32_t)lm->vocab << 32 | (uint32_t)lm->max_len));
+        for (const char *c = lm->name; c && *c; c++)
+            salt = mix64(salt ^ (unsigned char)*c);
+        st = eng_kv_cache_enable_prefix(s->kv, salt, cfg->prefix_hash, err);
+    }
     if (st == INF_OK)
         st = lm->kv_reserve(lm->self, cfg->kv_blocks, err);
     if (st != INF_OK) {

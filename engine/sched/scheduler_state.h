@@ -22,6 +22,7 @@ struct seq {
     int32_t *tok; /* [cap] prompt + generated */
     int32_t len, cap;
     int32_t n_computed; /* tokens with KV */
+    int32_t n_cached;   /* its first blocks, committed to the prefix cache */
     int32_t *blocks;    /* [max_blocks] physical block ids */
     int32_t n_blocks;
     int32_t reserve;           /* max_batch slots held while running: n before the fork, else 1 */
