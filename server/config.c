@@ -95,6 +95,10 @@ const struct srv_config_key srv_config_keys[] = {
     {.section = "engine", .name = "seed", .type = SRV_CFG_INT, .offset = OFF(seed),
      .min = 0, .max = INT64_MAX, .def = "0",
      .help = "base sampling seed for requests that give none"},
+    {.section = "engine", .name = "prefix_caching", .type = SRV_CFG_BOOL,
+     .offset = OFF(prefix_caching), .def = "true",
+     .help = "reuse the KV blocks of a prompt prefix cached from earlier requests "
+             "(automatic prefix caching); false: compute every prompt whole"},
 
     {.section = "limits", .name = "max_queue", .type = SRV_CFG_INT, .offset = OFF(max_queue),
      .min = 1, .max = 1048576, .def = "256",

@@ -63,6 +63,7 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     ecfg->keep_fp16 = cfg->keep_fp16.v;
     ecfg->fuse_qkv = cfg->fuse_qkv;
     ecfg->seed = (uint64_t)cfg->seed;
+    ecfg->prefix_caching = cfg->prefix_caching;
     return 0;
 }
 

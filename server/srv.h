@@ -55,6 +55,7 @@ struct srv_config {
     int64_t kv_cache_tokens;       /* 0 = as many as memory allows */
     double gpu_memory_utilization; /* fraction of GPU memory to take */
     int64_t seed;                  /* sampling seed for requests without one */
+    bool prefix_caching;           /* share the KV blocks of a common prefix */
     /* [limits] */
     int64_t max_queue;          /* requests waiting for admission */
     int64_t body_limit;         /* bytes */
