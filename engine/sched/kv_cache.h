@@ -10,7 +10,7 @@
  * first from a fresh cache.
  *
  * Prefix cache (eng_kv_cache_enable_prefix). A full block can be committed:
- * it then holds, for good, the KV of its ENG_KV_BLOCK token ids after the
+ * until it is evicted it holds the KV of its ENG_KV_BLOCK token ids after the
  * committed block before it (its parent; none for a sequence's first
  * block), so a sequence with the same tokens from position 0 can hold it
  * instead of computing it again. Committed blocks are found by a hash
