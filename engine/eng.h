@@ -44,10 +44,14 @@ struct eng_config {
     const char *const *keep_fp16;
     bool fuse_qkv;      /* fuse q/k/v and gate/up (default true) */
     uint64_t seed;      /* base seed for requests without one */
+    bool prefix_caching; /* share the KV blocks of a common prefix between
+                          * sequences (automatic prefix caching; the
+                          * server's default: on) */
     bool enforce_eager; /* decode steps run their ops as they come: no
                            recorded graphs (a device backend) */
     bool skip_warm_up;  /* serve at once: no warm-up (decode graphs recorded and
                            kernels first launched by the first requests) */
+    uint32_t stats_log_s; /* seconds between the engine's stats lines; 0: none */
     /* Test hooks, for the project's own tests (0 / false: off). */
     uint32_t min_step_us;      /* every step lasts at least this long */
     bool no_overlap;           /* plan every step only once the one before is back */
@@ -199,8 +203,13 @@ struct eng_stats {
     uint64_t prompt_tokens_total, generation_tokens_total;
     uint64_t preemptions_total;
     uint64_t steps_total;
-    uint64_t batched_steps_total; /* steps that ran more than one sequence */
-    uint64_t steps_ahead_total;   /* decode steps queued before the step before them was back */
+    uint64_t batched_steps_total;   /* steps that ran more than one sequence */
+    uint64_t steps_ahead_total;     /* decode steps queued before the step before them was back */
+    /* The prefix cache, in tokens as vLLM counts them: queries are the
+     * tokens of each request looked up at its first admission, hits those
+     * of them found cached (not computed). Both 0 with prefix caching off. */
+    uint64_t prefix_cache_queries_total, prefix_cache_hits_total;
+    int64_t kv_blocks_cached;       /* blocks the prefix cache holds (in use or evictable) */
     int32_t max_running_seen;
     bool failed; /* sticky device error: /health answers 503 */
 };

@@ -61,6 +61,9 @@ struct eng_engine {
     /* engine thread only */
     uint64_t dequeued_seen;
     bool failed;
+    uint64_t log_every_ns;     /* the periodic stats line; 0: none */
+    uint64_t log_next;         /* when it is due */
+    struct eng_stats log_last; /* the counters at the last one */
 
     pthread_mutex_t stats_mu; /* guards stats */
     struct eng_stats stats;
@@ -109,6 +112,40 @@ static void publish_stats(eng_engine_t *eng)
     pthread_mutex_lock(&eng->stats_mu);
     eng->stats = st;
     pthread_mutex_unlock(&eng->stats_mu);
+}
+
+/* The periodic stats line, as vLLM's: rates and the prefix cache's hit
+ * rate over the interval since the last line, and the gauges now. Written
+ * only when the engine ran steps since then. */
+static void log_stats(eng_engine_t *eng, uint64_t now)
+{
+    struct eng_stats st;
+    eng_sched_stats(eng->sched, &st);
+    const struct eng_stats *l = &eng->log_last;
+    if (st.steps_total != l->steps_total) {
+        double s = (double)(now - (eng->log_next - eng->log_every_ns)) / 1e9;
+        uint64_t q = st.prefix_cache_queries_total - l->prefix_cache_queries_total;
+        uint64_t h = st.prefix_cache_hits_total - l->prefix_cache_hits_total;
+        char hit[64];
+        if (!eng->cfg.prefix_caching)
+            snprintf(hit, sizeof hit, "off");
+        else if (q == 0)
+            snprintf(hit, sizeof hit, "hit rate -");
+        else
+            snprintf(hit, sizeof hit, "hit rate %.1f%% of %llu tokens",
+                     100.0 * (double)h / (double)q, (unsigned long long)q);
+        inf_log(INFO,
+                "stats: prompt %.1f tok/s, generation %.1f tok/s, running %d, waiting %d, "
+                "KV cache %.1f%% used, prefix cache %s, preemptions %llu",
+                (double)(st.prompt_tokens_total - l->prompt_tokens_total) / s,
+                (double)(st.generation_tokens_total - l->generation_tokens_total) / s, st.running,
+                st.waiting,
+                st.kv_blocks_total ? 100.0 * (double)st.kv_blocks_used / (double)st.kv_blocks_total
+                                   : 0.0,
+                hit, (unsigned long long)(st.preemptions_total - l->preemptions_total));
+    }
+    eng->log_last = st;
+    eng->log_next = now + eng->log_every_ns;
 }
 
 static void account_dequeued(eng_engine_t *eng)
@@ -164,7 +201,17 @@ static void *engine_main(void *arg)
             break;
         if (eng_sched_idle(eng->sched)) {
             publish_stats(eng);
-            inf_queue_wait(eng->inbox, -1);
+            /* steps since the last stats line: wake for it when it is due */
+            int wait_ms = -1;
+            if (eng->log_every_ns && eng->stats.steps_total != eng->log_last.steps_total) {
+                uint64_t now = inf_now_ns();
+                if (now >= eng->log_next) {
+                    log_stats(eng, now);
+                    continue;
+                }
+                wait_ms = (int)((eng->log_next - now) / 1000000ull) + 1;
+            }
+            inf_queue_wait(eng->inbox, wait_ms);
             continue;
         }
         uint64_t t0 = inf_now_ns();
@@ -181,6 +228,8 @@ static void *engine_main(void *arg)
         }
         account_dequeued(eng);
         publish_stats(eng);
+        if (eng->log_every_ns && inf_now_ns() >= eng->log_next)
+            log_stats(eng, inf_now_ns());
         if (eng->min_step_ns)
             sleep_until(t0 + eng->min_step_ns);
     }
@@ -483,6 +532,7 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         st = inf_err_set(err, INF_E_INVALID, "mock settings must not be negative");
         goto fail_cfg;
     }
+    eng->log_every_ns = (uint64_t)cfg->stats_log_s * 1000000000ull;
 
     st = load_model(eng, err);
     if (st != INF_OK)
@@ -500,6 +550,7 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         .max_model_len = eng->cfg.max_model_len,
         .kv_blocks = (int32_t)(kv_tokens / ENG_KV_BLOCK),
         .seed = eng->cfg.seed,
+        .prefix_caching = eng->cfg.prefix_caching,
         .no_overlap = eng->cfg.no_overlap,
     };
     st = eng_sched_create(&sc, &eng->lm, eng->detok, outbox_push, eng, &eng->sched, err);
@@ -542,6 +593,7 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
     eng->cfg.devices = NULL;
     eng->cfg.keep_fp16 = NULL;
     publish_stats(eng);
+    eng->log_next = inf_now_ns() + eng->log_every_ns;
     if (pthread_create(&eng->thread, NULL, engine_main, eng) != 0) {
         st = inf_err_set(err, INF_E_NOMEM, "cannot start the engine thread");
         goto fail_mutex;

@@ -99,10 +99,18 @@ const struct srv_config_key srv_config_keys[] = {
      .offset = OFF(enforce_eager), .def = "false",
      .help = "run decode steps op by op instead of replaying recorded CUDA graphs (cuda "
              "backend; slower, for diagnosis)"},
+    {.section = "engine", .name = "stats_log_interval", .type = SRV_CFG_INT,
+     .offset = OFF(stats_log_interval), .min = 0, .max = 86400, .def = "10",
+     .help = "seconds between the engine's stats lines in the log while it runs (tokens, steps, "
+             "the prefix cache's hit rate); 0: none"},
     {.section = "engine", .name = "warm_up", .type = SRV_CFG_BOOL, .offset = OFF(warm_up),
      .def = "true",
      .help = "before serving, run the prefill and decode shapes once so that the first "
              "requests do not pay kernel loading and graph recording (cuda backend)"},
+    {.section = "engine", .name = "prefix_caching", .type = SRV_CFG_BOOL,
+     .offset = OFF(prefix_caching), .def = "true",
+     .help = "reuse the KV blocks of a prompt prefix cached from earlier requests "
+             "(automatic prefix caching); false: compute every prompt whole"},
 
     {.section = "limits", .name = "max_queue", .type = SRV_CFG_INT, .offset = OFF(max_queue),
      .min = 1, .max = 1048576, .def = "256",

@@ -65,10 +65,12 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     ecfg->seed = (uint64_t)cfg->seed;
     ecfg->enforce_eager = cfg->enforce_eager;
     ecfg->skip_warm_up = !cfg->warm_up;
+    ecfg->stats_log_s = (uint32_t)cfg->stats_log_interval;
     ecfg->min_step_us = (uint32_t)cfg->min_step_us;
     ecfg->mock_vocab = (int32_t)cfg->mock_vocab;
     ecfg->mock_fail_step = (int32_t)cfg->mock_fail_step;
     ecfg->mock_device_sampling = cfg->mock_device_sampling;
+    ecfg->prefix_caching = cfg->prefix_caching;
     return 0;
 }
 

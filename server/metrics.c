@@ -90,6 +90,12 @@ char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st
                (double)st->prompt_tokens_total);
     put_scalar(&b, "int4serve_generation_tokens_total", "counter", "Tokens generated.",
                (double)st->generation_tokens_total);
+    put_scalar(&b, "int4serve_prefix_cache_queries_total", "counter",
+               "Prefix cache queries, in prompt tokens looked up.",
+               (double)st->prefix_cache_queries_total);
+    put_scalar(&b, "int4serve_prefix_cache_hits_total", "counter",
+               "Prefix cache hits, in prompt tokens found cached.",
+               (double)st->prefix_cache_hits_total);
     put_scalar(&b, "int4serve_num_preemptions_total", "counter",
                "Sequences preempted (KV cache exhausted) and recomputed later.",
                (double)st->preemptions_total);

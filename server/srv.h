@@ -57,6 +57,8 @@ struct srv_config {
     int64_t seed;                  /* sampling seed for requests without one */
     bool enforce_eager;            /* no decode graphs */
     bool warm_up;                  /* warm the device model up before serving */
+    int64_t stats_log_interval;    /* seconds between the engine's stats lines; 0 = none */
+    bool prefix_caching;           /* share the KV blocks of a common prefix */
     /* [limits] */
     int64_t max_queue;          /* requests waiting for admission */
     int64_t body_limit;         /* bytes */

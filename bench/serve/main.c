@@ -16,7 +16,15 @@
  *         - 1), completion_tokens from the usage; a per-token time whatever
  *         the tokenizer (exact when the first token has text).
  * The report prints these definitions and the ratio of text events to output
- * tokens: near 1, ITL is per token. */
+ * tokens: near 1, ITL is per token.
+ *
+ * --shared-prefix S starts every prompt with the same S token ids (drawn once
+ * from the seed) before its own P: the load of a common system prompt,
+ *
+ *   int4serve-bench-serve -n 512 -c 32 --shared-prefix 1024 -p 32 -o 64
+ *
+ * and the report adds what the server's /metrics counted of its prefix
+ * cache during the run (int4serve_prefix_cache_{queries,hits}_total). */
 #include <curl/curl.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -31,6 +39,7 @@
 struct opts {
     const char *url, *model, *api_key, *text;
     int n, c, p, o;
+    int shared; /* ids every prompt starts with */
     bool stream;
     unsigned seed;
 };
@@ -161,6 +170,8 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user)
     return n;
 }
 
+static int *shared_ids; /* [o.shared] */
+
 static char *make_body(const struct opts *o, unsigned *rng)
 {
     json_t *j = json_object();
@@ -170,6 +181,8 @@ static char *make_body(const struct opts *o, unsigned *rng)
         json_object_set_new(j, "prompt", json_string(o->text));
     } else {
         json_t *ids = json_array();
+        for (int i = 0; i < o->shared; i++)
+            json_array_append_new(ids, json_integer(shared_ids[i]));
         for (int i = 0; i < o->p; i++) {
             *rng = *rng * 1103515245u + 12345u;
             /* ids 3..258: present in any vocabulary this server loads */
@@ -191,15 +204,66 @@ static char *make_body(const struct opts *o, unsigned *rng)
     return s;
 }
 
+/* The sum of the /metrics samples named name (no labels), or -1 when the
+ * server does not answer or has none. */
+struct membuf {
+    char *p;
+    size_t len;
+};
+
+static size_t on_metrics(char *ptr, size_t size, size_t nmemb, void *user)
+{
+    struct membuf *b = user;
+    size_t n = size * nmemb;
+    char *q = realloc(b->p, b->len + n + 1);
+    if (!q)
+        return 0;
+    memcpy(q + b->len, ptr, n);
+    b->p = q;
+    b->len += n;
+    b->p[b->len] = '\0';
+    return n;
+}
+
+static bool prefix_counters(const char *base, const char *auth, double *queries, double *hits)
+{
+    char url[1024];
+    snprintf(url, sizeof url, "%s/metrics", base);
+    struct membuf b = {0};
+    CURL *h = curl_easy_init();
+    struct curl_slist *hl = auth ? curl_slist_append(NULL, auth) : NULL;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_metrics);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    long code = 0;
+    bool ok = curl_easy_perform(h) == CURLE_OK &&
+              curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200;
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hl);
+    const char *q = ok && b.p ? strstr(b.p, "\nint4serve_prefix_cache_queries_total ") : NULL;
+    const char *k = ok && b.p ? strstr(b.p, "\nint4serve_prefix_cache_hits_total ") : NULL;
+    if (q && k) {
+        *queries = strtod(strchr(q + 1, ' ') + 1, NULL);
+        *hits = strtod(strchr(k + 1, ' ') + 1, NULL);
+    }
+    free(b.p);
+    return q && k;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: int4serve-bench-serve [--url URL] [-n N] [-c C] [-p P | --text STR] [-o O]\n"
+            "                             [--shared-prefix S]\n"
             "                             [--model NAME] [--api-key KEY] [--no-stream] [--seed S]\n"
             "  --url URL      server base URL (default http://127.0.0.1:8000)\n"
             "  -n N           requests in all (default 64)\n"
             "  -c C           requests in flight at once (default 8)\n"
-            "  -p P           prompt length in token ids (default 32)\n"
+            "  -p P           prompt length in token ids (default 32), after the shared ones\n"
+            "  --shared-prefix S  the same S token ids first in every prompt (default 0)\n"
             "  --text STR     send STR as the prompt instead of token ids\n"
             "  -o O           output tokens per request, ignore_eos (default 32)\n"
             "  --no-stream    non-streamed requests (no TTFT/ITL, throughput only)\n");
@@ -214,11 +278,15 @@ int main(int argc, char **argv)
                      .o = 32,
                      .stream = true,
                      .seed = 1};
-    static const struct option lo[] = {
-        {"url", required_argument, 0, 'u'},     {"model", required_argument, 0, 'm'},
-        {"api-key", required_argument, 0, 'k'}, {"text", required_argument, 0, 't'},
-        {"no-stream", no_argument, 0, 'S'},     {"seed", required_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option lo[] = {{"url", required_argument, 0, 'u'},
+                                       {"model", required_argument, 0, 'm'},
+                                       {"api-key", required_argument, 0, 'k'},
+                                       {"text", required_argument, 0, 't'},
+                                       {"no-stream", no_argument, 0, 'S'},
+                                       {"seed", required_argument, 0, 's'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"shared-prefix", required_argument, 0, 'P'},
+                                       {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "n:c:p:o:h", lo, NULL)) != -1) {
         switch (ch) {
@@ -252,14 +320,31 @@ int main(int argc, char **argv)
         case 'o':
             o.o = atoi(optarg);
             break;
+        case 'P':
+            o.shared = atoi(optarg);
+            break;
         default:
             usage();
             return ch == 'h' ? 0 : 2;
         }
     }
-    if (o.n < 1 || o.c < 1 || o.p < 1 || o.o < 1) {
+    if (o.n < 1 || o.c < 1 || o.p < 1 || o.o < 1 || o.shared < 0 || (o.shared && o.text)) {
         usage();
         return 2;
+    }
+    if (o.shared) {
+        /* its own stream of the seed, so the suffixes are those of a run
+         * without it */
+        shared_ids = malloc(sizeof *shared_ids * (size_t)o.shared);
+        if (!shared_ids) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        unsigned srng = o.seed ^ 0x5eedu;
+        for (int i = 0; i < o.shared; i++) {
+            srng = srng * 1103515245u + 12345u;
+            shared_ids[i] = 3 + (int)((srng >> 16) % 256);
+        }
     }
     if (o.c > o.n)
         o.c = o.n;
@@ -276,6 +361,8 @@ int main(int argc, char **argv)
     struct slot *slots = calloc((size_t)o.c, sizeof *slots);
     unsigned rng = o.seed;
     int sent = 0, done = 0, errors = 0, running = 0;
+    double q0 = 0, h0 = 0;
+    bool have_pc = prefix_counters(o.url, o.api_key ? auth : NULL, &q0, &h0);
     double t0 = now_s();
 
     for (;;) {
@@ -349,8 +436,13 @@ int main(int argc, char **argv)
             curl_multi_poll(m, NULL, 0, 50, NULL);
     }
     double wall = now_s() - t0;
-    printf("requests %d  concurrency %d  prompt %d%s  output %d  stream %s\n", o.n, o.c,
-           o.text ? 0 : o.p, o.text ? " (text)" : " tokens", o.o, o.stream ? "yes" : "no");
+    if (o.shared)
+        printf("requests %d  concurrency %d  prompt %d tokens (%d shared + %d)  output %d  "
+               "stream %s\n",
+               o.n, o.c, o.shared + o.p, o.shared, o.p, o.o, o.stream ? "yes" : "no");
+    else
+        printf("requests %d  concurrency %d  prompt %d%s  output %d  stream %s\n", o.n, o.c,
+               o.text ? 0 : o.p, o.text ? " (text)" : " tokens", o.o, o.stream ? "yes" : "no");
     printf("duration %.3f s  requests/s %.2f  output tokens %ld  output tokens/s %.1f\n", wall,
            (double)(o.n - errors) / wall, total_tokens, (double)total_tokens / wall);
     if (o.stream) {
@@ -367,12 +459,18 @@ int main(int argc, char **argv)
                total_tokens ? (double)total_text_events / (double)total_tokens : 0.0,
                total_text_events, total_tokens);
     }
+    double q1 = 0, h1 = 0;
+    if (have_pc && prefix_counters(o.url, o.api_key ? auth : NULL, &q1, &h1))
+        printf("prefix cache  hits %.0f of %.0f prompt tokens  %.1f%%   (the server's /metrics "
+               "over the run)\n",
+               h1 - h0, q1 - q0, q1 > q0 ? 100.0 * (h1 - h0) / (q1 - q0) : 0.0);
     printf("errors %d\n", errors);
     for (int i = 0; i < o.c; i++) {
         free(slots[i].body);
         free(slots[i].buf);
     }
     free(slots);
+    free(shared_ids);
     free(ttft.v);
     free(itl.v);
     free(tpot.v);

@@ -21,6 +21,7 @@ struct mock {
     int32_t vocab, max_len;
     int32_t fail_at_step;
     int64_t steps;
+    int64_t computed; /* tokens whose KV the steps wrote */
     int32_t n_blocks;
     /* [n_blocks * ENG_KV_BLOCK] (token + 1) << 32 | position; 0 = never written */
     uint64_t *kv;
@@ -170,7 +171,14 @@ static inf_status_t mock_forward(void *self, const struct eng_batch *b, float *l
     if (row != b->n_logits)
         return inf_err_set(err, INF_E_INTERNAL, "mock: n_logits %d, want_logits has %d",
                            b->n_logits, row);
+    m->computed += b->n_tokens;
     return INF_OK;
+}
+
+int64_t eng_mock_tokens_computed(const struct eng_lm *lm)
+{
+    const struct mock *m = lm->self;
+    return m->computed;
 }
 
 /* Sample row r of logits lg (edited) as mock.h describes. */
@@ -349,6 +357,7 @@ inf_status_t eng_mock_create(const struct eng_mock_config *cfg, struct eng_lm *l
     lm->bos_id = ENG_MOCK_BOS;
     lm->n_eos = 1;
     lm->eos_ids[0] = ENG_MOCK_EOS;
+    lm->kv_id = 0x6d6f636bull; /* "mock": its KV is the ids themselves */
     lm->kv_reserve = mock_kv_reserve;
     lm->forward = mock_forward;
     if (cfg->device_sampling) {

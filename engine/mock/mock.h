@@ -65,6 +65,9 @@ int32_t eng_mock_encode(const char *text, size_t len, int32_t *out, int32_t cap)
 /* Decode ids to text as the detokenizer would over a whole sequence; the
  * result is malloc'd and NUL-terminated (NULL on out of memory). */
 char *eng_mock_decode(const int32_t *ids, int32_t n, size_t *len);
+/* Tokens whose KV lm's steps have written so far (a prefix cache hit is
+ * not computed, so it does not count). lm must be a mock. */
+int64_t eng_mock_tokens_computed(const struct eng_lm *lm);
 /* The reference: logits [vocab] after the token toks[n-1] of a sequence
  * whose whole history is toks[0..n). No KV involved. */
 void eng_mock_logits(int32_t vocab, const int32_t *toks, int32_t n, float *out);

@@ -30,6 +30,18 @@
  * batch is the k-th sequence scheduled in it; its block_table row is that
  * sequence's block list.
  *
+ * Prefix cache (cfg.prefix_caching). A sequence admitted without blocks
+ * (new, or back after preemption) first holds the longest run of committed
+ * blocks its tokens start with, and its prefill starts after them; after
+ * every step the blocks its computed positions fill are committed, prompt
+ * and generated tokens alike, so the next request with the same head, a
+ * second turn, or the sequence itself after a preemption, skips them. The
+ * last token is always computed, for its logits; a request that scores its
+ * prompt computes every position it scores. Nothing is ever written into a
+ * committed or shared block (asserted for every token a step writes):
+ * positions are written only past the committed run, into blocks of the
+ * sequence's own.
+ *
  * n > 1. The prompt is prefilled once (choice 0, which reserves n of the
  * max_batch slots). When its prefill ends, choices 1..n-1 are forked: they
  * share the prompt's full blocks (reference counted, read-only) and recompute
@@ -43,26 +55,9 @@
  * request without a seed gets S from the engine's base seed and a counter.
  * Greedy and seeded outputs do not depend on what else is in the batch.
  *
- * Text. Each choice detokenizes incrementally. Text that could still be the
- * start of a stop string is held back; a stop string found ends the choice
- * and neither it nor anything after it is returned (OpenAI). Stop strings and
- * EOS count only once min_tokens tokens exist (EOS is masked before). Streaming
- * choices get a DELTA whenever text is released (or tokens with logprobs);
- * others one DELTA at their end. DONE follows the last choice's final DELTA.
- *
- * Prompt logprobs (eng_request.prompt_logprobs). While choice 0 prefills, the
- * batch also wants logits at every prompt position p < n_prompt - 1 not yet
- * scored (row p scores prompt[p+1]); they are turned into raw log-softmax
- * logprobs with top-n at once, and the whole list goes out in one
- * ENG_EV_PROMPT event just before the request's first token is sampled. The
- * logits buffer holds PROMPT_ROWS such rows per step beyond the one row per
- * sequence, so a scored prefill advances at most PROMPT_ROWS positions a step
- * (the oldest scored prefill first); a recompute after preemption scores
- * nothing again. */
+ * Text, stop strings, events and prompt logprobs: engine/sched/scheduler_output.c. */
 #define INF_LOG_MODULE "eng"
-#include "engine/sched/scheduler_impl.h"
-#include "engine/sched/kv_cache.h"
-#include "engine/sched/sampler.h"
+#include "engine/sched/scheduler_state.h"
 #include "engine/backend.h"
 
 #include <math.h>
@@ -70,129 +65,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- byte strings -------------------------------------------------------------- */
-inf_status_t eng_strbuf_append(struct eng_strbuf *sb, const char *s, size_t n)
-{
-    if (!inf_grow(&sb->p, &sb->cap, sb->len + n + 1, 32))
-        return INF_E_NOMEM;
-    if (n)
-        memcpy(sb->p + sb->len, s, n);
-    sb->len += n;
-    sb->p[sb->len] = '\0';
-    return INF_OK;
-}
-
-void eng_strbuf_fini(struct eng_strbuf *sb)
-{
-    free(sb->p);
-    sb->p = NULL;
-    sb->len = sb->cap = 0;
-}
-
-/* ---- state --------------------------------------------------------------------- */
-struct sreq;
-
-struct seq {
-    struct sreq *r;
-    int32_t choice;
-    int32_t *tok; /* [cap] prompt + generated */
-    int32_t len, cap;
-    int32_t n_computed; /* tokens with KV */
-    int32_t *blocks;    /* [max_blocks] physical block ids */
-    int32_t n_blocks;
-    int32_t reserve;           /* max_batch slots held while running: n before the fork, else 1 */
-    bool running;              /* else waiting */
-    uint64_t sched_step;       /* step number it was last scheduled in */
-    struct seq *wprev, *wnext; /* waiting queue */
-};
-
-struct choice {
-    struct seq *seq; /* NULL before the fork and after the end */
-    eng_sampler_t *smp;
-    void *detok;
-    struct eng_strbuf text; /* all decoded text (truncated at a stop string) */
-    size_t sent;            /* bytes of text already in DELTA events */
-    size_t searched;        /* text length already searched: no stop string ends within */
-    int32_t n_gen;
-    size_t min_mark; /* text length before the min_tokens-th token: stops ending here are ignored */
-    struct eng_token_info *pend; /* tokens not yet in a DELTA */
-    int32_t n_pend, cap_pend;
-    enum eng_finish finish;
-    bool ended;
-};
-
-/* Logits rows per step for prompt logprobs, beyond one per sequence. */
-#define PROMPT_ROWS 64
-
-struct sreq {
-    struct eng_request *req;
-    uint64_t t_submit, t_first_sched, t_first_token;
-    bool started;        /* left the admission queue */
-    bool forked;         /* choices 1..n-1 exist (or n == 1 and prefill done) */
-    inf_status_t failed; /* set during a step; the request is ended after it */
-    int32_t n_open;
-    bool want_plp;              /* prompt_logprobs with logprobs >= 0 */
-    bool plp_sent;              /* its ENG_EV_PROMPT went out */
-    int32_t n_plp;              /* prompt positions scored: plp[1..n_plp] are filled */
-    struct eng_token_info *plp; /* [n_prompt] until sent */
-    struct choice *ch;          /* [req->n] */
-    size_t stop_len[ENG_MAX_STOP]; /* strlen of each stop string, taken once */
-    struct sreq *prev, *next;
-};
-
-struct eng_sched {
-    struct eng_sched_config cfg;
-    struct eng_lm *lm;
-    const struct eng_detok_ops *detok;
-    eng_emit_fn emit;
-    void *user;
-    int32_t max_blocks; /* blocks one sequence can need */
-    int32_t watermark;  /* free blocks admission leaves: 1% of the pool */
-    uint64_t seed_counter;
-
-    eng_kv_cache_t *kv; /* the block pool (no slots: lists are in struct seq) */
-
-    struct seq **running; /* [max_batch], oldest first */
-    int32_t n_running;
-    int32_t reserved; /* sum of reserve over running */
-    struct seq *whead, *wtail;
-    int32_t n_waiting;
-    struct sreq *reqs;
-
-    /* step buffers */
-    uint64_t step_no;
-    struct seq **st_seq;             /* [max_batch] */
-    int32_t *st_chunk;               /* [max_batch] */
-    int32_t *b_tok, *b_pos, *b_slot; /* [max_batched_tokens] */
-    uint8_t *b_want;
-    int32_t *b_table; /* [max_batch * max_blocks] */
-    float *logits;    /* [(max_batch + PROMPT_ROWS) * vocab] */
-    int32_t plp_left; /* prompt-logprob rows still free in the step being planned */
-    float *scratch;   /* [vocab] */
-    /* sampling on the device (lm->forward_sample) */
-    struct eng_sample_row *rows;  /* [max_batch] */
-    struct eng_sample_out *picks; /* [max_batch] */
-    int32_t *st_row;              /* [max_batch] first row of st_seq[k] */
-    struct eng_sample_hist *hist; /* penalty histories of a step (grows) */
-    size_t hist_cap;
-    /* the decode step queued ahead (queue_ahead), in flight behind the one
-     * being collected */
-    struct seq **ah_seq; /* [max_batch] its sequences, a sampled row each, in
-                          * row order; NULL where one has ended since */
-    int32_t n_ah;        /* its rows; 0: none queued */
-    int32_t *b_feed;     /* [max_batch] */
-
-    uint64_t dequeued;
-    struct eng_stats stats;
-};
-
 /* ---- blocks -------------------------------------------------------------------- */
+/* Last block first, so that of a sequence's cached blocks its tail is
+ * evicted first and its head, which more requests share, last. */
 static void seq_release_blocks(eng_sched_t *s, struct seq *q)
 {
-    for (int32_t i = 0; i < q->n_blocks; i++)
-        eng_kv_block_unref(s->kv, q->blocks[i]);
-    q->n_blocks = 0;
+    while (q->n_blocks > 0)
+        eng_kv_block_unref(s->kv, q->blocks[--q->n_blocks]);
     q->n_computed = 0;
+    q->n_cached = 0;
 }
 
 /* Tokens q could add at its current blocks plus every free block. */
@@ -212,6 +93,63 @@ static void seq_grow(eng_sched_t *s, struct seq *q, int32_t upto)
         INF_ASSERT(b >= 0);
         q->blocks[q->n_blocks++] = b;
     }
+}
+
+/* ---- prefix cache ------------------------------------------------------------------- */
+/* q, holding no block, is being admitted: hold the longest run of cached
+ * blocks its tokens start with, as its first blocks, so that its prefill
+ * starts after them. At most (len - 1) / ENG_KV_BLOCK blocks, so that at
+ * least the last token is computed for its logits (a prompt cached whole
+ * recomputes its last block, into a block of its own); for a request that
+ * scores its prompt, none past the positions already scored (none before
+ * its first prefill), whose logits are wanted. */
+static void prefix_attach(eng_sched_t *s, struct seq *q)
+{
+    INF_ASSERT(q->n_blocks == 0 && q->n_computed == 0);
+    if (!eng_kv_cache_prefix_on(s->kv))
+        return;
+    int32_t max = (q->len - 1) / ENG_KV_BLOCK;
+    const struct sreq *r = q->r;
+    if (r->want_plp && !r->plp_sent && q->choice == 0 && r->n_plp / ENG_KV_BLOCK < max)
+        max = r->n_plp / ENG_KV_BLOCK;
+    int32_t parent = -1;
+    while (q->n_blocks < max) {
+        int32_t b = eng_kv_prefix_find(s->kv, parent, q->tok + (size_t)q->n_blocks * ENG_KV_BLOCK);
+        if (b < 0)
+            break;
+        eng_kv_block_ref(s->kv, b);
+        q->blocks[q->n_blocks++] = b;
+        parent = b;
+    }
+    q->n_cached = q->n_blocks;
+    q->n_computed = q->n_blocks * ENG_KV_BLOCK;
+}
+
+/* q's blocks that its computed positions fill are committed, in order
+ * (each block's parent, the one before it, is committed already). A block
+ * whose content another sequence committed first is exchanged for that
+ * one: the step queued ahead may still read q's own copy, which is the same
+ * data, and a later step that reuses the freed block runs after it. */
+static void prefix_commit(eng_sched_t *s, struct seq *q)
+{
+    if (!eng_kv_cache_prefix_on(s->kv))
+        return;
+    while ((q->n_cached + 1) * ENG_KV_BLOCK <= q->n_computed) {
+        int32_t k = q->n_cached;
+        int32_t parent = k > 0 ? q->blocks[k - 1] : -1;
+        q->blocks[k] =
+            eng_kv_prefix_commit(s->kv, q->blocks[k], parent, q->tok + (size_t)k * ENG_KV_BLOCK);
+        q->n_cached++;
+    }
+}
+
+/* The blocks that positions [from, from + n) of q are written into are q's
+ * alone and not cached: a shared or committed block is never written. */
+static void assert_private(const eng_sched_t *s, const struct seq *q, int32_t from, int32_t n)
+{
+    for (int32_t b = from / ENG_KV_BLOCK; b <= (from + n - 1) / ENG_KV_BLOCK; b++)
+        INF_ASSERT(b < q->n_blocks && eng_kv_block_refs(s->kv, q->blocks[b]) == 1 &&
+                   !eng_kv_block_cached(s->kv, q->blocks[b]));
 }
 
 /* ---- sequences and queues --------------------------------------------------------- */
@@ -303,7 +241,7 @@ static void running_append(eng_sched_t *s, struct seq *q)
 }
 
 /* Remove q from wherever it is, free its blocks and itself. */
-static void seq_drop(eng_sched_t *s, struct seq *q)
+void eng_sched_seq_drop(eng_sched_t *s, struct seq *q)
 {
     if (q->running)
         running_remove(s, q);
@@ -332,49 +270,12 @@ static void preempt(eng_sched_t *s, struct seq *q)
     s->stats.preemptions_total++;
 }
 
-/* ---- events -------------------------------------------------------------------------- */
-static void emit(eng_sched_t *s, struct eng_event *ev)
-{
-    s->emit(s->user, ev);
-}
-
-/* A DELTA carrying text[sent..end) and the pending tokens. */
-static inf_status_t emit_delta(eng_sched_t *s, struct sreq *r, int32_t ci, size_t end,
-                               enum eng_finish fin)
-{
-    struct choice *c = &r->ch[ci];
-    struct eng_event *ev = calloc(1, sizeof *ev);
-    if (!ev)
-        return INF_E_NOMEM;
-    size_t n = end - c->sent;
-    ev->text = malloc(n + 1);
-    if (!ev->text) {
-        free(ev);
-        return INF_E_NOMEM;
-    }
-    if (n)
-        memcpy(ev->text, c->text.p + c->sent, n);
-    ev->text[n] = '\0';
-    ev->text_len = n;
-    ev->kind = ENG_EV_DELTA;
-    ev->req_id = r->req->id;
-    ev->choice = ci;
-    ev->finish = fin;
-    ev->n_tokens = c->n_pend;
-    ev->tokens = c->pend; /* ownership moves to the event */
-    c->pend = NULL;
-    c->n_pend = c->cap_pend = 0;
-    c->sent = end;
-    emit(s, ev);
-    return INF_OK;
-}
-
-static void req_free(eng_sched_t *s, struct sreq *r)
+void eng_sched_req_free(eng_sched_t *s, struct sreq *r)
 {
     for (int32_t i = 0; i < r->req->n; i++) {
         struct choice *c = &r->ch[i];
         if (c->seq)
-            seq_drop(s, c->seq);
+            eng_sched_seq_drop(s, c->seq);
         if (c->detok)
             s->detok->close(c->detok);
         eng_sampler_destroy(c->smp);
@@ -393,249 +294,6 @@ static void req_free(eng_sched_t *s, struct sreq *r)
     free(r);
 }
 
-static void emit_done(eng_sched_t *s, struct sreq *r)
-{
-    struct eng_event *ev = calloc(1, sizeof *ev);
-    if (!ev) {
-        inf_log(ERROR, "req=%llu out of memory for its final event",
-                (unsigned long long)r->req->id);
-        return;
-    }
-    uint64_t now = inf_now_ns();
-    ev->kind = ENG_EV_DONE;
-    ev->req_id = r->req->id;
-    ev->prompt_tokens = r->req->n_prompt;
-    for (int32_t i = 0; i < r->req->n; i++)
-        ev->completion_tokens += r->ch[i].n_gen;
-    ev->queue_ns = (r->started ? r->t_first_sched : now) - r->t_submit;
-    ev->ttft_ns = r->t_first_token ? r->t_first_token - r->t_submit : 0;
-    emit(s, ev);
-}
-
-static void mark_dequeued(eng_sched_t *s, struct sreq *r)
-{
-    if (!r->started) {
-        r->started = true;
-        r->t_first_sched = inf_now_ns();
-        s->dequeued++;
-    }
-}
-
-/* End the whole request with an ERROR event (no further DELTA). */
-static void req_error(eng_sched_t *s, struct sreq *r, inf_status_t code, const char *msg)
-{
-    mark_dequeued(s, r);
-    struct eng_event *ev = calloc(1, sizeof *ev);
-    if (ev) {
-        ev->kind = ENG_EV_ERROR;
-        ev->req_id = r->req->id;
-        ev->status = code;
-        snprintf(ev->msg, sizeof ev->msg, "%s", msg);
-        emit(s, ev);
-    } else {
-        inf_log(ERROR, "req=%llu out of memory for its error event",
-                (unsigned long long)r->req->id);
-    }
-    req_free(s, r);
-}
-
-/* End choice ci with fin: final DELTA with everything not yet sent; DONE and
- * the request freed after the last choice. Returns true when r was freed.
- * When the DELTA cannot be built (out of memory) r is only marked failed and
- * true is not returned: the caller may be in the middle of a step whose list
- * still holds r's other sequences, so r is ended by the step's end (or by
- * eng_sched_cancel, outside a step). */
-static bool choice_end(eng_sched_t *s, struct sreq *r, int32_t ci, enum eng_finish fin)
-{
-    struct choice *c = &r->ch[ci];
-    if (c->ended)
-        return false;
-    if (c->seq)
-        seq_drop(s, c->seq);
-    c->ended = true;
-    c->finish = fin;
-    if (emit_delta(s, r, ci, c->text.len, fin) != INF_OK) {
-        r->failed = INF_E_NOMEM;
-        return false;
-    }
-    if (--r->n_open == 0) {
-        emit_done(s, r);
-        req_free(s, r);
-        return true;
-    }
-    return false;
-}
-
-/* ---- text and stop strings -------------------------------------------------------- */
-/* Bytes at the end of text[sent..) that are a proper prefix of some stop
- * string, and so cannot be released yet. */
-static size_t stop_holdback(const struct sreq *r, const struct choice *c)
-{
-    const struct eng_request *req = r->req;
-    size_t avail = c->text.len - c->sent, hold = 0;
-    for (int32_t i = 0; i < req->n_stop; i++) {
-        size_t sl = r->stop_len[i];
-        for (size_t k = sl - 1 < avail ? sl - 1 : avail; k > hold; k--) {
-            if (memcmp(c->text.p + c->text.len - k, req->stop[i], k) == 0) {
-                hold = k;
-                break;
-            }
-        }
-    }
-    return hold;
-}
-
-/* Earliest stop string starting at or after sent and ending after min_mark:
- * its offset, or -1. When there is none, later searches look, for each stop
- * string, only where it could end in text added since, so a token costs its
- * new text and not the whole text again. */
-static int64_t stop_find(const struct sreq *r, struct choice *c)
-{
-    const struct eng_request *req = r->req;
-    int64_t best = -1;
-    if (!c->text.p)
-        return -1;
-    for (int32_t i = 0; i < req->n_stop; i++) {
-        size_t sl = r->stop_len[i];
-        size_t from = c->sent;
-        if (c->searched >= sl && c->searched - sl + 1 > from)
-            from = c->searched - sl + 1;
-        if (c->min_mark >= sl && c->min_mark - sl + 1 > from)
-            from = c->min_mark - sl + 1;
-        if (from >= c->text.len || c->text.len - from < sl)
-            continue;
-        const char *hay = c->text.p + from;
-        const char *hit = memmem(hay, c->text.len - from, req->stop[i], sl);
-        if (hit) {
-            int64_t at = (int64_t)from + (hit - hay);
-            if (best < 0 || at < best)
-                best = at;
-        }
-    }
-    if (best < 0)
-        c->searched = c->text.len;
-    return best;
-}
-
-static bool is_eos(const struct eng_lm *lm, int32_t tok)
-{
-    for (int32_t i = 0; i < lm->n_eos; i++)
-        if (lm->eos_ids[i] == tok)
-            return true;
-    return false;
-}
-
-/* tok was sampled for sequence q: record it, detokenize, check the ends,
- * send events. */
-static inf_status_t on_token(eng_sched_t *s, struct seq *q, int32_t tok,
-                             const struct eng_token_info *info)
-{
-    struct sreq *r = q->r;
-    const struct eng_request *req = r->req;
-    int32_t ci = q->choice;
-    struct choice *c = &r->ch[ci];
-    inf_status_t st;
-
-    INF_ASSERT(q->len < q->cap);
-    q->tok[q->len++] = tok;
-    c->n_gen++;
-    s->stats.generation_tokens_total++;
-    if (!r->t_first_token)
-        r->t_first_token = inf_now_ns();
-
-    if (c->n_pend == c->cap_pend) {
-        int32_t cap = c->cap_pend ? c->cap_pend * 2 : 8;
-        struct eng_token_info *p = realloc(c->pend, sizeof *p * (size_t)cap);
-        if (!p)
-            return INF_E_NOMEM;
-        c->pend = p;
-        c->cap_pend = cap;
-    }
-    c->pend[c->n_pend++] = *info;
-
-    enum eng_finish fin = ENG_FINISH_NONE;
-    if (is_eos(s->lm, tok) && !req->sampling.ignore_eos) {
-        fin = ENG_FINISH_STOP;
-    } else {
-        st = s->detok->push(c->detok, tok, &c->text);
-        if (st != INF_OK)
-            return st;
-        if (c->n_gen >= req->max_tokens || q->len >= s->cfg.max_model_len)
-            fin = ENG_FINISH_LENGTH;
-    }
-    if (fin != ENG_FINISH_NONE) {
-        st = s->detok->flush(c->detok, &c->text);
-        if (st != INF_OK)
-            return st;
-    }
-    if (c->n_gen < req->min_tokens)
-        c->min_mark = c->text.len;
-    else if (req->n_stop > 0) {
-        int64_t at = stop_find(r, c);
-        if (at >= 0) {
-            c->text.len = (size_t)at;
-            c->text.p[at] = '\0';
-            fin = ENG_FINISH_STOP;
-        }
-    }
-    if (fin != ENG_FINISH_NONE) {
-        choice_end(s, r, ci, fin);
-        return INF_OK;
-    }
-    if (req->stream) {
-        size_t end = c->text.len - stop_holdback(r, c);
-        if (end > c->sent || (req->sampling.logprobs >= 0 && c->n_pend > 0))
-            return emit_delta(s, r, ci, end, ENG_FINISH_NONE);
-    }
-    return INF_OK;
-}
-
-/* Take pick as the next token of q. A pick of -1 (every token excluded)
- * answers INF_E_INVALID. */
-static inf_status_t accept_pick(eng_sched_t *s, struct seq *q, const struct eng_sample_out *pick)
-{
-    struct sreq *r = q->r;
-    struct choice *c = &r->ch[q->choice];
-    if (pick->token < 0)
-        return INF_E_INVALID;
-    eng_sampler_accept(c->smp, pick->token);
-    struct eng_token_info info = {.id = pick->token};
-    if (r->req->sampling.logprobs >= 0) {
-        info.logprob = pick->logprob;
-        for (int32_t i = 0; i < pick->n_top && i < 5; i++) {
-            info.top_ids[i] = pick->top_ids[i];
-            info.top_logprobs[i] = pick->top_logprobs[i];
-            info.n_top = i + 1;
-        }
-    }
-    return on_token(s, q, pick->token, &info);
-}
-
-/* Sample the next token of q on the host from row (which may be edited: EOS
- * is masked while min_tokens is not reached) and take it. */
-static inf_status_t sample_and_accept(eng_sched_t *s, struct seq *q, float *row)
-{
-    struct sreq *r = q->r;
-    struct choice *c = &r->ch[q->choice];
-    if (c->n_gen < r->req->min_tokens)
-        for (int32_t i = 0; i < s->lm->n_eos; i++)
-            row[s->lm->eos_ids[i]] = -INFINITY;
-    struct eng_sample pick;
-    inf_status_t st = eng_sampler_sample(c->smp, row, &pick, NULL);
-    if (st != INF_OK)
-        return st;
-    struct eng_sample_out o = {.token = pick.token, .logprob = pick.logprob, .n_top = pick.n_top};
-    for (int32_t i = 0; i < pick.n_top && i < ENG_SAMPLE_TOP; i++) {
-        o.top_ids[i] = pick.top_ids[i];
-        o.top_logprobs[i] = pick.top_logprobs[i];
-    }
-    return accept_pick(s, q, &o);
-}
-
-/* The prefill of choice 0 of an n > 1 request has ended: start choices
- * 1..n-1 sharing the full prompt blocks, and sample every first token from
- * row on the host, or take picks[j] for choice j (sampled on the device).
- * Returns an error only for out of memory (the caller ends r). */
 static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float *row,
                                  const struct eng_sample_out *picks)
 {
@@ -657,6 +315,7 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
         }
         q->n_blocks = full;
         q->n_computed = full * ENG_KV_BLOCK;
+        q->n_cached = parent->n_cached < full ? parent->n_cached : full;
         r->ch[j].seq = q;
         /* The parent's reservation of n slots becomes one per choice. */
         parent->reserve--;
@@ -673,91 +332,18 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
         if (!q)
             continue;
         if (picks) {
-            st = accept_pick(s, q, &picks[j]);
+            st = eng_sched_accept_pick(s, q, &picks[j]);
         } else {
             memcpy(s->scratch, row, sizeof *row * (size_t)vocab);
-            st = sample_and_accept(s, q, s->scratch);
+            st = eng_sched_sample_accept(s, q, s->scratch);
         }
         if (st != INF_OK)
             return st;
     }
     if (picks)
-        return accept_pick(s, parent, &picks[0]);
+        return eng_sched_accept_pick(s, parent, &picks[0]);
     memcpy(s->scratch, row, sizeof *row * (size_t)vocab);
-    return sample_and_accept(s, parent, s->scratch);
-}
-
-/* ---- prompt logprobs ------------------------------------------------------------------- */
-/* Logits rows q's chunk at [c0, c0 + chunk) needs to score prompt tokens:
- * positions from max(c0, n_plp) up to n_prompt - 1 (excluded), of choice 0
- * only. */
-static int32_t plp_rows(const struct seq *q, int32_t c0, int32_t chunk)
-{
-    const struct sreq *r = q->r;
-    if (!r->want_plp || q->choice != 0)
-        return 0;
-    int32_t lo = c0 > r->n_plp ? c0 : r->n_plp;
-    int32_t hi = c0 + chunk < r->req->n_prompt - 1 ? c0 + chunk : r->req->n_prompt - 1;
-    return hi > lo ? hi - lo : 0;
-}
-
-/* chunk, shortened so that its scoring rows fit in what the step has left
- * (0 when nothing fits). */
-static int32_t plp_clamp(const eng_sched_t *s, const struct seq *q, int32_t chunk)
-{
-    if (plp_rows(q, q->n_computed, chunk) <= s->plp_left)
-        return chunk;
-    int32_t lo = q->n_computed > q->r->n_plp ? q->n_computed : q->r->n_plp;
-    return lo + s->plp_left - q->n_computed;
-}
-
-/* Score prompt[p + 1] from the logits row lg read at position p: raw
- * log-softmax and the top alternatives, as the sampler reports them for
- * generated tokens (most likely first, lowest id on ties). */
-static void plp_score(const eng_sched_t *s, struct sreq *r, int32_t p, const float *lg)
-{
-    int32_t V = s->lm->vocab, tok = r->req->prompt[p + 1];
-    const double lse = eng_sampler_log_sum_exp(lg, V);
-    struct eng_token_info *ti = &r->plp[p + 1];
-    memset(ti, 0, sizeof *ti);
-    ti->id = tok;
-    ti->logprob = (float)((double)lg[tok] - lse);
-    int32_t k = r->req->sampling.logprobs;
-    if (k > 5)
-        k = 5;
-    if (k > V)
-        k = V;
-    for (int32_t i = 0; i < k; i++) {
-        int32_t best = -1;
-        for (int32_t v = 0; v < V; v++) {
-            bool taken = false;
-            for (int32_t j = 0; j < i && !taken; j++)
-                taken = ti->top_ids[j] == v;
-            if (!taken && (best < 0 || lg[v] > lg[best]))
-                best = v;
-        }
-        ti->top_ids[i] = best;
-        ti->top_logprobs[i] = (float)((double)lg[best] - lse);
-    }
-    ti->n_top = k;
-}
-
-/* Send r's prompt logprobs (all scored by now). Errors: INF_E_NOMEM. */
-static inf_status_t emit_prompt(eng_sched_t *s, struct sreq *r)
-{
-    INF_ASSERT(r->n_plp == r->req->n_prompt - 1);
-    struct eng_event *ev = calloc(1, sizeof *ev);
-    if (!ev)
-        return INF_E_NOMEM;
-    ev->kind = ENG_EV_PROMPT;
-    ev->req_id = r->req->id;
-    ev->choice = 0;
-    ev->n_tokens = r->req->n_prompt;
-    ev->tokens = r->plp; /* ownership moves to the event */
-    r->plp = NULL;
-    r->plp_sent = true;
-    emit(s, ev);
-    return INF_OK;
+    return eng_sched_sample_accept(s, parent, s->scratch);
 }
 
 /* ---- scheduling ------------------------------------------------------------------------ */
@@ -793,7 +379,7 @@ static bool make_room(eng_sched_t *s, struct seq *q, bool allow_self, bool *pree
 
 static void schedule(eng_sched_t *s, struct seq *q, int32_t chunk, int32_t *n_step, int32_t *budget)
 {
-    s->plp_left -= plp_rows(q, q->n_computed, chunk);
+    s->plp_left -= eng_sched_plp_rows(q, q->n_computed, chunk);
     seq_grow(s, q, q->n_computed + chunk);
     q->sched_step = s->step_no;
     s->st_seq[*n_step] = q;
@@ -825,7 +411,7 @@ static int32_t plan_step(eng_sched_t *s)
             int32_t fit = seq_fit(s, q);
             if (chunk > fit)
                 chunk = fit;
-            chunk = plp_clamp(s, q, chunk);
+            chunk = eng_sched_plp_clamp(s, q, chunk);
             if (chunk <= 0)
                 continue;
             schedule(s, q, chunk, &n_step, &budget);
@@ -839,6 +425,7 @@ static int32_t plan_step(eng_sched_t *s)
         struct seq *q = s->whead;
         if (s->reserved + q->reserve > s->cfg.max_batch)
             break;
+        prefix_attach(s, q);
         int32_t rem = q->len - q->n_computed;
         int32_t chunk = rem < budget ? rem : budget;
         /* Keep a watermark of free blocks for the running decodes, so that
@@ -846,13 +433,22 @@ static int32_t plan_step(eng_sched_t *s)
         int32_t fit = seq_fit(s, q) - s->watermark * ENG_KV_BLOCK;
         if (chunk > fit)
             chunk = fit;
-        chunk = plp_clamp(s, q, chunk);
-        if (chunk <= 0)
+        chunk = eng_sched_plp_clamp(s, q, chunk);
+        if (chunk <= 0) {
+            seq_release_blocks(s, q); /* the cached blocks it found wait with it */
             break;
+        }
         wait_remove(s, q);
-        if (!q->r->started)
+        if (!q->r->started) {
+            /* counted as vLLM counts them: a request's first admission only
+             * (not its recomputes after preemption), in tokens */
             s->stats.prompt_tokens_total += (uint64_t)q->r->req->n_prompt;
-        mark_dequeued(s, q->r);
+            if (eng_kv_cache_prefix_on(s->kv)) {
+                s->stats.prefix_cache_queries_total += (uint64_t)q->len;
+                s->stats.prefix_cache_hits_total += (uint64_t)q->n_computed;
+            }
+        }
+        eng_sched_mark_dequeued(s, q->r);
         running_append(s, q);
         schedule(s, q, chunk, &n_step, &budget);
     }
@@ -993,6 +589,7 @@ static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *
             continue;
         struct choice *c = &q->r->ch[q->choice];
         seq_grow(s, q, q->len + 1);
+        assert_private(s, q, q->len, 1);
         s->b_tok[j] = 0;
         s->b_feed[j] = s->st_row[k];
         s->b_pos[j] = q->len;
@@ -1046,14 +643,15 @@ static inf_status_t finish_step(eng_sched_t *s, int32_t n_step, bool dev)
         /* Scoring rows come first (they precede the chunk's last token).
          * Only a prefill of choice 0 before the fork has them, so r is the
          * only request of this sequence in the step and still alive. */
-        int32_t prows = plp_rows(q, q->n_computed, s->st_chunk[k]);
+        int32_t prows = eng_sched_plp_rows(q, q->n_computed, s->st_chunk[k]);
         if (prows > 0) {
             int32_t plo = q->n_computed > r->n_plp ? q->n_computed : r->n_plp;
             for (int32_t i = 0; i < prows; i++, row++)
-                plp_score(s, r, plo + i, s->logits + (size_t)row * (size_t)s->lm->vocab);
+                eng_sched_plp_score(s, r, plo + i, s->logits + (size_t)row * (size_t)s->lm->vocab);
             r->n_plp = plo + prows;
         }
         q->n_computed += s->st_chunk[k];
+        prefix_commit(s, q); /* before a fork shares the prompt's blocks */
         if (q->n_computed != q->len)
             continue;
         float *lg = dev ? NULL : s->logits + (size_t)row * (size_t)s->lm->vocab;
@@ -1061,7 +659,7 @@ static inf_status_t finish_step(eng_sched_t *s, int32_t n_step, bool dev)
         if (r->failed != INF_OK)
             continue;
         if (r->want_plp && !r->plp_sent) {
-            st = emit_prompt(s, r);
+            st = eng_sched_emit_prompt(s, r);
             if (st != INF_OK) {
                 r->failed = st;
                 continue;
@@ -1072,7 +670,7 @@ static inf_status_t finish_step(eng_sched_t *s, int32_t n_step, bool dev)
             st = fork_choices(s, q, lg, picks);
         else {
             r->forked = true;
-            st = dev ? accept_pick(s, q, picks) : sample_and_accept(s, q, lg);
+            st = dev ? eng_sched_accept_pick(s, q, picks) : eng_sched_sample_accept(s, q, lg);
         }
         if (st != INF_OK) {
             inf_log(WARN, "req=%llu ended: %s", (unsigned long long)r->req->id, inf_status_str(st));
@@ -1085,10 +683,10 @@ static inf_status_t finish_step(eng_sched_t *s, int32_t n_step, bool dev)
     for (struct sreq *r = s->reqs, *next; r; r = next) {
         next = r->next;
         if (r->failed != INF_OK)
-            req_error(s, r, r->failed,
-                      r->failed == INF_E_NOMEM
-                          ? "out of memory"
-                          : "every token is excluded by the sampling settings");
+            eng_sched_req_error(s, r, r->failed,
+                                r->failed == INF_E_NOMEM
+                                    ? "out of memory"
+                                    : "every token is excluded by the sampling settings");
     }
     return INF_OK;
 }
@@ -1141,8 +739,9 @@ inf_status_t eng_sched_step(eng_sched_t *s, struct inf_err *err)
         bool ends = q->n_computed + chunk == q->len;
         n_end += ends;
         /* Scoring rows: positions [plo, plo + prows) of this chunk. */
-        int32_t prows = plp_rows(q, q->n_computed, chunk);
+        int32_t prows = eng_sched_plp_rows(q, q->n_computed, chunk);
         int32_t plo = q->n_computed > q->r->n_plp ? q->n_computed : q->r->n_plp;
+        assert_private(s, q, q->n_computed, chunk);
         for (int32_t j = 0; j < chunk; j++) {
             int32_t p = q->n_computed + j;
             s->b_tok[nt] = q->tok[p];
@@ -1373,13 +972,13 @@ void eng_sched_cancel(eng_sched_t *s, uint64_t id)
         r = r->next;
     if (!r)
         return;
-    mark_dequeued(s, r);
+    eng_sched_mark_dequeued(s, r);
     int32_t n = r->req->n;
     for (int32_t i = 0; i < n; i++)
-        if (choice_end(s, r, i, ENG_FINISH_ABORT))
+        if (eng_sched_choice_end(s, r, i, ENG_FINISH_ABORT))
             return;
     /* Not freed: a final DELTA could not be built. Outside a step, end it now. */
-    req_error(s, r, r->failed != INF_OK ? r->failed : INF_E_INTERNAL, "out of memory");
+    eng_sched_req_error(s, r, r->failed != INF_OK ? r->failed : INF_E_INTERNAL, "out of memory");
 }
 
 void eng_sched_abort_all(eng_sched_t *s)
@@ -1391,7 +990,7 @@ void eng_sched_abort_all(eng_sched_t *s)
 void eng_sched_fail_all(eng_sched_t *s, inf_status_t code, const char *msg)
 {
     while (s->reqs)
-        req_error(s, s->reqs, code, msg);
+        eng_sched_req_error(s, s->reqs, code, msg);
 }
 
 bool eng_sched_idle(const eng_sched_t *s)
@@ -1406,6 +1005,7 @@ void eng_sched_stats(const eng_sched_t *s, struct eng_stats *st)
     st->waiting = s->n_waiting;
     st->kv_blocks_total = s->cfg.kv_blocks;
     st->kv_blocks_used = s->cfg.kv_blocks - eng_kv_cache_free_blocks(s->kv);
+    st->kv_blocks_cached = eng_kv_cache_cached_blocks(s->kv);
     st->failed = false;
 }
 
@@ -1470,6 +1070,15 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
         return inf_err_set(err, INF_E_NOMEM, "out of memory for the scheduler");
     }
     inf_status_t st = eng_kv_cache_create(cfg->kv_blocks, 0, 0, &s->kv, err);
+    if (st == INF_OK && cfg->prefix_caching) {
+        /* The chain of block hashes starts at what the blocks' content
+         * depends on besides the ids: the model and its KV dtype. */
+        uint64_t salt =
+            mix64(lm->kv_id ^ mix64((uint64_t)(uint32_t)lm->vocab << 32 | (uint32_t)lm->max_len));
+        for (const char *c = lm->name; c && *c; c++)
+            salt = mix64(salt ^ (unsigned char)*c);
+        st = eng_kv_cache_enable_prefix(s->kv, salt, cfg->prefix_hash, err);
+    }
     if (st == INF_OK)
         st = lm->kv_reserve(lm->self, cfg->kv_blocks, err);
     if (st != INF_OK) {
@@ -1485,7 +1094,7 @@ void eng_sched_destroy(eng_sched_t *s)
     if (!s)
         return;
     while (s->reqs)
-        req_free(s, s->reqs);
+        eng_sched_req_free(s, s->reqs);
     eng_kv_cache_destroy(s->kv);
     free(s->running);
     free(s->st_seq);

@@ -39,6 +39,11 @@ struct eng_lm {
     int32_t bos_id;  /* -1 none */
     int32_t n_eos;
     int32_t eos_ids[ENG_LM_MAX_EOS];
+    /* What fills the KV blocks besides the token ids: a hash of the model
+     * (its shapes, weights' source and quantization) and of the KV dtype,
+     * so that blocks of one model or dtype never pass for another's in the
+     * prefix cache. 0: unknown. */
+    uint64_t kv_id;
     /* Reserve KV for n_blocks blocks. Errors: INF_E_NOMEM, INF_E_DEVICE. */
     inf_status_t (*kv_reserve)(void *self, int32_t n_blocks, struct inf_err *err);
     /* One step. Errors: INF_E_DEVICE (sticky), INF_E_INTERNAL. */
@@ -65,8 +70,8 @@ struct eng_lm {
      * lazily (decode graphs, kernel loading; engine/model.h
      * eng_model_warm_up), with the KV pool reserved and still empty. NULL:
      * nothing to warm. */
-    inf_status_t (*warm_up)(void *self, int32_t max_rows, int32_t prompt_tokens,
-                            int32_t *n_graphs, int32_t *n_prompt, struct inf_err *err);
+    inf_status_t (*warm_up)(void *self, int32_t max_rows, int32_t prompt_tokens, int32_t *n_graphs,
+                            int32_t *n_prompt, struct inf_err *err);
     void (*destroy)(void *self);
 };
 
@@ -97,6 +102,14 @@ struct eng_sched_config {
     /* Do not queue a decode step ahead (struct eng_lm's submit): each step
      * is planned only once the one before is back. */
     bool no_overlap;
+    /* Share full KV blocks between sequences whose tokens agree up to their
+     * end (engine/sched/kv_cache.h's prefix cache): a sequence admitted
+     * holds the cached blocks its tokens start with and computes from
+     * there; its own blocks are committed as they fill. */
+    bool prefix_caching;
+    /* Test hook: the chain hash of the prefix cache (NULL:
+     * eng_kv_block_hash), e.g. one that makes every block collide. */
+    uint64_t (*prefix_hash)(uint64_t parent, const int32_t *ids);
 };
 
 /* Receives every event; takes ownership of ev. Called on the scheduler's thread. */

@@ -109,6 +109,52 @@ static void model_destroy(void *self)
     free(x);
 }
 
+/* ---- the identity of the KV content ---------------------------------------------------- */
+static uint64_t id_mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 29);
+}
+
+static uint64_t id_float(uint64_t h, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return id_mix(h, u);
+}
+
+/* What the KV blocks' content depends on besides the token ids: the
+ * checkpoint (its folder and shapes), how its weights are quantized, and
+ * the dtypes the backend computes and keeps KV in (struct eng_lm kv_id). */
+static uint64_t kv_identity(const struct eng_lm_model_opts *o, const struct eng_model_config *c,
+                            const struct eng_backend *be)
+{
+    uint64_t h = 0x6b765f6964ull; /* "kv_id" */
+    for (const char *p = o->dir; p && *p; p++)
+        h = id_mix(h, (unsigned char)*p);
+    const int64_t shape[] = {c->arch,    c->hidden,      c->intermediate,      c->n_layers,
+                             c->n_heads, c->n_kv_heads,  c->head_dim,          c->vocab,
+                             c->max_pos, c->rope_llama3, c->rope_orig_max_pos, c->tie_embeddings,
+                             c->qkv_bias};
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        h = id_mix(h, (uint64_t)shape[i]);
+    h = id_float(h, c->rms_eps);
+    h = id_float(h, c->rope_theta);
+    h = id_float(h, c->rope_factor);
+    h = id_float(h, c->rope_low_freq);
+    h = id_float(h, c->rope_high_freq);
+    h = id_mix(h, (uint64_t)o->quantize << 40 | (uint64_t)o->symmetric << 32 |
+                      (uint32_t)o->group_size);
+    for (int32_t i = 0; i < o->n_keep_fp16; i++)
+        for (const char *p = o->keep_fp16[i]; *p; p++)
+            h = id_mix(h, (unsigned char)*p);
+    h = id_mix(h, (uint64_t)o->fuse_qkv);
+    h = id_mix(h, (uint64_t)be->act_dtype << 8 | (uint64_t)be->kv_dtype);
+    return h ? h : 1;
+}
+
 void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_model_opts *o)
 {
     *o = (struct eng_lm_model_opts){
@@ -172,6 +218,7 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     for (int32_t i = 0; i < c->n_eos && lm->n_eos < ENG_LM_MAX_EOS; i++)
         if (c->eos_ids[i] >= 0 && c->eos_ids[i] < c->vocab)
             lm->eos_ids[lm->n_eos++] = c->eos_ids[i];
+    lm->kv_id = kv_identity(o, c, x->be);
     lm->kv_reserve = model_kv_reserve;
     lm->forward = model_forward;
     /* Backends that sample on the device return only token ids and logprobs. */

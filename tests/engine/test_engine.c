@@ -26,8 +26,12 @@ struct out {
     size_t len;
     int32_t toks[1024];
     int32_t n_toks;
+    float lp[1024], top_lp[1024]; /* choice 0: each token's logprob, its first alternative's */
+    int32_t top_id[1024];
     int32_t toks1[1024]; /* choice 1 */
     int32_t n_toks1;
+    float plp[256]; /* the ENG_EV_PROMPT event's logprobs */
+    int32_t n_plp;
     enum eng_finish fin;
     int n_final, n_done, n_error, n_events;
     bool after_end;
@@ -81,12 +85,21 @@ static int take(eng_engine_t *eng)
             ck_assert_uint_lt(o->len + ev->text_len, sizeof o->text);
             memcpy(o->text + o->len, ev->text, ev->text_len);
             o->len += ev->text_len;
-            for (int i = 0; i < ev->n_tokens; i++)
+            for (int i = 0; i < ev->n_tokens; i++) {
+                o->lp[o->n_toks] = ev->tokens[i].logprob;
+                o->top_id[o->n_toks] = ev->tokens[i].n_top ? ev->tokens[i].top_ids[0] : -1;
+                o->top_lp[o->n_toks] = ev->tokens[i].n_top ? ev->tokens[i].top_logprobs[0] : 0;
                 o->toks[o->n_toks++] = ev->tokens[i].id;
+            }
             if (ev->finish != ENG_FINISH_NONE) {
                 o->fin = ev->finish;
                 o->n_final++;
             }
+        } else if (ev->kind == ENG_EV_PROMPT) {
+            ck_assert_int_le(ev->n_tokens, 256);
+            for (int i = 0; i < ev->n_tokens; i++)
+                o->plp[i] = ev->tokens[i].logprob;
+            o->n_plp = ev->n_tokens;
         } else if (ev->kind == ENG_EV_DONE) {
             o->n_done++;
             o->completion_tokens = ev->completion_tokens;
@@ -549,6 +562,8 @@ static void remove_model(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
+static bool g_prefix; /* engine.prefix_caching of the next open_cpu */
+
 /* budget: max_batched_tokens (0: the backend's default) */
 static eng_engine_t *open_cpu_budget(int32_t max_batch, int64_t kv_tokens, int32_t budget)
 {
@@ -565,6 +580,7 @@ static eng_engine_t *open_cpu_budget(int32_t max_batch, int64_t kv_tokens, int32
     cfg.group_size = 32;
     cfg.fuse_qkv = true;
     cfg.max_queue = 64;
+    cfg.prefix_caching = g_prefix;
     eng_engine_t *eng = NULL;
     struct inf_err err;
     inf_status_t st = eng_engine_create(&cfg, on_notify, NULL, &eng, &err);
@@ -717,6 +733,91 @@ START_TEST(cpu_model_preemption_keeps_outputs)
 }
 END_TEST
 
+/* A prompt of a shared head (texts[4] twice) and texts[t]: the head holds
+ * full blocks whatever the tokenizer. */
+static struct eng_request *shared_req(eng_engine_t *eng, uint64_t id, int t, int32_t max_tokens)
+{
+    struct eng_request *head = text_req(eng, id, 4, max_tokens);
+    struct eng_request *tail = text_req(eng, id, t, max_tokens);
+    int32_t n = 2 * head->n_prompt + tail->n_prompt;
+    int32_t *p = malloc(sizeof *p * (size_t)n);
+    memcpy(p, head->prompt, sizeof *p * (size_t)head->n_prompt);
+    memcpy(p + head->n_prompt, head->prompt, sizeof *p * (size_t)head->n_prompt);
+    memcpy(p + 2 * head->n_prompt, tail->prompt, sizeof *p * (size_t)tail->n_prompt);
+    free(head->prompt);
+    head->prompt = p;
+    head->n_prompt = n;
+    head->sampling.logprobs = 3;
+    eng_request_destroy(tail);
+    return head;
+}
+
+/* Requests sharing a head, one at a time and then all at once (n = 2 on
+ * one, prompt logprobs on another), on the CPU model: their outputs in
+ * runs[t] (one at a time) and runs[N_TEXTS + t] (together). */
+static void shared_cpu_run(bool prefix, struct out *runs, struct eng_stats *st)
+{
+    g_prefix = prefix;
+    eng_engine_t *eng = open_cpu(8, 0);
+    g_prefix = false;
+    for (int t = 0; t < N_TEXTS; t++) {
+        submit_ok(eng, shared_req(eng, 1, t, 10));
+        pump(eng, 1, 60000);
+        runs[t] = outs[1];
+        reset();
+    }
+    for (int t = 0; t < N_TEXTS; t++) {
+        struct eng_request *r = shared_req(eng, (uint64_t)t + 1, t, 10);
+        r->n = t == 2 ? 2 : 1;
+        r->prompt_logprobs = t == 3;
+        r->stream = t % 2;
+        submit_ok(eng, r);
+    }
+    pump(eng, N_TEXTS, 120000);
+    for (int t = 0; t < N_TEXTS; t++)
+        runs[N_TEXTS + t] = outs[t + 1];
+    WAIT_FOR(eng, *st, st->running == 0);
+    eng_engine_destroy(eng);
+}
+
+START_TEST(cpu_model_prefix_caching_same_outputs)
+{
+    /* Prefix caching changes what is computed, never what comes out: the
+     * same tokens, logprobs and prompt logprobs, bit for bit. */
+    make_model();
+    static struct out off[2 * N_TEXTS], on[2 * N_TEXTS];
+    struct eng_stats st_off, st_on;
+    shared_cpu_run(false, off, &st_off);
+    shared_cpu_run(true, on, &st_on);
+    remove_model();
+    ck_assert_uint_eq(st_off.prefix_cache_hits_total, 0);
+    ck_assert_uint_eq(st_on.prefix_cache_queries_total, st_on.prompt_tokens_total);
+    ck_assert_uint_gt(st_on.prefix_cache_hits_total, st_on.prompt_tokens_total / 2);
+    ck_assert_int_eq(st_on.kv_blocks_used, 0);
+    for (int k = 0; k < 2 * N_TEXTS; k++) {
+        const struct out *a = &off[k], *b = &on[k];
+        ck_assert_int_eq(a->n_done, 1);
+        ck_assert_int_eq(b->n_done, 1);
+        ck_assert_int_eq(a->n_toks, 10);
+        ck_assert_int_eq(b->n_toks, 10);
+        ck_assert_msg(memcmp(a->toks, b->toks, sizeof(int32_t) * 10) == 0, "request %d", k);
+        ck_assert_msg(memcmp(a->lp, b->lp, sizeof(float) * 10) == 0, "request %d logprobs", k);
+        ck_assert(memcmp(a->top_id, b->top_id, sizeof(int32_t) * 10) == 0);
+        ck_assert(memcmp(a->top_lp, b->top_lp, sizeof(float) * 10) == 0);
+        ck_assert_uint_eq(a->len, b->len);
+        ck_assert(memcmp(a->text, b->text, a->len) == 0);
+        ck_assert_int_eq(a->n_toks1, b->n_toks1);
+        ck_assert(memcmp(a->toks1, b->toks1, sizeof(int32_t) * (size_t)a->n_toks1) == 0);
+        ck_assert_int_eq(a->n_plp, b->n_plp);
+        /* element 0 is NaN (no context): compared from 1 */
+        if (a->n_plp > 1)
+            ck_assert(memcmp(a->plp + 1, b->plp + 1, sizeof(float) * (size_t)(a->n_plp - 1)) == 0);
+    }
+    ck_assert_int_eq(on[N_TEXTS + 2].n_toks1, 10);
+    ck_assert_int_gt(on[N_TEXTS + 3].n_plp, 40);
+}
+END_TEST
+
 START_TEST(cpu_model_keep_fp16_names)
 {
     make_model();
@@ -801,6 +902,7 @@ static Suite *suite(void)
     tcase_add_test(tc, default_step_budget);
     tcase_add_test(tc, cpu_model_batched_equals_alone);
     tcase_add_test(tc, cpu_model_preemption_keeps_outputs);
+    tcase_add_test(tc, cpu_model_prefix_caching_same_outputs);
     tcase_add_test(tc, cpu_model_keep_fp16_names);
     suite_add_tcase(s, tc);
     return s;

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #define VOCAB 512
-#define MAXR 300
+#define MAXR 10016
 #define MAXC 8
 
 /* ---- event collection ------------------------------------------------------------------ */
@@ -136,6 +136,33 @@ static void outs_reset(void)
  * device failure. */
 static bool g_dev, g_no_overlap;
 static int32_t g_fail_at;
+/* The "prefix" test cases run with prefix caching on (g_prefix), its hash
+ * replaced by g_hash when set. */
+static bool g_prefix;
+static uint64_t (*g_hash)(uint64_t parent, const int32_t *ids);
+
+static void prefix_setup(void)
+{
+    g_prefix = true;
+}
+
+static void prefix_teardown(void)
+{
+    g_prefix = false;
+    g_hash = NULL;
+}
+
+static void prefix_overlap_setup(void)
+{
+    g_prefix = true;
+    g_dev = true;
+}
+
+static void prefix_overlap_teardown(void)
+{
+    prefix_teardown();
+    g_dev = false;
+}
 
 static void overlap_setup(void)
 {
@@ -176,6 +203,8 @@ static void h_open_detok(struct harness *h, int32_t max_batch, int32_t budget, i
         .kv_blocks = kv_blocks,
         .seed = 7,
         .no_overlap = g_no_overlap,
+        .prefix_caching = g_prefix,
+        .prefix_hash = g_hash,
     };
     inf_status_t st = eng_sched_create(&sc, &h->lm, detok, collect, NULL, &h->s, &err);
     ck_assert_msg(st == INF_OK, "%s", err.msg);
@@ -1591,6 +1620,491 @@ START_TEST(overlap_device_failure)
 }
 END_TEST
 
+/* ---- prefix caching -------------------------------------------------------------------- */
+/* Tokens the mock computed since the last call. */
+static int64_t computed_since(struct harness *h, int64_t *last)
+{
+    int64_t now = eng_mock_tokens_computed(&h->lm), d = now - *last;
+    *last = now;
+    return d;
+}
+
+static void run_greedy_and_check(struct harness *h, uint64_t id, const int32_t *p, int32_t n,
+                                 int32_t max_tokens, int32_t max_len)
+{
+    struct eng_request *r = mkreq(id, p, n, max_tokens);
+    r->sampling.ignore_eos = true;
+    add(h, r);
+    h_run(h, 1000);
+    struct ref ref;
+    ref_greedy(p, n, max_tokens, 0, true, max_len, &ref);
+    assert_matches(&outs[id], 0, &ref);
+    ck_assert_int_eq(outs[id].n_done, 1);
+    ref_free(&ref);
+}
+
+START_TEST(prefix_hit_skips_computation)
+{
+    /* Requests whose tokens start with cached blocks compute only the rest
+     * (the mock counts what its steps compute), and answer as the
+     * reference does. */
+    struct harness h;
+    h_open(&h, 8, 256, 512, 128);
+    static int32_t a[100], q[200];
+    mkprompt(a, 100, 1);
+    int64_t last = 0;
+    run_greedy_and_check(&h, 1, a, 100, 30, 512);
+    ck_assert_int_eq(computed_since(&h, &last), 100 + 29);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.prefix_cache_queries_total, 100);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 0);
+    ck_assert_int_eq(st.kv_blocks_cached, 129 / 16); /* prompt and generated blocks */
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+
+    /* {tokens of a, new tokens after them, the hit expected} */
+    static const int32_t cases[][3] = {
+        {96, 20, 96},  /* six blocks of a, then its own */
+        {100, 0, 96},  /* a's prompt whole: its last block is computed again */
+        {96, 0, 80},   /* six blocks exactly: the sixth computed for the logits */
+        {10, 40, 0},   /* less than a block in common */
+        {100, 30, 128} /* a's prompt and its 30 generated tokens (a second turn) */
+    };
+    uint64_t hits = 0, queries = 100;
+    for (int c = 0; c < 5; c++) {
+        int32_t n = cases[c][0] + cases[c][1];
+        memcpy(q, a, sizeof *q * (size_t)cases[c][0]);
+        if (c == 4)
+            memcpy(q + 100, outs[1].ch[0].toks, sizeof *q * 30);
+        else
+            mkprompt(q + cases[c][0], cases[c][1], (uint32_t)(50 + c));
+        run_greedy_and_check(&h, (uint64_t)c + 2, q, n, 5, 512);
+        ck_assert_int_eq(computed_since(&h, &last), n - cases[c][2] + 4);
+        hits += (uint64_t)cases[c][2];
+        queries += (uint64_t)n;
+        eng_sched_stats(h.s, &st);
+        ck_assert_uint_eq(st.prefix_cache_hits_total, hits);
+        ck_assert_uint_eq(st.prefix_cache_queries_total, queries);
+        ck_assert_int_eq(st.kv_blocks_used, 0);
+    }
+    ck_assert_uint_eq(st.prompt_tokens_total, queries);
+    h_close(&h);
+}
+END_TEST
+
+/* The results of every request of outs[1..n] as text, floats exactly. */
+static void snapshot(int n, struct eng_strbuf *sb)
+{
+    char line[256];
+    for (int k = 1; k <= n; k++) {
+        const struct req_out *o = &outs[k];
+        int len = snprintf(line, sizeof line, "req %d done %d err %d usage %d %d plp %d\n", k,
+                           o->n_done, o->n_error, o->prompt_tokens, o->completion_tokens, o->n_plp);
+        eng_strbuf_append(sb, line, (size_t)len);
+        for (int32_t i = 0; i < o->n_plp; i++) {
+            const struct eng_token_info *t = &o->plp[i];
+            len = snprintf(line, sizeof line, " p %d %a %d %d %a\n", t->id, t->logprob, t->n_top,
+                           t->n_top ? t->top_ids[0] : -1, t->n_top ? t->top_logprobs[0] : 0.0f);
+            eng_strbuf_append(sb, line, (size_t)len);
+        }
+        for (int c = 0; c < MAXC; c++) {
+            const struct ch_out *ch = &o->ch[c];
+            if (!ch->n_final)
+                continue;
+            len = snprintf(line, sizeof line, " choice %d fin %d toks %d text %zu\n", c, ch->fin,
+                           ch->n_toks, ch->text.len);
+            eng_strbuf_append(sb, line, (size_t)len);
+            eng_strbuf_append(sb, ch->text.p ? ch->text.p : "", ch->text.len);
+            for (int32_t i = 0; i < ch->n_toks; i++) {
+                const struct eng_token_info *t = &ch->info[i];
+                len = snprintf(line, sizeof line, " t %d %a %d", t->id, t->logprob, t->n_top);
+                eng_strbuf_append(sb, line, (size_t)len);
+                for (int32_t j = 0; j < t->n_top; j++) {
+                    len = snprintf(line, sizeof line, " %d %a", t->top_ids[j], t->top_logprobs[j]);
+                    eng_strbuf_append(sb, line, (size_t)len);
+                }
+                eng_strbuf_append(sb, "\n", 1);
+            }
+        }
+    }
+}
+
+/* A workload sharing four "system prompts": greedy and seeded sampling,
+ * logprobs, prompt logprobs, n = 3, stop strings, min_tokens, streaming,
+ * arrivals over time, on a pool small enough to preempt. Its results as
+ * text in sb; the stats in *st. */
+static void shared_run(bool prefix, struct eng_strbuf *sb, struct eng_stats *st)
+{
+    enum { N = 48 };
+    static int32_t sys[4][130], p[N][170];
+    static const int32_t sys_len[4] = {20, 48, 75, 130};
+    for (int i = 0; i < 4; i++)
+        mkprompt(sys[i], sys_len[i], (uint32_t)(4000 + i));
+    bool saved = g_prefix;
+    g_prefix = prefix;
+    struct harness h;
+    h_open(&h, 8, 64, 256, 32);
+    g_prefix = saved;
+    int added = 0, steps = 0;
+    struct inf_err err;
+    while (added < N || !eng_sched_idle(h.s)) {
+        if (added < N && (added < 3 || steps % 2 == 0)) {
+            int k = added++;
+            int32_t ls = sys_len[k % 4], lx = (k * 7) % 30, n = ls + lx;
+            memcpy(p[k], sys[k % 4], sizeof(int32_t) * (size_t)ls);
+            mkprompt(p[k] + ls, lx, (uint32_t)(4100 + k));
+            struct eng_request *r = mkreq((uint64_t)k + 1, p[k], n, 8 + (k * 5) % 40);
+            r->stream = k % 2;
+            r->sampling.ignore_eos = k % 3 == 0;
+            if (k % 3 == 1) {
+                r->sampling.temperature = 0.9f;
+                r->sampling.has_seed = true;
+                r->sampling.seed = 100 + (uint64_t)k;
+            }
+            if (k % 5 == 2)
+                r->sampling.logprobs = 2;
+            if (k % 7 == 3) {
+                r->prompt_logprobs = true;
+                r->sampling.logprobs = 1;
+            }
+            if (k % 6 == 4)
+                r->n = 3;
+            if (k % 4 == 1) {
+                r->n_stop = 1;
+                r->stop[0] = strdup(" ");
+            }
+            if (k % 8 == 5)
+                r->min_tokens = 4;
+            add(&h, r);
+        }
+        cur_step++;
+        ck_assert_msg(eng_sched_step(h.s, &err) == INF_OK, "step: %s", err.msg);
+        ck_assert_int_lt(++steps, 5000);
+    }
+    eng_sched_stats(h.s, st);
+    ck_assert_int_eq(st->kv_blocks_used, 0);
+    snapshot(N, sb);
+    h_close(&h);
+}
+
+START_TEST(prefix_on_matches_off)
+{
+    struct eng_strbuf off = {0}, on = {0};
+    struct eng_stats st_off, st_on;
+    shared_run(false, &off, &st_off);
+    shared_run(true, &on, &st_on);
+    ck_assert_uint_eq(st_off.prefix_cache_queries_total, 0);
+    ck_assert_uint_eq(st_off.prefix_cache_hits_total, 0);
+    ck_assert_int_eq(st_off.kv_blocks_cached, 0);
+    ck_assert_uint_eq(st_on.prefix_cache_queries_total, st_on.prompt_tokens_total);
+    ck_assert_uint_gt(st_on.prefix_cache_hits_total, st_on.prompt_tokens_total / 2);
+    ck_assert_uint_gt(st_off.preemptions_total, 0);
+    ck_assert_uint_eq(off.len, on.len);
+    ck_assert(memcmp(off.p, on.p, off.len) == 0);
+    eng_strbuf_fini(&off);
+    eng_strbuf_fini(&on);
+}
+END_TEST
+
+START_TEST(prefix_eviction_under_pressure)
+{
+    /* 24 blocks. Four prompts of 100 tokens (two tokens generated each)
+     * leave six committed blocks each: the fourth needs one block more
+     * than is free of cached content, and takes the one freed longest
+     * ago, the tail of the first prompt. */
+    struct harness h;
+    h_open(&h, 4, 256, 128, 24);
+    static int32_t p[4][100];
+    for (int k = 0; k < 4; k++)
+        mkprompt(p[k], 100, (uint32_t)(600 + k));
+    struct eng_stats st;
+    for (int k = 0; k < 4; k++) {
+        run_greedy_and_check(&h, (uint64_t)k + 1, p[k], 100, 2, 128);
+        eng_sched_stats(h.s, &st);
+        ck_assert_int_eq(st.kv_blocks_cached, k < 3 ? 6 * (k + 1) : 23);
+    }
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 0);
+    /* the first prompt again: five of its blocks are left */
+    int64_t last = eng_mock_tokens_computed(&h.lm);
+    run_greedy_and_check(&h, 5, p[0], 100, 2, 128);
+    ck_assert_int_eq(computed_since(&h, &last), 100 - 80 + 1);
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 80);
+    /* it took the next block freed longest ago: the second prompt's tail */
+    run_greedy_and_check(&h, 6, p[1], 100, 2, 128);
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 80 + 80);
+    /* the newest is whole */
+    run_greedy_and_check(&h, 7, p[3], 100, 2, 128);
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 80 + 80 + 96);
+    ck_assert_int_le(st.kv_blocks_cached, 24);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(prefix_10000_requests_no_leak)
+{
+    /* 10,000 requests from six shared prefixes with random suffixes,
+     * lengths, n, streaming, prompt logprobs and cancellations, arriving
+     * over time on a pool that preempts and evicts all along: every request
+     * ends once, every greedy choice not cancelled equals the reference,
+     * and every block comes back (nothing held, the free count is the
+     * pool's). */
+    enum { N = 10000, MAXP = 170 };
+    struct harness h;
+    h_open(&h, 16, 128, 256, 60);
+    static int32_t sys[6][150], prompts[N][MAXP];
+    static int32_t plen[N], mtok[N], nch[N];
+    static bool cancelled[N], ign[N], greedy[N];
+    static const int32_t sys_len[6] = {16, 33, 64, 80, 111, 150};
+    for (int i = 0; i < 6; i++)
+        mkprompt(sys[i], sys_len[i], (uint32_t)(7000 + i));
+    uint32_t x = 4242;
+#define RND(m) ((x = x * 1103515245u + 12345u), (int32_t)((x >> 16) % (uint32_t)(m)))
+    int next = 0, steps = 0;
+    struct inf_err err;
+    struct eng_stats st;
+    while (next < N || !eng_sched_idle(h.s)) {
+        for (int a = RND(3); a > 0 && next < N; a--, next++) {
+            int i = RND(6);
+            int32_t shared = RND(4) == 0 ? RND(sys_len[i] + 1) : sys_len[i];
+            int32_t suffix = RND(30) + (shared == 0);
+            if (shared + suffix > MAXP)
+                suffix = MAXP - shared;
+            memcpy(prompts[next], sys[i], sizeof(int32_t) * (size_t)shared);
+            mkprompt(prompts[next] + shared, suffix, (uint32_t)next * 13u + 5u);
+            plen[next] = shared + suffix;
+            mtok[next] = 1 + RND(40);
+            nch[next] = RND(10) == 0 ? 2 + RND(2) : 1;
+            ign[next] = RND(2);
+            greedy[next] = RND(5) != 0;
+            struct eng_request *r =
+                mkreq((uint64_t)next + 1, prompts[next], plen[next], mtok[next]);
+            r->n = nch[next];
+            r->stream = RND(2);
+            r->sampling.ignore_eos = ign[next];
+            if (!greedy[next]) {
+                r->sampling.temperature = 1.0f;
+                /* no byte 0x00: the collected texts hold no NUL */
+                r->sampling.n_logit_bias = 1;
+                r->sampling.logit_bias_ids = malloc(sizeof(int32_t));
+                r->sampling.logit_bias_vals = malloc(sizeof(float));
+                r->sampling.logit_bias_ids[0] = B(0);
+                r->sampling.logit_bias_vals[0] = -100.0f;
+                r->sampling.has_seed = true;
+                r->sampling.seed = (uint64_t)next;
+            }
+            if (RND(30) == 0) {
+                r->prompt_logprobs = true;
+                r->sampling.logprobs = 1;
+            }
+            add(&h, r);
+        }
+        if (next > 0 && RND(6) == 0) {
+            int victim = next - 1 - RND(next < 64 ? next : 64);
+            if (outs[victim + 1].n_done == 0) {
+                cancelled[victim] = true;
+                eng_sched_cancel(h.s, (uint64_t)victim + 1);
+            }
+        }
+        cur_step++;
+        ck_assert_msg(eng_sched_step(h.s, &err) == INF_OK, "step: %s", err.msg);
+        ck_assert_int_lt(++steps, 200000);
+        if (steps % 64 == 0) {
+            eng_sched_stats(h.s, &st);
+            ck_assert_int_le(st.kv_blocks_used, 60);
+            ck_assert_int_le(st.kv_blocks_cached, 60);
+        }
+    }
+#undef RND
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0); /* the free count is back at the pool's 60 */
+    ck_assert_int_eq(st.running, 0);
+    ck_assert_int_eq(st.waiting, 0);
+    ck_assert_uint_gt(st.preemptions_total, 100);
+    ck_assert_uint_gt(st.prefix_cache_hits_total, st.prefix_cache_queries_total / 4);
+    ck_assert_int_gt(st.kv_blocks_cached, 0);
+    int checked = 0, n_cancelled = 0;
+    for (int k = 0; k < N; k++) {
+        const struct req_out *o = &outs[k + 1];
+        ck_assert_int_eq(o->n_done, 1);
+        ck_assert_int_eq(o->n_error, 0);
+        ck_assert(!o->event_after_end);
+        n_cancelled += cancelled[k];
+        if (!greedy[k])
+            continue;
+        struct ref ref;
+        ref_greedy(prompts[k], plen[k], mtok[k], 0, ign[k], 256, &ref);
+        for (int c = 0; c < nch[k]; c++) {
+            ck_assert_int_eq(o->ch[c].n_final, 1);
+            if (o->ch[c].fin != ENG_FINISH_ABORT) {
+                assert_matches(o, c, &ref);
+                checked++;
+            }
+        }
+        ref_free(&ref);
+    }
+    ck_assert_int_gt(n_cancelled, 500);
+    ck_assert_int_gt(checked, N / 2);
+    h_close(&h);
+}
+END_TEST
+
+static uint64_t collide_all(uint64_t parent, const int32_t *ids)
+{
+    (void)parent;
+    (void)ids;
+    return 7;
+}
+
+START_TEST(prefix_forced_collision_does_not_alias)
+{
+    /* Every block hashes alike: only prefixes that truly agree are shared,
+     * and every answer is the reference's (a block read under another
+     * prefix would change the mock's logits). */
+    g_hash = collide_all;
+    struct harness h;
+    h_open(&h, 8, 256, 256, 64);
+    static int32_t a[64], b[64], c[64], d[64];
+    mkprompt(a, 64, 11);
+    mkprompt(b, 64, 12);
+    memcpy(c, a, sizeof(int32_t) * 48); /* a's first three blocks, b's last */
+    memcpy(c + 48, b + 48, sizeof(int32_t) * 16);
+    memcpy(d, b, sizeof(int32_t) * 32); /* b's first two blocks, a's third and fourth */
+    memcpy(d + 32, a + 32, sizeof(int32_t) * 32);
+    const int32_t *ps[5] = {a, b, c, d, a};
+    const uint64_t want[5] = {0, 0, 48, 32, 48};
+    uint64_t hits = 0;
+    struct eng_stats st;
+    for (int k = 0; k < 5; k++) {
+        run_greedy_and_check(&h, (uint64_t)k + 1, ps[k], 64, 6, 256);
+        hits += want[k];
+        eng_sched_stats(h.s, &st);
+        ck_assert_uint_eq(st.prefix_cache_hits_total, hits);
+    }
+    /* and all at once, prefilled together */
+    for (int k = 0; k < 5; k++) {
+        struct eng_request *r = mkreq((uint64_t)k + 11, ps[k], 64, 6);
+        r->sampling.ignore_eos = true;
+        add(&h, r);
+    }
+    h_run(&h, 1000);
+    for (int k = 0; k < 5; k++) {
+        struct ref ref;
+        ref_greedy(ps[k], 64, 6, 0, true, 256, &ref);
+        assert_matches(&outs[k + 11], 0, &ref);
+        ref_free(&ref);
+    }
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(prefix_n3_and_prompt_logprobs)
+{
+    struct harness h;
+    h_open(&h, 8, 256, 256, 64);
+    static int32_t p[70];
+    mkprompt(p, 70, 21);
+    run_greedy_and_check(&h, 1, p, 70, 3, 256);
+    /* n = 3 on the cached prompt: the three share its blocks */
+    struct eng_request *r = mkreq(2, p, 70, 20);
+    r->n = 3;
+    r->sampling.ignore_eos = true;
+    add(&h, r);
+    struct inf_err err;
+    ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK); /* 6 tokens, then the fork */
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.running, 3);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 64);
+    ck_assert_int_eq(st.kv_blocks_used, 5); /* four cached blocks, the parent's last */
+    h_run(&h, 1000);
+    struct ref ref;
+    ref_greedy(p, 70, 20, 0, true, 256, &ref);
+    for (int c = 0; c < 3; c++)
+        assert_matches(&outs[2], c, &ref);
+    ref_free(&ref);
+    /* prompt logprobs: every position is computed for its logits (no hit),
+     * and they equal the naive log-softmax */
+    r = mkreq(3, p, 70, 4);
+    r->prompt_logprobs = true;
+    r->sampling.logprobs = 2;
+    r->sampling.ignore_eos = true;
+    r->n = 2;
+    add(&h, r);
+    int64_t last = eng_mock_tokens_computed(&h.lm);
+    h_run(&h, 1000);
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 64);
+    ck_assert_int_ge(computed_since(&h, &last), 70);
+    assert_prompt_logprobs(&outs[3], p, 70, 2);
+    ref_greedy(p, 70, 4, 0, true, 256, &ref);
+    assert_matches(&outs[3], 0, &ref);
+    assert_matches(&outs[3], 1, &ref);
+    ref_free(&ref);
+    /* what it computed is cached for the next one */
+    run_greedy_and_check(&h, 4, p, 70, 3, 256);
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 128);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+/* The KV exhaustion workload (12 sequences of 30 + 90 tokens in 24 blocks):
+ * the tokens the mock computed, outputs checked against the reference. */
+static int64_t exhaustion_run(bool prefix, uint64_t *preemptions)
+{
+    bool saved = g_prefix;
+    g_prefix = prefix;
+    struct harness h;
+    h_open(&h, 16, 256, 128, 24);
+    g_prefix = saved;
+    enum { N = 12 };
+    static int32_t p[N][30];
+    for (int k = 0; k < N; k++) {
+        mkprompt(p[k], 30, (uint32_t)(50 + k));
+        struct eng_request *r = mkreq((uint64_t)k + 1, p[k], 30, 90);
+        r->sampling.ignore_eos = true;
+        add(&h, r);
+    }
+    h_run(&h, 5000);
+    for (int k = 0; k < N; k++) {
+        struct ref ref;
+        ref_greedy(p[k], 30, 90, 0, true, 128, &ref);
+        assert_matches(&outs[k + 1], 0, &ref);
+        ref_free(&ref);
+    }
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    *preemptions = st.preemptions_total;
+    int64_t computed = eng_mock_tokens_computed(&h.lm);
+    h_close(&h);
+    return computed;
+}
+
+START_TEST(prefix_preemption_recomputes_less)
+{
+    /* A preempted sequence's committed blocks (prompt and generated) stay
+     * cached while it waits: its recompute starts after them. */
+    uint64_t pre_off, pre_on;
+    int64_t off = exhaustion_run(false, &pre_off);
+    int64_t on = exhaustion_run(true, &pre_on);
+    ck_assert_uint_gt(pre_off, 0);
+    ck_assert_uint_gt(pre_on, 0);
+    ck_assert_int_lt(on, off);
+    /* no sharing between these prompts: without preemption each computes
+     * 30 + 89 tokens; caching saves most of what the recomputes cost */
+    ck_assert_int_ge(on, 12 * (30 + 89));
+    ck_assert_int_lt(on - 12 * (30 + 89), (off - 12 * (30 + 89)) / 2);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("scheduler");
@@ -1651,6 +2165,39 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_running_and_queued);
     tcase_add_test(tc, cancel_n3_after_fork);
     suite_add_tcase(s, tc);
+    /* prefix caching on: its own cases, and the scheduling cases again */
+    for (int dev = 0; dev < 2; dev++) {
+        tc = tcase_create(dev ? "prefix_overlap" : "prefix");
+        tcase_set_timeout(tc, 300);
+        if (dev)
+            tcase_add_checked_fixture(tc, prefix_overlap_setup, prefix_overlap_teardown);
+        else
+            tcase_add_checked_fixture(tc, prefix_setup, prefix_teardown);
+        tcase_add_test(tc, prefix_hit_skips_computation);
+        tcase_add_test(tc, prefix_on_matches_off);
+        tcase_add_test(tc, prefix_eviction_under_pressure);
+        tcase_add_test(tc, prefix_10000_requests_no_leak);
+        tcase_add_test(tc, prefix_forced_collision_does_not_alias);
+        tcase_add_test(tc, prefix_n3_and_prompt_logprobs);
+        tcase_add_test(tc, prefix_preemption_recomputes_less);
+        tcase_add_test(tc, single_greedy_matches_reference);
+        tcase_add_test(tc, batch_of_128_matches_alone);
+        tcase_add_test(tc, chunked_prefill_interleaves_decodes);
+        tcase_add_test(tc, random_traffic_invariants);
+        tcase_add_test(tc, kv_exhaustion_preempts_and_recomputes);
+        tcase_add_test(tc, n3_shares_prompt_blocks);
+        tcase_add_test(tc, stop_string_across_tokens);
+        tcase_add_test(tc, min_tokens_masks_eos_and_stops);
+        tcase_add_test(tc, max_tokens_and_context_limit);
+        tcase_add_test(tc, cancel_running_and_queued);
+        tcase_add_test(tc, cancel_n3_after_fork);
+        if (!dev) {
+            tcase_add_test(tc, seed_reproducible_in_any_batch);
+            tcase_add_test(tc, prompt_logprobs_match_naive_log_softmax);
+            tcase_add_test(tc, prompt_logprobs_once_across_preemption);
+        }
+        suite_add_tcase(s, tc);
+    }
     return s;
 }
 

@@ -576,6 +576,78 @@ START_TEST(test_header_memory)
 }
 END_TEST
 
+/* A completion over prompt ids a, a+1, ... (n of them); extra is more JSON. */
+static void post_ids(int a, int n, const char *extra)
+{
+    char body[2048];
+    int len = snprintf(body, sizeof body, "{\"prompt\":[");
+    for (int i = 0; i < n; i++)
+        len += snprintf(body + len, sizeof body - (size_t)len, "%s%d", i ? "," : "", a + i % 90);
+    snprintf(body + len, sizeof body - (size_t)len, "],\"max_tokens\":2%s}", extra);
+    struct it_resp r;
+    ck_assert(it_post(&srv, "/v1/completions", body, &r));
+    ck_assert_msg(r.status == 200, "status %ld: %s", r.status, r.body);
+    it_resp_free(&r);
+}
+
+/* The server's log, once it holds needle (up to 5 s); NULL if it never does. */
+static char *log_with(const char *needle)
+{
+    for (int i = 0; i < 100; i++) {
+        char *log = it_log(&srv);
+        if (log && strstr(log, needle))
+            return log;
+        free(log);
+        usleep(50 * 1000);
+    }
+    return NULL;
+}
+
+START_TEST(test_prefix_cache_metrics)
+{
+    /* /metrics counts the prefix cache in prompt tokens: a 40-token prompt
+     * again hits its first two blocks (the last token is always computed);
+     * one with prompt logprobs (echo) computes every position. The stats
+     * line gives the hit rate. */
+    const char *every_second[] = {"--set", "engine.stats_log_interval=1", NULL};
+    start_with(every_second);
+    post_ids(70, 40, "");
+    post_ids(70, 40, "");
+    ck_assert(it_wait_metric(&srv, "int4serve_prefix_cache_queries_total", 80, 5));
+    ck_assert(it_metric(&srv, "int4serve_prefix_cache_hits_total") == 32);
+    post_ids(70, 40, ",\"echo\":true,\"logprobs\":1");
+    ck_assert(it_wait_metric(&srv, "int4serve_prefix_cache_queries_total", 120, 5));
+    ck_assert(it_metric(&srv, "int4serve_prefix_cache_hits_total") == 32);
+    post_ids(70, 20, ""); /* one cached block of the 20 tokens */
+    ck_assert(it_wait_metric(&srv, "int4serve_prefix_cache_hits_total", 48, 5));
+    struct it_resp r;
+    ck_assert(it_http(&srv, "GET", "/metrics", NULL, NULL, &r));
+    ck_assert(strstr(r.body, "# TYPE int4serve_prefix_cache_queries_total counter\n"));
+    ck_assert(strstr(r.body, "# TYPE int4serve_prefix_cache_hits_total counter\n"));
+    ck_assert(strstr(r.body, "int4serve_prefix_cache_queries_total 140\n"));
+    it_resp_free(&r);
+    char *log = log_with("prefix cache hit rate");
+    ck_assert_msg(log != NULL, "no stats line with the hit rate");
+    ck_assert(strstr(log, "stats: prompt "));
+    free(log);
+    stop_clean();
+
+    /* off: nothing is looked up */
+    const char *off[] = {"--set", "engine.prefix_caching=false", "--set",
+                         "engine.stats_log_interval=1", NULL};
+    start_with(off);
+    post_ids(70, 40, "");
+    post_ids(70, 40, "");
+    ck_assert(it_wait_metric(&srv, "int4serve_prompt_tokens_total", 80, 5));
+    ck_assert(it_metric(&srv, "int4serve_prefix_cache_queries_total") == 0);
+    ck_assert(it_metric(&srv, "int4serve_prefix_cache_hits_total") == 0);
+    log = log_with("prefix cache off");
+    ck_assert_msg(log != NULL, "no stats line saying the prefix cache is off");
+    free(log);
+    stop_clean();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_http");
@@ -584,6 +656,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_routes);
     tcase_add_test(tc, test_auth);
     tcase_add_test(tc, test_sd_notify);
+    tcase_add_test(tc, test_prefix_cache_metrics);
     suite_add_tcase(s, tc);
     tc = tcase_create("limits");
     tcase_set_timeout(tc, 60);

@@ -52,6 +52,8 @@ START_TEST(test_render)
                            .prompt_tokens_total = 1234,
                            .generation_tokens_total = 5678,
                            .preemptions_total = 7,
+                           .prefix_cache_queries_total = 2048,
+                           .prefix_cache_hits_total = 1536,
                            .steps_total = 40,
                            .batched_steps_total = 30,
                            .steps_ahead_total = 12,
@@ -68,6 +70,10 @@ START_TEST(test_render)
     ck_assert(has_line(t, "int4serve_prompt_tokens_total 1234"));
     ck_assert(has_line(t, "int4serve_generation_tokens_total 5678"));
     ck_assert(has_line(t, "int4serve_num_preemptions_total 7"));
+    ck_assert(has_line(t, "# TYPE int4serve_prefix_cache_queries_total counter"));
+    ck_assert(has_line(t, "int4serve_prefix_cache_queries_total 2048"));
+    ck_assert(has_line(t, "# TYPE int4serve_prefix_cache_hits_total counter"));
+    ck_assert(has_line(t, "int4serve_prefix_cache_hits_total 1536"));
     ck_assert(has_line(t, "int4serve_engine_batched_steps_total 30"));
     ck_assert(has_line(t, "int4serve_engine_steps_ahead_total 12"));
     ck_assert(has_line(t, "int4serve_request_success_total{finished_reason=\"stop\"} 3"));
