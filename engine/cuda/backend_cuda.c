@@ -100,6 +100,7 @@ struct cu_buf {
 struct cu_q4 {
     struct eng_q4w pub;
     struct krn_int4_gemm_layout lay;
+    struct krn_int4_gemm_plan plan; /* its launches on this device */
     void *dev; /* repacked weight */
     bool glu;  /* [gate; up] in the GLU column order (cu_weight_q4_create_glu) */
 };
@@ -133,6 +134,7 @@ struct rope_call {
 struct cu_ctx {
     int device;
     int sms;
+    struct krn_cuda_device gpu; /* what the INT4 GEMM plans are made for */
     cudaStream_t stream;
     cublasHandle_t blas;
     bool failed;
@@ -784,7 +786,9 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
     struct cu_q4 *q = calloc(1, sizeof *q);
     if (!q)
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
-    inf_status_t st = krn_int4_gemm_plan(w, &q->lay, err);
+    inf_status_t st = krn_int4_gemm_layout_make(w, &q->lay, err);
+    if (st == INF_OK)
+        st = krn_int4_gemm_plan_make(&c->gpu, &q->lay, &q->plan, err);
     if (st != INF_OK)
         goto fail;
     void *host = malloc(q->lay.bytes);
@@ -822,7 +826,7 @@ static inf_status_t cu_weight_q4_create(struct eng_backend *be, const struct krn
     if (st != INF_OK)
         goto fail;
     /* The GEMM's workspace grows to the largest layer (load time only). */
-    size_t need = krn_int4_gemm_workspace_size(&q->lay, GEMM_MAX_M);
+    size_t need = krn_int4_gemm_workspace_size(&q->plan, GEMM_MAX_M);
     if (need == 0) {
         st = cu_fail(c, "INT4 GEMM workspace size", "query failed", err);
         goto fail;
@@ -991,6 +995,7 @@ static inf_status_t q4_linear(struct eng_backend *be, const struct eng_q4w *w,
         }
         int32_t taken = 0;
         struct krn_int4_gemm_args ga = {.lay = &q->lay,
+                                        .plan = &q->plan,
                                         .b = q->dev,
                                         .a = a,
                                         .bias = b16,
@@ -2115,6 +2120,10 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
             goto fail;
         }
     }
+    /* The INT4 GEMM's device description, its kernels prepared on it. */
+    st = krn_cuda_device_describe(dev, &c->gpu, err);
+    if (st != INF_OK)
+        goto fail;
     be->iface = &cuda_iface;
     be->act_dtype = ENG_ACT_F16;
     be->kv_dtype = ENG_ACT_F16;
