@@ -11,13 +11,13 @@
  * kernel's swapped path (M <= 8, weights of 256 tiles of 128 x 128 or more),
  * which sums exact products activation * (code - zero) per scale group and
  * applies the scale in fp32: it differs from the reference by that fp16
- * rounding (int4_gemm.cu, "Codes").
+ * rounding (int4_gemm_sm80.cu, "Codes").
  *
  * Repacked layout (one host buffer, three 256-byte aligned sections)
  *   q      [n_pad/64][k_pad/16][32 lanes][4 u32]: one 512-byte chunk per
  *          (64 columns, 16 k) holds, for mma lane l, exactly the 32 codes of
  *          its eight m16n8k16 B fragments in one 16-byte word (see
- *          int4_gemm.cu for the nibble order)
+ *          int4_repack.c for the nibble order)
  *   scale  [n_pad/64][groups][64] fp16, columns permuted so lane l's eight
  *          scales are one 16-byte word
  *   zero   same shape as scale, fp16 integer zero points (absent when
@@ -26,6 +26,8 @@
  * codes dequantize to 0 and padded activations are read as 0, so callers never
  * see the padding. */
 #include "common/inf.h"
+#include "kernels/cuda_device.h"
+#include "kernels/int4_gemm_configs.h"
 #include "kernels/q4.h"
 
 #include <stdbool.h>
@@ -40,7 +42,7 @@ extern "C" {
 #define KRN_INT4_GEMM_K_ALIGN 128
 
 /* Shape and section offsets of one repacked weight. Plain data; fill it with
- * krn_int4_gemm_plan(). */
+ * krn_int4_gemm_layout_make(). */
 struct krn_int4_gemm_layout {
     int32_t n, k;         /* logical output / input features */
     int32_t n_pad, k_pad; /* padded: multiples of 256 / 128 */
@@ -58,11 +60,11 @@ struct krn_int4_gemm_layout {
  * Thread: any. Errors: INF_E_INVALID (NULL or inconsistent w: kp not a
  * multiple of group, n or k < 1), INF_E_UNSUPPORTED (group not 32, 64, 128,
  * 256 or kp; sizes whose repacked form would overflow). */
-inf_status_t krn_int4_gemm_plan(const struct krn_q4_weight *w, struct krn_int4_gemm_layout *lay,
-                                struct inf_err *err);
+inf_status_t krn_int4_gemm_layout_make(const struct krn_q4_weight *w,
+                                       struct krn_int4_gemm_layout *lay, struct inf_err *err);
 
 /* Repack w into dst (host memory, dst_bytes >= lay->bytes, lay from
- * krn_int4_gemm_plan(w)). The caller keeps ownership of both and uploads dst
+ * krn_int4_gemm_layout_make(w)). The caller keeps ownership of both and uploads dst
  * to the device as is. Thread: any (w and dst not shared with a writer).
  * Errors: INF_E_INVALID (NULL, dst too small, lay not w's), INF_E_UNSUPPORTED
  * (a zero point that is not an integer in [0, 15], or not 8 when symmetric). */
@@ -94,11 +96,56 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
 
 /* Kernels: an mma.sync pipeline (sm_80 and newer), a Turing fallback, on
  * Hopper a wgmma kernel chosen by shape for M > 16, and (sm_80 and newer) a
- * one-round stream kernel for M <= 4 on weights one wave of its blocks holds
- * (docs/gemm-notes.md). On
+ * one-round stream kernel for M <= 4 on weights one wave of its blocks
+ * holds; their configurations are named in kernels/int4_gemm_configs.h. On
  * sm_90 launches use programmatic dependent launch: a GEMM may begin
  * streaming its weights while the previous kernel in the stream finishes; it
- * reads A and writes C and the workspace only after that kernel is done. */
+ * reads A and writes C and the workspace only after that kernel is done.
+ *
+ * Which kernel a launch runs is decided once per weight and device: the
+ * plan (krn_int4_gemm_plan_make, made at load next to the layout) holds,
+ * for each M bucket, the configuration the per-architecture table gives the
+ * weight's shape on that device (kernels/int4_gemm_policy.c); a launch looks
+ * its M up there and only checks its own operands (alignment, flags, bias),
+ * with no device or occupancy query. */
+
+/* Row counts the plan distinguishes: M <= 4, 8, 16, 32, 64, 128, and more. */
+#define KRN_INT4_GEMM_M_BUCKETS 7
+
+/* One M bucket of a plan: what an automatic launch of that many rows takes,
+ * each entry a configuration (enum krn_int4_gemm_config) or -1. */
+struct krn_int4_gemm_pick {
+    int8_t stream[3]; /* the stream kernel first, by output: C, GLU, fixed-point words */
+    int8_t wgmma;     /* the sm_90a kernel first */
+    int8_t mma;       /* otherwise the sm_80 kernel (the sm_75 fallback below sm_80) */
+};
+
+/* The dispatch plan of one weight on one device. Plain data; fill it with
+ * krn_int4_gemm_plan_make(), keep it with the weight's layout. */
+struct krn_int4_gemm_plan {
+    /* the layout it was made for (a launch checks its layout against it) */
+    int32_t n, k, n_pad, k_pad, group_steps, groups;
+    bool symmetric;
+    int32_t cc;  /* the device's compute capability (10 major + minor) */
+    int32_t sms; /* its SMs */
+    bool wgmma;  /* the sm_90 table: sm_90a kernels on a Hopper GPU */
+    bool pdl;    /* launches use programmatic dependent launch (sm_90 and newer) */
+    bool tiny;   /* fewer than 256 tiles of 128 x 128: one arithmetic at every M */
+    struct krn_int4_gemm_pick bucket[KRN_INT4_GEMM_M_BUCKETS];
+    /* per configuration: blocks of its grid (persistent kernels: SMs x
+     * resident blocks, at most its cap; others: the SMs); 0: it cannot run
+     * on this device */
+    int32_t slots[KRN_INT4_GEMM_CFG_COUNT];
+};
+
+/* Plan the launches of the weight of layout lay on device dev (from
+ * krn_cuda_device_describe, or filled by a test). Plain C, no CUDA call.
+ * Thread: any. Errors: INF_E_INVALID (NULL), INF_E_UNSUPPORTED (a layout
+ * the kernels cannot run, a device below compute capability 7.5 or without
+ * room for any configuration). */
+inf_status_t krn_int4_gemm_plan_make(const struct krn_cuda_device *dev,
+                                     const struct krn_int4_gemm_layout *lay,
+                                     struct krn_int4_gemm_plan *plan, struct inf_err *err);
 
 /* Launcher flags. */
 #define KRN_INT4_GEMM_FORCE_SM75 0x1u /* use the sm_75 fallback whatever the GPU */
@@ -107,7 +154,7 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * benchmark's comparison and the tests. */
 #define KRN_INT4_GEMM_GRID_STRIPED 0x2u
 /* Keep the tokens as the mma A operand at M <= 8 (the mma.sync kernel
- * otherwise swaps the operands there, see int4_gemm.cu); for the
+ * otherwise swaps the operands there, see int4_gemm_sm80.cu); for the
  * benchmark's comparison and the tests. */
 #define KRN_INT4_GEMM_NO_SWAP 0x4u
 
@@ -129,8 +176,8 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * adds its fp32 partial of each output into args->acc (int64 [m][n], row
  * stride n, all zero on entry) with an integer atomic, so the sums are
  * exact in any order, and the kernel ends there: no arrival, no last
- * arriver summing the others' partials (about 2 us a launch,
- * docs/gemm-notes.md version 27). C is then not written and
+ * arriver summing the others' partials (which cost about 2 us a launch on
+ * the H200). C is then not written and
  * *args->acc_taken is 1; krn_int4_gemm_acc_reduce (which zeroes the words),
  * or a consumer reading them itself (krn_cuda_rmsnorm_add_acc, which leaves
  * them), gives C. Such a launch also zeroes args->acc_clear_words words at
@@ -148,9 +195,10 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
  * GLU output from them: C[r][j] = SiLU(g) * u of the fp16-rounded sums,
  * as the GLU launch computes it from its own sums. */
 
-/* One GEMM. All pointers but lay are device pointers. */
+/* One GEMM. All pointers but lay, plan and acc_taken are device pointers. */
 struct krn_int4_gemm_args {
     const struct krn_int4_gemm_layout *lay; /* host memory: the weight's layout */
+    const struct krn_int4_gemm_plan *plan;  /* host memory: its plan for the current device */
     const void *b;        /* the repacked weight buffer on the device, 16-byte aligned */
     const uint16_t *a;    /* [m][k] fp16 activations, 2-byte aligned */
     const uint16_t *bias; /* [n] fp16, or NULL */
@@ -159,37 +207,41 @@ struct krn_int4_gemm_args {
     void *workspace;      /* krn_int4_gemm_workspace_size() bytes, zero-filled once
                              before its first use; every launch leaves it zeroed */
     size_t workspace_bytes;
-    void *stream;   /* cudaStream_t to launch on (NULL: the default stream) */
-    uint32_t flags; /* KRN_INT4_GEMM_* */
-    int32_t config; /* -1: automatic; else an index into the compiled
-                       configurations (krn_int4_gemm_config_name) */
+    void *stream;       /* cudaStream_t to launch on (NULL: the default stream) */
+    uint32_t flags;     /* KRN_INT4_GEMM_* */
+    int32_t config;     /* KRN_INT4_GEMM_CFG_AUTO: the plan's choice; else a
+                           configuration to force (enum krn_int4_gemm_config) */
     int64_t *acc;       /* KRN_INT4_GEMM_ACC64: [m][n] device words, zero, 8-byte aligned */
     int32_t *acc_taken; /* host memory or NULL: 1 when acc took the sums instead of C */
     int64_t *acc_clear; /* KRN_INT4_GEMM_ACC64: words zeroed when acc is taken, or NULL */
     int64_t acc_clear_words;
 };
 
-/* Bytes of workspace a launch with m <= max_m rows needs for layout lay on the
- * current device (any configuration). Thread: any. Returns 0 on a CUDA error
- * or without CUDA. */
-size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_layout *lay, int32_t max_m);
+/* Bytes of workspace a launch with m <= max_m rows of the weight of plan
+ * needs (any configuration its device runs). Plain C. Thread: any. Returns
+ * 0 for a NULL plan or max_m < 1. */
+size_t krn_int4_gemm_workspace_size(const struct krn_int4_gemm_plan *plan, int32_t max_m);
 
-/* Enqueue C = A * dequant(W)^T (+ bias) on args->stream. Never allocates nor
- * synchronizes; safe to capture in a CUDA graph. Workspace may not be shared
- * by two launches in flight at once.
+/* Enqueue C = A * dequant(W)^T (+ bias) on args->stream, with the
+ * configuration args->plan gives for args->m (or the forced one). Never
+ * allocates nor synchronizes nor queries the device; safe to capture in a
+ * CUDA graph. The plan's device must be the current one and have been
+ * described (krn_cuda_device_describe prepares the kernels). Workspace may
+ * not be shared by two launches in flight at once.
  * Thread: the thread owning the current device's stream.
- * Errors: INF_E_INVALID (NULL pointers, m < 0, workspace too small),
- * INF_E_UNSUPPORTED (misaligned pointers, a layout this build cannot run, a
- * config index out of range, m too large), INF_E_DEVICE (a CUDA error,
- * including one left sticky by earlier work). */
+ * Errors: INF_E_INVALID (NULL pointers, m < 0, workspace too small, a plan
+ * made for another layout), INF_E_UNSUPPORTED (misaligned pointers, a layout
+ * this build cannot run, a configuration out of range or without room on
+ * the device, no GLU variant for the operands, m too large), INF_E_DEVICE
+ * (a CUDA error, including one left sticky by earlier work). */
 inf_status_t krn_int4_gemm(const struct krn_int4_gemm_args *args, struct inf_err *err);
 
 /* C [m][n] (row stride ldc, 2-byte aligned) from the fixed-point sums of a
  * KRN_INT4_GEMM_ACC64 launch that took them (acc [m][n]), which are zeroed
  * for the next one. Enqueued on stream; safe to capture. Errors:
  * INF_E_INVALID (NULL, m or n < 1, ldc < n), INF_E_DEVICE. */
-inf_status_t krn_int4_gemm_acc_reduce(int64_t *acc, uint16_t *c, int64_t ldc, int32_t m,
-                                      int32_t n, void *stream, struct inf_err *err);
+inf_status_t krn_int4_gemm_acc_reduce(int64_t *acc, uint16_t *c, int64_t ldc, int32_t m, int32_t n,
+                                      void *stream, struct inf_err *err);
 
 /* The GLU output C [m][n / 2] (row stride ldc, even; C 4-byte aligned) from
  * the fixed-point sums of a KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64 launch
@@ -209,10 +261,13 @@ inf_status_t krn_int4_gemm_acc_reduce_glu(int64_t *acc, uint16_t *c, int64_t ldc
 inf_status_t krn_int4_dequant_f16(const struct krn_int4_gemm_layout *lay, const void *b,
                                   uint16_t *w, int64_t ldw, void *stream, struct inf_err *err);
 
-/* Number of compiled configurations and a short name of each ("sm80 m16 n128
- * k128 s4"); NULL for an index out of range. Thread: any. */
+/* Number of configurations (KRN_INT4_GEMM_CFG_COUNT), the name of each
+ * ("sm80 m16 n128 k128 w4 s4", NULL out of range) and the configuration of a
+ * name (-1 if none). A build without sm_90 keeps the sm_90a names; forcing
+ * one there takes the automatic sm_80 choice. Thread: any. */
 int krn_int4_gemm_config_count(void);
-const char *krn_int4_gemm_config_name(int index);
+const char *krn_int4_gemm_config_name(int config);
+int krn_int4_gemm_config_find(const char *name);
 
 #ifdef __cplusplus
 }

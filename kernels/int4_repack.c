@@ -28,14 +28,14 @@ static size_t align_up(size_t x, size_t a)
     return (x + a - 1) / a * a;
 }
 
-inf_status_t krn_int4_gemm_plan(const struct krn_q4_weight *w, struct krn_int4_gemm_layout *lay,
-                                struct inf_err *err)
+inf_status_t krn_int4_gemm_layout_make(const struct krn_q4_weight *w,
+                                       struct krn_int4_gemm_layout *lay, struct inf_err *err)
 {
     if (!w || !lay)
-        return inf_err_set(err, INF_E_INVALID, "int4 gemm plan: NULL argument");
+        return inf_err_set(err, INF_E_INVALID, "int4 gemm layout: NULL argument");
     if (w->n < 1 || w->k < 1 || w->group < 1 || w->kp < w->k || w->kp % w->group != 0)
         return inf_err_set(err, INF_E_INVALID,
-                           "int4 gemm plan: inconsistent weight n=%d k=%d kp=%d group=%d",
+                           "int4 gemm layout: inconsistent weight n=%d k=%d kp=%d group=%d",
                            (int)w->n, (int)w->k, (int)w->kp, (int)w->group);
     bool per_channel = w->group == w->kp;
     if (!per_channel && w->group != 32 && w->group != 64 && w->group != 128 && w->group != 256)
@@ -150,7 +150,7 @@ inf_status_t krn_int4_gemm_repack_tiles(const struct krn_q4_weight *w,
     if (!w || !lay || !dst || !w->q || !w->scale || !w->zero)
         return inf_err_set(err, INF_E_INVALID, "int4 gemm repack: NULL argument");
     struct krn_int4_gemm_layout want;
-    inf_status_t st = krn_int4_gemm_plan(w, &want, err);
+    inf_status_t st = krn_int4_gemm_layout_make(w, &want, err);
     if (st != INF_OK)
         return st;
     if (memcmp(&want, lay, sizeof want) != 0)

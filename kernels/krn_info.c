@@ -1,3 +1,4 @@
+#include "kernels/cuda_device.h"
 #include "kernels/krn.h"
 
 bool krn_have_cuda(void)
@@ -8,3 +9,13 @@ bool krn_have_cuda(void)
     return false;
 #endif
 }
+
+#ifndef INT4SERVE_HAVE_CUDA
+inf_status_t krn_cuda_device_describe(int32_t ordinal, struct krn_cuda_device *d,
+                                      struct inf_err *err)
+{
+    (void)ordinal;
+    (void)d;
+    return inf_err_set(err, INF_E_UNSUPPORTED, "cuda device: this build has no CUDA");
+}
+#endif

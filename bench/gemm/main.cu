@@ -2,7 +2,7 @@
  * same run, on the Llama-2-7B and Llama-3-8B linear-layer shapes.
  *
  *   bench_gemm OUT.json [--sym] [--group G] [--ms 1,2,4] [--shapes llama2|all]
- *              [--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped]
+ *              [--shape NAME] [--config C] [--map C16,C32,C64,CBIG] [--sweep] [--striped]
  *              [--resident] [--noswap] [--between] [--acc] [--replays R]
  *
  * Method: weight buffers (ours and cuBLAS's) are rotated over more than 4x
@@ -37,9 +37,12 @@
  * --resident uses one copy of each weight instead of the rotation, so
  * weights that fit the L2 are read from it (what prefetching a weight into
  * the L2 ahead of its GEMM could give; not the acceptance method).
- * --map times a candidate automatic choice: configuration I16 for M <= 16,
- * I32 for M <= 32, I64 for M <= 64, IBIG beyond (the launcher's own choice
- * is used when neither --config nor --map is given). */
+ * --config forces one configuration, C its name as krn_int4_gemm_config_name
+ * gives it (kernels/int4_gemm_configs.h), quoted: --config "sm80 m16 n128
+ * k128 w4 s4". --map times a candidate automatic choice: configuration C16
+ * for M <= 16, C32 for M <= 32, C64 for M <= 64, CBIG beyond, names
+ * separated by commas (the weight's plan is used when neither --config nor
+ * --map is given). */
 #include "bench/common/graph_timer.cuh"
 #include "common/inf.h"
 #include "kernels/cuda/launch.cuh"
@@ -53,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string>
 #include <vector>
 
 #define CB(x)                                                                                      \
@@ -185,6 +189,23 @@ struct result {
 
 static cudaStream_t g_stream;
 
+/* Configurations by name, separated by commas; -2 for a name none has. */
+static void parse_configs(const char *s, std::vector<int> &out)
+{
+    out.clear();
+    for (;;) {
+        const char *c = strchr(s, ',');
+        const std::string name = c ? std::string(s, c - s) : std::string(s);
+        const int i = krn_int4_gemm_config_find(name.c_str());
+        if (i < 0)
+            fprintf(stderr, "no configuration \"%s\"\n", name.c_str());
+        out.push_back(i < 0 ? -2 : i);
+        if (!c)
+            break;
+        s = c + 1;
+    }
+}
+
 static void parse_list(const char *s, std::vector<int> &out)
 {
     out.clear();
@@ -223,14 +244,18 @@ int main(int argc, char **argv)
             acc = true;
         else if (!strcmp(argv[i], "--group") && i + 1 < argc)
             group = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--config") && i + 1 < argc)
-            force_config = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--replays") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            force_config = krn_int4_gemm_config_find(argv[++i]);
+            if (force_config < 0) {
+                fprintf(stderr, "no configuration \"%s\"\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--replays") && i + 1 < argc)
             replays = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--map") && i + 1 < argc) {
-            parse_list(argv[++i], cfg_map);
-            if (cfg_map.size() != 4) {
-                fprintf(stderr, "--map wants four configuration indexes\n");
+            parse_configs(argv[++i], cfg_map);
+            if (cfg_map.size() != 4 || std::count(cfg_map.begin(), cfg_map.end(), -2)) {
+                fprintf(stderr, "--map wants four configuration names\n");
                 return 2;
             }
         } else if (!strcmp(argv[i], "--ms") && i + 1 < argc)
@@ -244,7 +269,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s OUT.json [--sym] [--group G] [--ms 1,2] [--shapes llama2|all] "
-                    "[--shape NAME] [--config I] [--map I16,I32,I64,IBIG] [--sweep] [--striped] "
+                    "[--shape NAME] [--config C] [--map C16,C32,C64,CBIG] [--sweep] [--striped] "
                     "[--resident] [--noswap] [--between] [--acc] [--replays R]\n",
                     argv[0]);
             return 2;
@@ -257,6 +282,14 @@ int main(int argc, char **argv)
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
+    struct krn_cuda_device gpu; /* what the GEMM's plans are made for */
+    {
+        struct inf_err err;
+        if (krn_cuda_device_describe(0, &gpu, &err) != INF_OK) {
+            fprintf(stderr, "describe: %s\n", err.msg);
+            return 1;
+        }
+    }
     CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     cublasHandle_t cb;
     CB(cublasCreate(&cb));
@@ -356,8 +389,10 @@ int main(int argc, char **argv)
         w.zero = zr.data();
         struct krn_int4_gemm_layout lay;
         struct inf_err err;
-        if (krn_int4_gemm_plan(&w, &lay, &err) != INF_OK) {
-            fprintf(stderr, "plan: %s\n", err.msg);
+        struct krn_int4_gemm_plan plan;
+        if (krn_int4_gemm_layout_make(&w, &lay, &err) != INF_OK ||
+            krn_int4_gemm_plan_make(&gpu, &lay, &plan, &err) != INF_OK) {
+            fprintf(stderr, "layout and plan: %s\n", err.msg);
             return 1;
         }
         std::vector<uint8_t> packed(lay.bytes);
@@ -396,7 +431,7 @@ int main(int argc, char **argv)
                 CK(cudaMalloc((void **)&w, sizeof(int64_t) * (size_t)acc_words));
                 CK(cudaMemset(w, 0, sizeof(int64_t) * (size_t)acc_words));
             }
-        size_t ws_bytes = krn_int4_gemm_workspace_size(&lay, max_m);
+        size_t ws_bytes = krn_int4_gemm_workspace_size(&plan, max_m);
         void *ws;
         CK(cudaMalloc(&ws, ws_bytes));
         CK(cudaMemset(ws, 0, ws_bytes));
@@ -442,6 +477,7 @@ int main(int argc, char **argv)
                     args.acc_taken = &acc_taken;
                 }
                 args.lay = &lay;
+                args.plan = &plan;
                 args.b = wq[i % nrot];
                 args.a = (const uint16_t *)a;
                 args.c = (uint16_t *)c;

@@ -147,7 +147,7 @@ static inf_status_t h_weight_q4_create(struct eng_backend *be, const struct krn_
     struct host_ctx *c = hctx(be);
     double t0 = now_s();
     struct krn_int4_gemm_layout lay;
-    inf_status_t s = krn_int4_gemm_plan(w, &lay, err);
+    inf_status_t s = krn_int4_gemm_layout_make(w, &lay, err);
     if (s != INF_OK)
         return s;
     struct eng_q4w *q = calloc(1, sizeof *q);

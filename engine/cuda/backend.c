@@ -564,6 +564,10 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
             goto fail;
         }
     }
+    /* The INT4 GEMM's device description, its kernels prepared on it. */
+    st = krn_cuda_device_describe(dev, &c->gpu, err);
+    if (st != INF_OK)
+        goto fail;
     be->iface = &cuda_iface;
     be->act_dtype = ENG_ACT_F16;
     be->kv_dtype = ENG_ACT_F16;

@@ -42,6 +42,7 @@
  * INF_E_DEVICE with the call's message and marks the backend failed, so
  * every later call answers INF_E_DEVICE (the engine turns unhealthy). */
 #include "engine/backend.h"
+#include "kernels/cuda_device.h"
 #include "kernels/int4_gemm.h"
 #include "kernels/sample_cuda.h"
 
@@ -91,8 +92,9 @@ struct cu_buf {
 struct cu_q4 {
     struct eng_q4w pub;
     struct krn_int4_gemm_layout lay;
-    void *dev; /* repacked weight */
-    bool glu;  /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
+    struct krn_int4_gemm_plan plan; /* its launches on this device */
+    void *dev;                      /* repacked weight */
+    bool glu; /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
 };
 
 /* One cached attention work list: the bytes last uploaded to its region. */
@@ -129,6 +131,7 @@ struct cu_step {
 struct cu_ctx {
     int device;
     int sms;
+    struct krn_cuda_device gpu; /* what the INT4 GEMM plans are made for */
     cudaStream_t stream;
     cublasHandle_t blas;
     bool failed;

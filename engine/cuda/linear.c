@@ -27,7 +27,9 @@ inf_status_t eng_cuda_weight_q4_create(struct eng_backend *be, const struct krn_
     struct cu_q4 *q = calloc(1, sizeof *q);
     if (!q)
         return inf_err_set(err, INF_E_NOMEM, "out of memory");
-    inf_status_t st = krn_int4_gemm_plan(w, &q->lay, err);
+    inf_status_t st = krn_int4_gemm_layout_make(w, &q->lay, err);
+    if (st == INF_OK)
+        st = krn_int4_gemm_plan_make(&c->gpu, &q->lay, &q->plan, err);
     if (st != INF_OK)
         goto fail;
     void *host = malloc(q->lay.bytes);
@@ -65,7 +67,7 @@ inf_status_t eng_cuda_weight_q4_create(struct eng_backend *be, const struct krn_
     if (st != INF_OK)
         goto fail;
     /* The GEMM's workspace grows to the largest layer (load time only). */
-    size_t need = krn_int4_gemm_workspace_size(&q->lay, GEMM_MAX_M);
+    size_t need = krn_int4_gemm_workspace_size(&q->plan, GEMM_MAX_M);
     if (need == 0) {
         st = eng_cuda_fail(c, "INT4 GEMM workspace size", "query failed", err);
         goto fail;
@@ -260,6 +262,7 @@ inf_status_t eng_cuda_q4_run(struct cu_ctx *c, const struct cu_q4 *q, const stru
         }
         int32_t taken = 0;
         struct krn_int4_gemm_args ga = {.lay = &q->lay,
+                                        .plan = &q->plan,
                                         .b = q->dev,
                                         .a = a,
                                         .bias = b16,

@@ -1,7 +1,13 @@
 #pragma once
-/* int4_gemm_impl.cuh — pieces shared by the INT4 GEMM kernels (sm_80 path in
- * int4_gemm.cu, sm_75 fallback in int4_gemm_sm75.cu). Private to kernels/cuda. */
+/* int4_gemm_impl.cuh — pieces shared by the INT4 GEMM's kernel families (the
+ * mma.sync kernel in int4_gemm_sm80.cu, the Turing fallback in
+ * int4_gemm_sm75.cu, the stream kernel in int4_gemm_stream.cu, the wgmma
+ * kernel in sm90/int4_gemm_sm90.cu) and their launcher (int4_gemm.cu), and
+ * each family's entry points. Private to kernels/cuda. */
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda_device.h"
+#include "kernels/int4_gemm.h"
+#include "kernels/int4_gemm_policy.h"
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -33,9 +39,8 @@ struct Params {
  * of up to 128 bytes once (15 ld.param in the PTX of the 128-token wgmma
  * kernel), but those of a larger one again at most uses (538 at 144 bytes):
  * with two more fields every wgmma kernel ran 5-10 % slower at M = 32-256
- * and the mma.sync kernel about 3 % at M = 1 (docs/gemm-notes.md, version
- * 43). Add a field only in place of another, or as a kernel's separate
- * argument (AccParams). */
+ * and the mma.sync kernel about 3 % at M = 1 on the H200. Add a field only
+ * in place of another, or as a kernel's separate argument (AccParams). */
 static_assert(sizeof(Params) <= 128, "Params must stay within 128 bytes (see above)");
 
 /* KRN_INT4_GEMM_ACC64 (the sm_80 kernel's second argument): the fixed-point
@@ -319,41 +324,51 @@ __device__ __forceinline__ void store_frags_glu(const Params &p, int row, int co
                   acc[f + 1][2 * h + 1]);
 }
 
-/* The one-round stream kernel for M <= kStreamMaxM (int4_gemm_stream.cu):
- * outputs C, GLU C (both through the workspace's words, p.partials, and
- * counters) or the caller's fixed-point words (ACC64). */
-constexpr int kStreamMaxM = 8;
-constexpr int kStreamOutC = 0, kStreamOutGlu = 1, kStreamOutAcc = 2;
-int stream_config_count();
-const char *stream_config_name(int i);
-/* Blocks along k (contributions to each word) of variant vi for p's k_pad. */
-int stream_k_blocks(int vi, const Params &p);
-/* The automatic variant for p with output out, or -1: the largest block
- * whose grid fills at least 3/4 of the SMs and fits them in one wave (every
- * block resident at once, every load issued at the start). */
-int stream_auto_variant(const Params &p, int out, int dev, int sms);
-/* Launch variant vi with output out, programmatic dependent launch allowed. */
-cudaError_t launch_stream(Params p, const AccParams &x, int vi, int out, cudaStream_t stream);
-/* The sm_75 fallback launcher (int4_gemm_sm75.cu). */
-cudaError_t launch_sm75(const Params &p, bool glu, cudaStream_t stream);
+/* The weight's part of the kernel parameters: section pointers into the
+ * repacked buffer b, sizes, and the scale-group step as a shift. */
+inline Params params_of(const krn_int4_gemm_layout *lay, const void *b)
+{
+    Params p = {};
+    const unsigned char *wb = static_cast<const unsigned char *>(b);
+    p.q = reinterpret_cast<const uint4 *>(wb + lay->q_offset);
+    p.scales = reinterpret_cast<const uint4 *>(wb + lay->scale_offset);
+    p.zeros = lay->symmetric ? nullptr : reinterpret_cast<const uint4 *>(wb + lay->zero_offset);
+    p.n = lay->n;
+    p.k = lay->k;
+    p.k_pad = lay->k_pad;
+    p.n_pad = lay->n_pad;
+    p.gsteps = lay->group_steps;
+    p.groups = lay->groups;
+    /* group_steps is 2..16 (a power of two) or covers the whole k_pad */
+    p.gshift = 30;
+    if (lay->groups > 1)
+        for (int sh = 1; sh <= 4; sh++)
+            if (lay->group_steps == (1 << sh))
+                p.gshift = sh;
+    return p;
+}
 
+/* Outputs of the stream kernel (enum krn_int4_gemm_out): C and GLU C through
+ * the workspace's words (p.partials) and counters, or the caller's
+ * fixed-point words (ACC64). */
+constexpr int kStreamOutC = KRN_INT4_GEMM_OUT_C, kStreamOutGlu = KRN_INT4_GEMM_OUT_GLU,
+              kStreamOutAcc = KRN_INT4_GEMM_OUT_WORDS;
+
+/* Each family: prepare (at krn_cuda_device_describe: raise the kernels'
+ * shared-memory limits, fill the device's residency table) and launch (the
+ * configuration and grid krn_int4_gemm_choose gave, p's tiling set from it;
+ * pdl: with programmatic dependent launch). Configuration indexes count
+ * from the family's first. */
+cudaError_t sm80_prepare(krn_cuda_device *d);
+cudaError_t launch_sm80(const Params &p, const AccParams &x, int ci, bool a_rows16, bool sw,
+                        bool glu, bool words, int grid, bool pdl, cudaStream_t stream);
+cudaError_t stream_prepare(krn_cuda_device *d);
+cudaError_t launch_stream(const Params &p, const AccParams &x, int vi, int out, bool pdl,
+                          cudaStream_t stream);
+cudaError_t launch_sm75(const Params &p, bool glu, cudaStream_t stream);
 /* The sm_90a path (sm90/int4_gemm_sm90.cu; compiled when the build targets
- * sm_90, INT4SERVE_GEMM_SM90). Configurations are token tiles of 8..128. */
-int sm90_config_count();
-const char *sm90_config_name(int i);
-int sm90_config_tn(int i); /* token tile of configuration i */
-/* Can the sm_90a kernel run p (k % 8, A alignment, group shape)? */
-bool sm90_supported(const Params &p);
-/* Sets p's m/n/k tiles and slot_rows for configuration ci. */
-void sm90_tiling(Params &p, int ci);
-/* Resident-block grid for ci on this device (#SMs x blocks per SM). */
-long long sm90_grid(int dev, int sms, int ci, const Params &p, cudaError_t *err);
-/* Partial-tile bytes of the workspace for ci with `grid` blocks (the counter
- * region comes first, as for the sm_80 kernel). */
-size_t sm90_workspace(int ci, long long grid);
-/* Launch with programmatic dependent launch allowed. */
-cudaError_t launch_sm90(Params p, int ci, long long grid, bool glu, cudaStream_t stream);
-/* Whether configuration ci has a GLU variant for p's scale groups. */
-bool sm90_glu_available(int ci, const Params &p);
+ * sm_90, INT4SERVE_GEMM_SM90). */
+cudaError_t sm90_prepare(krn_cuda_device *d);
+cudaError_t launch_sm90(const Params &p, int ci, int grid, bool glu, bool pdl, cudaStream_t stream);
 
 } // namespace int4gemm

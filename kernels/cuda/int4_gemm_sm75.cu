@@ -1,6 +1,6 @@
 /*
- * int4_gemm_sm75.cu — the Turing fallback of the INT4 GEMM (int4_gemm.cu has
- * the contract). Same repacked weights, same dequantization (bit-exact), but
+ * int4_gemm_sm75.cu — the Turing fallback of the INT4 GEMM (int4_gemm_sm80.cu
+ * has the contract). Same repacked weights, same dequantization (bit-exact), but
  * only what sm_75 has: mma.sync m16n8k8 (a k16 fragment is two of them), no
  * cp.async, no L2 hints. Simple and correct rather than fast.
  * Mapping  grid = (n_pad / 64, ceil(m / 16)), block = 8 warps; each warp

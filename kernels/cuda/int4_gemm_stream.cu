@@ -2,14 +2,14 @@
  * int4_gemm_stream.cu — the INT4 GEMM for M <= 8 as one round of loads a
  *          block (krn_int4_gemm picks it; kernels/int4_gemm.h).
  * Why      At M <= 8 the GEMM is a weight stream. The persistent mma.sync
- *          kernel (int4_gemm.cu) streams at about the rate of a kernel that
- *          only reads, but pays a fixed latency a launch: its pipeline's
- *          prologue after the wait, the last unit's arithmetic and the
- *          split-K tail behind its last bytes (docs/gemm-notes.md, versions
- *          27, 41). krn_cuda_gemv_f16 (gemv.cu) showed the other way to
- *          stream: blocks whose whole work is one round of 16-byte loads,
- *          many of them resident an SM, so that one block's prologue and
- *          epilogue hide behind the others' loads.
+ *          kernel (int4_gemm_sm80.cu) streams at about the rate of a kernel
+ *          that only reads, but pays a fixed latency a launch: its
+ *          pipeline's prologue after the wait, the last unit's arithmetic
+ *          and the split-K tail behind its last bytes. krn_cuda_gemv_f16
+ *          (gemv.cu) showed the other way to stream: blocks whose whole
+ *          work is one round of 16-byte loads, many of them resident an SM,
+ *          so that one block's prologue and epilogue hide behind the
+ *          others' loads.
  * Mapping  block = WARPS warps on one 64-column chunk of the repacked weight
  *          (int4_repack.c) and WARPS x 8 consecutive k16 steps of it
  *          (WARPS = 8: 1024 k, 32 KiB of codes); warp w takes 8 steps, each
@@ -29,7 +29,7 @@
  *          q, 1024 + 16 q) straight from a LOP3, the chunk's offset sums O
  *          and S from one more mma against constant rows, and at the end of
  *          each chunk (a warp's steps inside one scale group: 8, 4 or 2)
- *          acc += scale (g - O - zero S) in fp32 (int4_gemm.cu, "Codes").
+ *          acc += scale (g - O - zero S) in fp32 (int4_gemm_sm80.cu, "Codes").
  * Reduce   the block's warps meet once in shared memory; each output's sum
  *          over the warps is added into an int64 fixed-point word
  *          (acc64.cuh) with an integer atomic, so the k split sums in any
@@ -43,15 +43,15 @@
  *                 the counter for the next launch.
  *            GLU  the same, writing SiLU(g) u of the chunk's four runs of
  *                 8 gate + 8 up columns.
- * When     krn_int4_gemm takes it up to 4 rows where one wave of a
- *          variant's blocks holds the whole weight and fills at least 3/4
- *          of the SMs (stream_auto_variant): every load is then issued at
- *          the start. H200 (docs/gemm-notes.md, version 48), M = 1: the
- *          4096 x 4096 o projection 5.08 us against 6.48 for the persistent
- *          kernel, Llama-3's q/k/v 6.88 against 8.20; on weights that take
- *          several waves it is slower (Llama-2 gate/up 18.4 against 15.9:
- *          each new block starts its stream from nothing) and from 4 rows
- *          on its per-row atomics catch up with the gain.
+ * When     the plan takes it up to 4 rows where one wave of a variant's
+ *          blocks holds the whole weight and fills at least 3/4 of the SMs
+ *          (kernels/int4_gemm_policy.c): every load is then issued at the
+ *          start. H200, M = 1: the 4096 x 4096 o projection 5.08 us against
+ *          6.48 for the persistent kernel, Llama-3's q/k/v 6.88 against
+ *          8.20; on weights that take several waves it is slower (Llama-2
+ *          gate/up 18.4 against 15.9: each new block starts its stream from
+ *          nothing) and from 4 rows on its per-row atomics catch up with
+ *          the gain.
  * Arch     sm_80+ (mma.sync m16n8k16); programmatic dependent launch on
  *          sm_90.
  */
@@ -100,9 +100,8 @@ __device__ __forceinline__ void load_tokens(const Params &p, int ks0, bool live,
  * 1), token 2c + (e & 1). */
 template <int NGW, bool ZP>
 __device__ __forceinline__ void warp_steps(const uint4 (&w)[kSteps],
-                                           const uint32_t (&tb)[kSteps][2],
-                                           const uint4 (&sv)[NGW], const uint4 (&zv)[NGW],
-                                           float (&sacc)[4][4])
+                                           const uint32_t (&tb)[kSteps][2], const uint4 (&sv)[NGW],
+                                           const uint4 (&zv)[NGW], float (&sacc)[4][4])
 {
     constexpr int CL = kSteps / NGW; /* steps a chunk (one scale group's share) */
     const uint32_t kOffsetRowsA[4] = {kMagic1024, kOne, kMagic1024, kSixteen};
@@ -319,82 +318,53 @@ template <class K> StreamFn pick(int ngw_i, int zp, int out)
 #undef I4S_OUTS
 static_assert(kStreamOutC == 0 && kStreamOutGlu == 1 && kStreamOutAcc == 2, "table order");
 
+/* The variants: KRN_INT4_GEMM_STREAM_CONFIGS (kernels/int4_gemm_configs.h)
+ * instantiated in its order. */
 struct StreamVariant {
-    const char *name;
     int warps; /* k a block = warps x 128 */
     StreamFn (*get)(int ngw_i, int zp, int out);
 };
-/* The compiled variants, largest block first (the automatic choice's
- * order). */
-const StreamVariant kStreamVariants[] = {
-    {"stream w16 k2048 b1", 16, pick<OneRound<16, 1>>},
-    {"stream w8 k1024 b3", 8, pick<OneRound<8, 3>>},
-    {"stream w4 k512 b6", 4, pick<OneRound<4, 6>>},
-};
+#define I4S_VARIANT(ID, NAME, WARPS, MINB) {WARPS, pick<OneRound<WARPS, MINB>>},
+const StreamVariant kStreamVariants[] = {KRN_INT4_GEMM_STREAM_CONFIGS(I4S_VARIANT)};
+#undef I4S_VARIANT
 constexpr int kStreamCount = (int)(sizeof kStreamVariants / sizeof kStreamVariants[0]);
-
-} // namespace
-
-int stream_config_count()
-{
-    return kStreamCount;
-}
-
-const char *stream_config_name(int i)
-{
-    return i >= 0 && i < kStreamCount ? kStreamVariants[i].name : nullptr;
-}
-
-int stream_k_blocks(int vi, const Params &p)
-{
-    const int per = kStreamVariants[vi].warps * kSteps;
-    return (p.k_pad / 16 + per - 1) / per;
-}
+static_assert(kStreamCount == KRN_INT4_GEMM_STREAM_COUNT, "one variant per listed configuration");
 
 /* The NGW table index of p's scale groups: 1 group a warp's 8 steps (groups
  * of 128 k or more), 2 (64) or 4 (32). */
-static int ngw_index(const Params &p)
+int ngw_index(const Params &p)
 {
     return p.gshift >= 3 ? 0 : p.gshift == 2 ? 1 : 2;
 }
 
-static StreamFn stream_fn(const Params &p, int vi, int out)
+} // namespace
+
+/* Residency of every kernel (no dynamic shared memory to raise). */
+cudaError_t stream_prepare(krn_cuda_device *d)
 {
-    return kStreamVariants[vi].get(ngw_index(p), p.zeros ? 1 : 0, out);
+    for (int vi = 0; vi < kStreamCount; vi++)
+        for (int g = 0; g < 3; g++)
+            for (int zp = 0; zp < 2; zp++)
+                for (int out = 0; out < 3; out++) {
+                    int n = 0;
+                    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                        &n, kStreamVariants[vi].get(g, zp, out), kStreamVariants[vi].warps * 32, 0);
+                    if (e != cudaSuccess)
+                        return e;
+                    d->int4_gemm.stream[vi][g][zp][out] = (uint8_t)(n > 255 ? 255 : n);
+                }
+    return cudaSuccess;
 }
 
-int stream_auto_variant(const Params &p, int out, int dev, int sms)
-{
-    static int occ_cache[16][kStreamCount][3][2][3]; /* racing writers agree */
-    const int ngw_i = ngw_index(p);
-    const int zp = p.zeros ? 1 : 0;
-    const long long chunks = p.n_pad / 64;
-    for (int vi = 0; vi < kStreamCount; vi++) {
-        const long long blocks = chunks * stream_k_blocks(vi, p);
-        int per_sm = dev >= 0 && dev < 16 ? occ_cache[dev][vi][ngw_i][zp][out] : 0;
-        if (per_sm <= 0) {
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_fn(p, vi, out),
-                                                              kStreamVariants[vi].warps * 32,
-                                                              0) != cudaSuccess ||
-                per_sm < 1)
-                return -1;
-            if (dev >= 0 && dev < 16)
-                occ_cache[dev][vi][ngw_i][zp][out] = per_sm;
-        }
-        if (blocks * 4 >= 3LL * sms && blocks <= (long long)sms * per_sm)
-            return vi;
-    }
-    return -1;
-}
-
-cudaError_t launch_stream(Params p, const AccParams &x, int vi, int out, cudaStream_t stream)
+/* p.n_tiles (64-column chunks) and p.k_tiles (blocks along k) are the
+ * choice's: the grid is both, in weight order. */
+cudaError_t launch_stream(const Params &p, const AccParams &x, int vi, int out, bool pdl,
+                          cudaStream_t stream)
 {
     const int warps = kStreamVariants[vi].warps;
-    p.k_tiles = stream_k_blocks(vi, p);
-    p.n_tiles = p.n_pad / 64;
     const long long grid = (long long)p.n_tiles * p.k_tiles;
-    return krncuda::launch_pdl(stream_fn(p, vi, out), dim3((unsigned)grid), dim3(warps * 32), 0,
-                               stream, p, x);
+    return krncuda::launch_ex(pdl, kStreamVariants[vi].get(ngw_index(p), p.zeros ? 1 : 0, out),
+                              dim3((unsigned)grid), dim3(warps * 32), 0, stream, p, x);
 }
 
 } // namespace int4gemm

@@ -1,16 +1,16 @@
 #pragma once
 /* kernels/cuda/launch.cuh — helpers shared by the CUDA launchers: the checked
- * end of a launch, programmatic dependent launch (the INT4 GEMMs launch
- * themselves, with pdl_supported() deciding the attribute) and 16-byte fp16
- * vector access. */
+ * end of a launch, programmatic dependent launch (launch_ex with the INT4
+ * GEMM plan's choice, launch_pdl with pdl_supported() deciding) and 16-byte
+ * fp16 vector access. */
 #include "common/inf.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdlib.h>
 
-namespace krncuda {
+namespace krncuda
+{
 
 /* The checked end of every launcher: a launch error (bad configuration, or a
  * sticky error left by earlier work) becomes INF_E_DEVICE naming the op. */
@@ -57,10 +57,10 @@ __device__ __forceinline__ void pdl_trigger()
  * launch before their own wait, so the GEMM after them launches while the
  * GEMM before them drains and loads its first weight stages there (its own
  * wait still covers the row kernel, which finishes after the GEMM before
- * it). Otherwise only after the wait. bench_gemm --between on the H200
- * (docs/gemm-notes.md, version 25), the four Llama-2 GEMMs each behind a
- * row kernel: early is faster up to M = 64 (M = 1: 57.7 -> 48.8 us, M = 64:
- * 92.9 -> 91.7) and slower at M = 128 (132.1 -> 136.8). */
+ * it). Otherwise only after the wait. bench_gemm --between on the H200, the
+ * four Llama-2 GEMMs each behind a row kernel: early is faster up to M = 64
+ * (M = 1: 57.7 -> 48.8 us, M = 64: 92.9 -> 91.7) and slower at M = 128
+ * (132.1 -> 136.8). */
 constexpr int32_t kPdlEarlyRows = 64;
 
 __host__ __device__ __forceinline__ bool pdl_early(int64_t rows)
@@ -90,29 +90,11 @@ __device__ __forceinline__ void pdl_enter(bool early)
     pdl_enter_wait(early);
 }
 
-/* Launch kernel<<<grid, block, smem, stream>>>(args...) with the programmatic
- * stream serialization attribute; the attribute is left out on devices below
- * compute capability 9.0 and when the environment sets INT4SERVE_CUDA_PDL=0
- * (both asked once per device and cached). */
-static inline bool pdl_supported()
-{
-    static int cached[64]; /* 0 unknown, 1 yes, 2 no */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        return false;
-    if (!cached[dev]) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-            return false;
-        const char *off = getenv("INT4SERVE_CUDA_PDL"); /* "0": plain launches */
-        cached[dev] = major >= 9 && !(off && off[0] == '0' && off[1] == '\0') ? 1 : 2;
-    }
-    return cached[dev] == 1;
-}
-
+/* Launch kernel<<<grid, block, smem, stream>>>(args...), with the
+ * programmatic stream serialization attribute when pdl. */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                     cudaStream_t stream, Args... args)
+static inline cudaError_t launch_ex(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                    size_t smem, cudaStream_t stream, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -123,8 +105,33 @@ static inline cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 b
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = pdl_supported() ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
+/* Programmatic dependent launch where the current device has it (compute
+ * capability 9.0 and newer; asked once per device and cached): the measured
+ * default of every launch between the INT4 GEMMs. */
+static inline bool pdl_supported()
+{
+    static int cached[64]; /* 0 unknown, 1 yes, 2 no */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return false;
+    if (!cached[dev]) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            return false;
+        cached[dev] = major >= 9 ? 1 : 2;
+    }
+    return cached[dev] == 1;
+}
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t stream, Args... args)
+{
+    return launch_ex(pdl_supported(), kernel, grid, block, smem, stream, args...);
 }
 
 /* D += A B for one m16n8k16 tile, fp16 in, fp32 accumulate (mma.sync, sm_80+). */

@@ -314,7 +314,7 @@ START_TEST(gemm_repack_any_thread_count)
             eng_q4_quantize(w, shapes[si].n, shapes[si].k, shapes[si].group, false, &q, NULL),
             INF_OK);
         struct krn_int4_gemm_layout lay;
-        ck_assert_int_eq(krn_int4_gemm_plan(&q, &lay, NULL), INF_OK);
+        ck_assert_int_eq(krn_int4_gemm_layout_make(&q, &lay, NULL), INF_OK);
         uint8_t *want = malloc(lay.bytes), *got = malloc(lay.bytes);
         ck_assert_int_eq(krn_int4_gemm_repack(&q, &lay, want, lay.bytes, NULL), INF_OK);
         static const int threads[] = {1, 2, 3, 5};

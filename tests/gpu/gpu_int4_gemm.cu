@@ -96,8 +96,12 @@ __global__ void compare(const half *c, const double *ref, int64_t count, double 
 
 /* ---- one weight on the device ------------------------------------------ */
 
+/* The device the plans are made for (krn_cuda_device_describe, once). */
+static struct krn_cuda_device g_gpu;
+
 struct dev_weight {
     struct krn_int4_gemm_layout lay;
+    struct krn_int4_gemm_plan plan;
     void *packed; /* repacked buffer */
     half *dq;     /* [n][k] reference fp16 weights */
     half *bias;   /* [n] */
@@ -159,8 +163,9 @@ static void weight_make(struct dev_weight *dw, int32_t n, int32_t k, int32_t gro
         free(w.zero);
         w = t;
     }
-    if (krn_int4_gemm_plan(&w, &dw->lay, &err) != INF_OK) {
-        fprintf(stderr, "plan: %s\n", err.msg);
+    if (krn_int4_gemm_layout_make(&w, &dw->lay, &err) != INF_OK ||
+        krn_int4_gemm_plan_make(&g_gpu, &dw->lay, &dw->plan, &err) != INF_OK) {
+        fprintf(stderr, "layout and plan: %s\n", err.msg);
         exit(2);
     }
     void *host = malloc(dw->lay.bytes);
@@ -186,7 +191,7 @@ static void weight_make(struct dev_weight *dw, int32_t n, int32_t k, int32_t gro
     CK(cudaMalloc((void **)&dw->bias, sizeof(half) * (size_t)n));
     fill_random_half<<<64, 256>>>(dw->bias, n, splitmix(rng), -0.5f, 0.5f);
     CK(cudaGetLastError());
-    dw->ws_bytes = krn_int4_gemm_workspace_size(&dw->lay, max_m);
+    dw->ws_bytes = krn_int4_gemm_workspace_size(&dw->plan, max_m);
     if (dw->ws_bytes == 0) {
         fprintf(stderr, "workspace size query failed\n");
         exit(2);
@@ -292,7 +297,8 @@ static void bufs_free(struct bufs *b)
     cudaFree(b->sums);
 }
 
-/* Run one GEMM (config -1 = automatic, flags) and compare with the reference.
+/* Run one GEMM (config KRN_INT4_GEMM_CFG_AUTO or one to force, flags) and
+ * compare with the reference.
  * a_shift offsets A by that many elements (exercises the unaligned path). */
 static void check_case(struct dev_weight *dw, struct bufs *b, int m, int config, uint32_t flags,
                        bool use_bias, int a_shift, uint64_t *rng, const char *label)
@@ -305,6 +311,7 @@ static void check_case(struct dev_weight *dw, struct bufs *b, int m, int config,
     struct krn_int4_gemm_args args;
     memset(&args, 0, sizeof args);
     args.lay = &dw->lay;
+    args.plan = &dw->plan;
     args.b = dw->packed;
     args.a = (const uint16_t *)a;
     args.bias = use_bias ? (const uint16_t *)dw->bias : NULL;
@@ -408,6 +415,7 @@ static void check_glu(struct dev_weight *dw, struct bufs *b, int m, int config, 
     struct krn_int4_gemm_args args;
     memset(&args, 0, sizeof args);
     args.lay = &dw->lay;
+    args.plan = &dw->plan;
     args.b = dw->packed;
     args.a = (const uint16_t *)b->a;
     args.bias = use_bias ? (const uint16_t *)dw->bias : NULL;
@@ -484,13 +492,14 @@ static struct krn_int4_gemm_args auto_args(struct dev_weight *dw, struct bufs *b
     struct krn_int4_gemm_args args;
     memset(&args, 0, sizeof args);
     args.lay = &dw->lay;
+    args.plan = &dw->plan;
     args.b = dw->packed;
     args.a = (const uint16_t *)b->a;
     args.m = m;
     args.workspace = dw->ws;
     args.workspace_bytes = dw->ws_bytes;
     args.flags = flags;
-    args.config = -1;
+    args.config = KRN_INT4_GEMM_CFG_AUTO;
     return args;
 }
 
@@ -550,8 +559,7 @@ static void check_glu_acc(struct dev_weight *dw, struct bufs *b, int m, int want
     CK(cudaMalloc((void **)&acc, cn * sizeof(int64_t)));
     CK(cudaMemset(acc, 0, cn * sizeof(int64_t)));
     CK(cudaMalloc((void **)&c3, on * sizeof(half)));
-    struct krn_int4_gemm_args args =
-        auto_args(dw, b, m, KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64);
+    struct krn_int4_gemm_args args = auto_args(dw, b, m, KRN_INT4_GEMM_GLU | KRN_INT4_GEMM_ACC64);
     args.acc = acc;
     args.c = (uint16_t *)b->c2;
     struct inf_err err;
@@ -715,8 +723,8 @@ static void check_acc(struct dev_weight *dw, struct bufs *b, int m, uint32_t fla
             args.c = (uint16_t *)c3;
             st = krn_int4_gemm(&args, &err);
             if (st == INF_OK)
-                st = krn_cuda_rmsnorm_add_acc((uint16_t *)x1, n, acc, wn, 1e-5f, (uint16_t *)o1,
-                                              n, n, m, NULL, &err);
+                st = krn_cuda_rmsnorm_add_acc((uint16_t *)x1, n, acc, wn, 1e-5f, (uint16_t *)o1, n,
+                                              n, m, NULL, &err);
             if (st == INF_OK)
                 st = krn_cuda_rmsnorm_add((uint16_t *)x2, n, (const uint16_t *)b->c2, n, wn, 1e-5f,
                                           (uint16_t *)o2, n, n, m, NULL, &err);
@@ -780,10 +788,10 @@ static void check_acc(struct dev_weight *dw, struct bufs *b, int m, uint32_t fla
 /* ---- batch invariance ------------------------------------------------------ */
 
 /* Weights of fewer than 256 tiles of 128 x 128 take one arithmetic at every M
- * (int4_gemm.cu, tiny_weight), so the rows a batch shares with a larger one
- * come out with the same bits: the engine's batch tests on the small presets
- * rely on it. One random A of max_m rows; every M of ms runs on its first
- * rows and is compared bit for bit with the max_m launch. */
+ * (kernels/int4_gemm_policy.c, TINY_TILES), so the rows a batch shares with a
+ * larger one come out with the same bits: the engine's batch tests on the
+ * small presets rely on it. One random A of max_m rows; every M of ms runs on
+ * its first rows and is compared bit for bit with the max_m launch. */
 static void check_batch_invariance(struct dev_weight *dw, struct bufs *b, const int *ms, int n_ms,
                                    uint64_t *rng)
 {
@@ -802,11 +810,12 @@ static void check_batch_invariance(struct dev_weight *dw, struct bufs *b, const 
     struct krn_int4_gemm_args args;
     memset(&args, 0, sizeof args);
     args.lay = &dw->lay;
+    args.plan = &dw->plan;
     args.b = dw->packed;
     args.a = (const uint16_t *)b->a;
     args.workspace = dw->ws;
     args.workspace_bytes = dw->ws_bytes;
-    args.config = -1;
+    args.config = KRN_INT4_GEMM_CFG_AUTO;
     struct inf_err err;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n_ms; i++) {
@@ -853,13 +862,14 @@ static void check_arguments(struct dev_weight *dw, struct bufs *b)
     struct krn_int4_gemm_args args;
     memset(&args, 0, sizeof args);
     args.lay = &dw->lay;
+    args.plan = &dw->plan;
     args.b = dw->packed;
     args.a = (const uint16_t *)b->a;
     args.c = (uint16_t *)b->c;
     args.m = 4;
     args.workspace = dw->ws;
     args.workspace_bytes = dw->ws_bytes;
-    args.config = -1;
+    args.config = KRN_INT4_GEMM_CFG_AUTO;
     struct krn_int4_gemm_args x;
     x = args;
     x.m = -1;
@@ -883,6 +893,14 @@ static void check_arguments(struct dev_weight *dw, struct bufs *b)
     x = args;
     x.config = 1000;
     expect_status(krn_int4_gemm(&x, NULL), INF_E_UNSUPPORTED, "config 1000");
+    x = args;
+    x.plan = NULL;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_INVALID, "no plan");
+    struct krn_int4_gemm_plan other = dw->plan;
+    other.k_pad += KRN_INT4_GEMM_K_ALIGN;
+    x = args;
+    x.plan = &other;
+    expect_status(krn_int4_gemm(&x, NULL), INF_E_INVALID, "another layout's plan");
     struct krn_int4_gemm_layout bad = dw->lay;
     bad.k_pad += 8;
     x = args;
@@ -903,11 +921,68 @@ static void check_arguments(struct dev_weight *dw, struct bufs *b)
             break;
         }
     g_checks++;
-    if (krn_int4_gemm_config_count() < 2 || !krn_int4_gemm_config_name(0) ||
+    if (krn_int4_gemm_config_count() != KRN_INT4_GEMM_CFG_COUNT || !krn_int4_gemm_config_name(0) ||
         krn_int4_gemm_config_name(krn_int4_gemm_config_count())) {
         printf("FAIL config names\n");
         g_failures++;
     }
+}
+
+/* ---- the device description -------------------------------------------- */
+
+/* On an H200 (sm_90, 132 SMs) or an A100 (sm_80, 108 SMs): the residency
+ * the occupancy calculator gives this build's kernels is the one
+ * tests/kernels/test_int4_gemm_policy.c assumes for the device, so the plans
+ * it checks on the CPU are this device's (mma.sync and wgmma up to their
+ * blocks-per-SM caps, which is all the policy reads of them; the stream
+ * kernel's for groups of 128 k exactly). */
+static void check_device_description(void)
+{
+    static const uint8_t bps80[KRN_INT4_GEMM_SM80_COUNT] = {2, 2, 1, 1, 2, 1, 2, 2, 1, 2, 2, 2};
+    static const uint8_t h200_80[KRN_INT4_GEMM_SM80_COUNT] = {2, 2, 1, 1, 2, 1, 2, 2, 1, 2, 2, 2};
+    static const uint8_t a100_80[KRN_INT4_GEMM_SM80_COUNT] = {2, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2};
+    static const uint8_t h200_90[KRN_INT4_GEMM_SM90_COUNT] = {2, 2, 2, 2, 1};
+    static const uint8_t bps90[KRN_INT4_GEMM_SM90_COUNT] = {2, 2, 2, 2, 1};
+    static const uint8_t stream128[KRN_INT4_GEMM_STREAM_COUNT] = {1, 3, 6};
+    const bool h200 = g_gpu.cc == 90 && g_gpu.sms == 132;
+    const bool a100 = g_gpu.cc == 80 && g_gpu.sms == 108;
+    printf("device: compute capability %d, %d SMs, %d bytes of shared memory a block%s\n",
+           (int)g_gpu.cc, (int)g_gpu.sms, (int)g_gpu.smem_per_block,
+           h200 || a100 ? "" : " (not the policy test's H200 or A100: residency not compared)");
+    if (!h200 && !a100)
+        return;
+    for (int c = 0; c < KRN_INT4_GEMM_SM80_COUNT; c++) {
+        const int got = g_gpu.int4_gemm.sm80[c] < bps80[c] ? g_gpu.int4_gemm.sm80[c] : bps80[c];
+        g_checks++;
+        if (got != (h200 ? h200_80 : a100_80)[c]) {
+            printf("FAIL residency %s: %d blocks an SM, the policy test assumes %d\n",
+                   krn_int4_gemm_config_name(KRN_INT4_GEMM_SM80_FIRST + c), got,
+                   (h200 ? h200_80 : a100_80)[c]);
+            g_failures++;
+        }
+    }
+    for (int c = 0; h200 && c < KRN_INT4_GEMM_SM90_COUNT; c++) {
+        const int r = g_gpu.int4_gemm.sm90[c][2], got = r < bps90[c] ? r : bps90[c];
+        g_checks++;
+        if (!g_gpu.sm90a || got != h200_90[c]) {
+            printf("FAIL residency %s: %d blocks an SM (sm_90a %d), the policy test assumes %d\n",
+                   krn_int4_gemm_config_name(KRN_INT4_GEMM_SM90_FIRST + c), got, (int)g_gpu.sm90a,
+                   h200_90[c]);
+            g_failures++;
+        }
+    }
+    for (int v = 0; v < KRN_INT4_GEMM_STREAM_COUNT; v++)
+        for (int zp = 0; zp < 2; zp++)
+            for (int out = 0; out < 3; out++) {
+                g_checks++;
+                if (g_gpu.int4_gemm.stream[v][0][zp][out] != stream128[v]) {
+                    printf("FAIL residency %s (zero points %d, output %d): %d blocks an SM, the "
+                           "policy test assumes %d\n",
+                           krn_int4_gemm_config_name(KRN_INT4_GEMM_STREAM_FIRST + v), zp, out,
+                           (int)g_gpu.int4_gemm.stream[v][0][zp][out], stream128[v]);
+                    g_failures++;
+                }
+            }
 }
 
 /* ---- the case list ---------------------------------------------------- */
@@ -977,9 +1052,9 @@ static void run_cases(const struct wcase *cases, int n_cases, bool glu, const ch
 static void plain_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t *rng)
 {
     check_case(dw, b, m, -1, 0, i % 2 == 0, 0, rng, "auto");
-    for (int c = 0; m <= 8 && c < krn_int4_gemm_config_count(); c++)
-        if (!strncmp(krn_int4_gemm_config_name(c), "stream", 6))
-            check_case(dw, b, m, c, 0, (i + c) % 2 == 0, 0, rng, krn_int4_gemm_config_name(c));
+    for (int c = KRN_INT4_GEMM_STREAM_FIRST;
+         m <= 8 && c < KRN_INT4_GEMM_STREAM_FIRST + KRN_INT4_GEMM_STREAM_COUNT; c++)
+        check_case(dw, b, m, c, 0, (i + c) % 2 == 0, 0, rng, krn_int4_gemm_config_name(c));
     if (i % 3 == 0)
         check_case(dw, b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, 0, rng, "sm75");
     if (i % 4 == 1)
@@ -1031,9 +1106,9 @@ static void glu_ms(struct dev_weight *dw, struct bufs *b, int m, int i, uint64_t
         /* against the automatic launch's C and reference GLU just made */
         check_glu_acc(dw, b, m, g_major >= 8 && m <= 16 && !tiny);
     }
-    for (int c = 0; m <= 8 && c < krn_int4_gemm_config_count(); c++)
-        if (!strncmp(krn_int4_gemm_config_name(c), "stream", 6))
-            check_glu(dw, b, m, c, 0, (i + c) % 2 == 1, rng, krn_int4_gemm_config_name(c));
+    for (int c = KRN_INT4_GEMM_STREAM_FIRST;
+         m <= 8 && c < KRN_INT4_GEMM_STREAM_FIRST + KRN_INT4_GEMM_STREAM_COUNT; c++)
+        check_glu(dw, b, m, c, 0, (i + c) % 2 == 1, rng, krn_int4_gemm_config_name(c));
     if (i % 3 == 0)
         check_glu(dw, b, m, -1, KRN_INT4_GEMM_FORCE_SM75, true, rng, "sm75");
     if (i % 3 == 1)
@@ -1070,6 +1145,12 @@ int main(void)
     printf("seed %llu (INT4SERVE_TEST_SEED replays it)\n", (unsigned long long)g_seed);
     uint64_t rng = g_seed;
     bool quick = getenv("INT4SERVE_GEMM_TEST_QUICK") != NULL;
+    struct inf_err derr;
+    if (krn_cuda_device_describe(0, &g_gpu, &derr) != INF_OK) {
+        printf("FAIL describe: %s\n", derr.msg);
+        return 1;
+    }
+    check_device_description();
 
     static const struct wcase full[] = {
         {4096, 4096, 128, false, M_ALL, LEN(M_ALL), true},

@@ -138,7 +138,7 @@ static void check_round_trip(int32_t n, int32_t k, int32_t group, bool per_chann
     canon_make(&c, n, k, group, per_channel, sym);
     struct krn_int4_gemm_layout lay;
     struct inf_err err;
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, &err), INF_OK);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, &err), INF_OK);
     ck_assert_int_eq(lay.n_pad % 256, 0);
     ck_assert_int_eq(lay.k_pad % 128, 0);
     ck_assert_int_ge(lay.n_pad, n);
@@ -255,7 +255,7 @@ static void check_tiles(int32_t n, int32_t k, int32_t group, bool per_channel, b
     struct canon c;
     canon_make(&c, n, k, group, per_channel, sym);
     struct krn_int4_gemm_layout lay;
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, NULL), INF_OK);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, NULL), INF_OK);
     uint8_t *want = malloc(lay.bytes), *got = malloc(lay.bytes);
     ck_assert_ptr_nonnull(want);
     ck_assert_ptr_nonnull(got);
@@ -306,7 +306,7 @@ START_TEST(plan_sizes)
     rng_state = 77u;
     canon_make(&c, 4096, 4096, 128, false, true);
     struct krn_int4_gemm_layout lay;
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, NULL), INF_OK);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, NULL), INF_OK);
     ck_assert_int_eq(lay.n_pad, 4096);
     ck_assert_int_eq(lay.k_pad, 4096);
     ck_assert_int_eq(lay.group_steps, 8);
@@ -314,7 +314,7 @@ START_TEST(plan_sizes)
     ck_assert_uint_eq(lay.scale_offset, 4096u * 4096u / 2u);
     ck_assert_uint_eq(lay.bytes, 4096u * 4096u / 2u + 4096u * 32u * 2u); /* no zero section */
     c.w.symmetric = false;
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, NULL), INF_OK);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, NULL), INF_OK);
     ck_assert_uint_eq(lay.bytes, 4096u * 4096u / 2u + 2u * 4096u * 32u * 2u);
     canon_free(&c);
 }
@@ -327,8 +327,8 @@ START_TEST(errors)
     canon_make(&c, 64, 256, 64, false, false);
     struct krn_int4_gemm_layout lay;
     struct inf_err err;
-    ck_assert_int_eq(krn_int4_gemm_plan(NULL, &lay, &err), INF_E_INVALID);
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, &err), INF_OK);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(NULL, &lay, &err), INF_E_INVALID);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, &err), INF_OK);
     uint8_t *buf = malloc(lay.bytes);
     ck_assert_int_eq(krn_int4_gemm_repack(&c.w, &lay, buf, lay.bytes - 1, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "need"));
@@ -342,7 +342,7 @@ START_TEST(errors)
     c.w.zero[3] = keep;
     /* symmetric weights must have zero 8 */
     c.w.symmetric = true;
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, &err), INF_OK);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, &err), INF_OK);
     ck_assert_int_eq(krn_int4_gemm_repack(&c.w, &lay, buf, lay.bytes, &err), INF_E_UNSUPPORTED);
     /* layout of another weight */
     c.w.symmetric = false;
@@ -350,11 +350,11 @@ START_TEST(errors)
     /* unsupported group, inconsistent kp */
     c.w.group = 48;
     c.w.kp = 288;
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, &err), INF_E_UNSUPPORTED);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, &err), INF_E_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.msg, "48"));
     c.w.group = 64;
     c.w.kp = 250;
-    ck_assert_int_eq(krn_int4_gemm_plan(&c.w, &lay, &err), INF_E_INVALID);
+    ck_assert_int_eq(krn_int4_gemm_layout_make(&c.w, &lay, &err), INF_E_INVALID);
     c.w.kp = 256;
     free(buf);
     canon_free(&c);

@@ -16,13 +16,13 @@
  * Mapping  persistent grid (#SMs x resident blocks). Block = WG (2) consumer
  *          warpgroups (64 output columns each: a 128-column tile) + 1 producer
  *          warp. Units (token tile, 128-column tile, 128-k tile) are striped
- *          over the blocks exactly as in int4_gemm.cu: every block gets the same
- *          number of k tiles (±1) whatever the shape; a tile split between
- *          blocks is reduced through the workspace by its last arriver, in
- *          block order (deterministic), each partial kept in thread order so
- *          that its stores and loads are whole float4 runs (tile_epilogue:
- *          written per element in tile order, this reduction took a third of
- *          the warps' time at M = 128).
+ *          over the blocks exactly as in int4_gemm_sm80.cu: every block gets
+ *          the same number of k tiles (±1) whatever the shape; a tile split
+ *          between blocks is reduced through the workspace by its last
+ *          arriver, in block order (deterministic), each partial kept in
+ *          thread order so that its stores and loads are whole float4 runs
+ *          (tile_epilogue: written per element in tile order, this
+ *          reduction took a third of the warps' time at M = 128).
  * Pipeline STAGES-deep shared-memory ring, one mbarrier pair (full, empty) per
  *          stage. The producer warp streams the weights with cp.async.bulk (TMA
  *          bulk copies: a 128 x 128 W tile is two contiguous 4 KiB runs, so one
@@ -70,7 +70,6 @@ namespace
 constexpr int kKS = 128;                  /* k per stage (one k tile) */
 constexpr int kSteps = kKS / 16;          /* k16 steps per stage */
 constexpr int kChunkBytes = 64 * kKS / 2; /* one warpgroup's 4 KiB of codes per stage */
-constexpr int kMaxBN = 256;               /* widest column tile (4 warpgroups) */
 
 /* TN tokens x WG consumer warpgroups (64 output columns each). */
 template <int TN, int WG> struct Cfg90 {
@@ -568,7 +567,7 @@ __global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
          * releases the arriving thread's own accesses only, so one arrive a
          * warp would leave the other lanes' reads unordered before the
          * producer's next bulk copy into the stage (compute-sanitizer
-         * racecheck reported exactly that, docs/gemm-notes.md version 39). */
+         * racecheck reports exactly that race). */
         wgmma_wait<0>();
         mbar_arrive(&empty[s]);
     };
@@ -620,48 +619,68 @@ __global__ void __launch_bounds__(Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS)
 typedef void (*Kernel90)(const Params, const CUtensorMap);
 
 struct Config90 {
-    const char *name;
     int tn, bn, threads, bps, smem;
     Kernel90 kernel[3]; /* GS = 2, 4, 8 */
     Kernel90 glu[3];    /* the same with GLU output; null where not compiled */
 };
 
-/* GLU variants for the configurations and groups the automatic choice takes
- * (sm90_auto_choice in int4_gemm.cu: 32 tokens and more, groups of 64 k and
- * longer) */
+/* GLU variants where KRN_INT4_GEMM_SM90_HAS_GLU: the token tiles and groups
+ * the policy picks (32 tokens and more, groups of 64 k and longer). */
 template <int TN, int WG, int GS> constexpr Kernel90 glu90()
 {
-    if constexpr (TN >= 32 && GS >= 4)
+    if constexpr (KRN_INT4_GEMM_SM90_HAS_GLU(TN, GS))
         return int4_gemm_sm90<TN, WG, GS, true>;
     else
         return nullptr;
 }
 
-#define I4G_SM90_CONFIG(NAME, TN, WG)                                                             \
-    {                                                                                              \
-        NAME, TN, Cfg90<TN, WG>::BN, Cfg90<TN, WG>::THREADS, Cfg90<TN, WG>::BPS,                   \
-            Cfg90<TN, WG>::SMEM,                                                                   \
-            {int4_gemm_sm90<TN, WG, 2, false>, int4_gemm_sm90<TN, WG, 4, false>,                   \
-             int4_gemm_sm90<TN, WG, 8, false>},                                                    \
-        {                                                                                          \
-            glu90<TN, WG, 2>(), glu90<TN, WG, 4>(), glu90<TN, WG, 8>()                             \
-        }                                                                                          \
-    }
-/* Two consumer warpgroups (128 columns) throughout: four warpgroups (256
- * columns, each token tile read from L2 once per 16 KiB of weights instead
- * of 8) were slower on every Llama shape from M = 32 to 256 in the H200
- * sweep (docs/gemm-notes.md, version 13). */
-const Config90 kConfigs90[] = {
-    I4G_SM90_CONFIG("sm90 wgmma t8 n128 k128", 8, 2),
-    I4G_SM90_CONFIG("sm90 wgmma t16 n128 k128", 16, 2),
-    I4G_SM90_CONFIG("sm90 wgmma t32 n128 k128", 32, 2),
-    I4G_SM90_CONFIG("sm90 wgmma t64 n128 k128", 64, 2),
-    I4G_SM90_CONFIG("sm90 wgmma t128 n128 k128", 128, 2),
-};
+/* KRN_INT4_GEMM_SM90_CONFIGS (kernels/int4_gemm_configs.h) in its order. */
+#define I4G_SM90_CONFIG(ID, NAME, TN, WG, BPS_)                                                    \
+    {TN,                                                                                           \
+     Cfg90<TN, WG>::BN,                                                                            \
+     Cfg90<TN, WG>::THREADS,                                                                       \
+     Cfg90<TN, WG>::BPS,                                                                           \
+     Cfg90<TN, WG>::SMEM,                                                                          \
+     {int4_gemm_sm90<TN, WG, 2, false>, int4_gemm_sm90<TN, WG, 4, false>,                          \
+      int4_gemm_sm90<TN, WG, 8, false>},                                                           \
+     {glu90<TN, WG, 2>(), glu90<TN, WG, 4>(), glu90<TN, WG, 8>()}},
+const Config90 kConfigs90[] = {KRN_INT4_GEMM_SM90_CONFIGS(I4G_SM90_CONFIG)};
+#undef I4G_SM90_CONFIG
 constexpr int kNumConfigs90 = (int)(sizeof kConfigs90 / sizeof kConfigs90[0]);
-constexpr int kMaxDev90 = 16;
-int g_occ90[kMaxDev90][kNumConfigs90][3];
+static_assert(kNumConfigs90 == KRN_INT4_GEMM_SM90_COUNT, "one entry per listed configuration");
+#define I4G_SM90_CHECK(ID, NAME, TN, WG, BPS_)                                                     \
+    static_assert(Cfg90<TN, WG>::BPS == BPS_ && Cfg90<TN, WG>::BN == 64 * WG,                      \
+                  "the list's blocks per SM and columns are the kernel's");
+KRN_INT4_GEMM_SM90_CONFIGS(I4G_SM90_CHECK)
+#undef I4G_SM90_CHECK
 
+/* The driver's tensor-map encoder, fetched once through the runtime (no
+ * link against libcuda). */
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+/* Set by sm90_prepare; racing writers store the same pointer. */
+EncodeTiledFn g_encode = nullptr;
+
+cudaError_t a_tensor_map(CUtensorMap *map, const Params &p, int tn)
+{
+    if (!g_encode)
+        return cudaErrorInitializationError; /* the device was not described */
+    /* A [m][k], boxes of 64 elements (128 bytes) x tn rows, 128-byte swizzle */
+    const cuuint64_t dims[2] = {(cuuint64_t)p.k, (cuuint64_t)p.m};
+    const cuuint64_t strides[1] = {(cuuint64_t)p.k * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)tn};
+    const cuuint32_t estr[2] = {1, 1};
+    CUresult r =
+        g_encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<half *>(p.a), dims, strides,
+                 box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* Index of p's scale-group run: 2, 4 or 8 k16 steps (a stage's 8 steps hold
+ * whole groups of 16 and more, and one group of a per-channel weight). */
 int gs_index(const Params &p)
 {
     const int gs = p.groups > 1 && p.gsteps < kSteps ? p.gsteps : kSteps;
@@ -670,101 +689,48 @@ int gs_index(const Params &p)
 
 } // namespace
 
-int sm90_config_count()
+/* Raise the kernels' shared-memory limits, take their residency (the GLU
+ * variant has the same resources), fetch the tensor-map encoder. */
+cudaError_t sm90_prepare(krn_cuda_device *d)
 {
-    return kNumConfigs90;
-}
-
-const char *sm90_config_name(int i)
-{
-    return i >= 0 && i < kNumConfigs90 ? kConfigs90[i].name : nullptr;
-}
-
-int sm90_config_tn(int i)
-{
-    return i >= 0 && i < kNumConfigs90 ? kConfigs90[i].tn : 0;
-}
-
-bool sm90_supported(const Params &p)
-{
-    /* the kernel's smallest group run is 2 k16 steps; a stage's groups fit
-     * its 4 scale rows */
-    return p.k % 8 == 0 && (uintptr_t)p.a % 16 == 0 && p.k_pad % kKS == 0 && p.n_pad % kMaxBN == 0 &&
-           (p.groups == 1 || p.gsteps >= 2);
-}
-
-size_t sm90_workspace(int ci, long long grid)
-{
-    return 2 * (size_t)grid * (size_t)kConfigs90[ci].tn * kConfigs90[ci].bn * sizeof(float);
-}
-
-long long sm90_grid(int dev, int sms, int ci, const Params &p, cudaError_t *err)
-{
-    const Config90 &c = kConfigs90[ci];
-    const int gi = gs_index(p);
-    int occ = dev >= 0 && dev < kMaxDev90 ? g_occ90[dev][ci][gi] : 0;
-    if (occ <= 0) {
-        cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[gi]),
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
-        if (e == cudaSuccess && c.glu[gi]) /* the same resources */
-            e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.glu[gi]),
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
-        if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kernel[gi], c.threads,
-                                                              c.smem);
-        if (e == cudaSuccess && occ < 1)
-            e = cudaErrorInvalidConfiguration;
-        if (e != cudaSuccess) {
-            *err = e;
-            return 0;
-        }
-        if (dev >= 0 && dev < kMaxDev90)
-            g_occ90[dev][ci][gi] = occ;
-    }
-    *err = cudaSuccess;
-    return (long long)sms * (occ < c.bps ? occ : c.bps);
-}
-
-/* The driver's tensor-map encoder, fetched once through the runtime (no
- * link against libcuda). */
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-cudaError_t a_tensor_map(CUtensorMap *map, const Params &p, int tn)
-{
-    static EncodeTiledFn encode = nullptr; /* racing first calls store the same pointer */
-    if (!encode) {
+    if (!g_encode) {
         void *fn = nullptr;
         cudaDriverEntryPointQueryResult q;
-        cudaError_t e =
-            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                         cudaEnableDefault, &q);
         if (e != cudaSuccess)
             return e;
         if (q != cudaDriverEntryPointSuccess || !fn)
             return cudaErrorNotSupported;
-        encode = reinterpret_cast<EncodeTiledFn>(fn);
+        g_encode = reinterpret_cast<EncodeTiledFn>(fn);
     }
-    /* A [m][k], boxes of 64 elements (128 bytes) x tn rows, 128-byte swizzle */
-    const cuuint64_t dims[2] = {(cuuint64_t)p.k, (cuuint64_t)p.m};
-    const cuuint64_t strides[1] = {(cuuint64_t)p.k * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)tn};
-    const cuuint32_t estr[2] = {1, 1};
-    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<half *>(p.a), dims,
-                        strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+    for (int ci = 0; ci < kNumConfigs90; ci++) {
+        const Config90 &c = kConfigs90[ci];
+        for (int gi = 0; gi < 3; gi++) {
+            d->int4_gemm.sm90[ci][gi] = 0;
+            if (c.smem > d->smem_per_block)
+                continue;
+            cudaError_t e =
+                cudaFuncSetAttribute(reinterpret_cast<const void *>(c.kernel[gi]),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
+            if (e == cudaSuccess && c.glu[gi])
+                e = cudaFuncSetAttribute(reinterpret_cast<const void *>(c.glu[gi]),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem);
+            int occ = 0;
+            if (e == cudaSuccess)
+                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kernel[gi], c.threads,
+                                                                  c.smem);
+            if (e != cudaSuccess)
+                return e;
+            d->int4_gemm.sm90[ci][gi] = (uint8_t)(occ > 255 ? 255 : occ);
+        }
+    }
+    return cudaSuccess;
 }
 
-/* p: everything but the tiling, which is set here. grid from sm90_grid(),
- * capped by the caller (units, counter region). */
-bool sm90_glu_available(int ci, const Params &p)
-{
-    return ci >= 0 && ci < kNumConfigs90 && kConfigs90[ci].glu[gs_index(p)] != nullptr;
-}
-
-cudaError_t launch_sm90(Params p, int ci, long long grid, bool glu, cudaStream_t stream)
+/* p: sizes, pointers and the choice's tiling; grid from the choice (the
+ * plan's slots, capped by the units and the counter region). */
+cudaError_t launch_sm90(const Params &p, int ci, int grid, bool glu, bool pdl, cudaStream_t stream)
 {
     const Config90 &c = kConfigs90[ci];
     const Kernel90 fn = glu ? c.glu[gs_index(p)] : c.kernel[gs_index(p)];
@@ -774,17 +740,8 @@ cudaError_t launch_sm90(Params p, int ci, long long grid, bool glu, cudaStream_t
     cudaError_t e = a_tensor_map(&map, p, c.tn);
     if (e != cudaSuccess)
         return e;
-    return krncuda::launch_pdl(fn, dim3((unsigned)grid), dim3(c.threads), (size_t)c.smem, stream,
-                               p, map);
-}
-
-void sm90_tiling(Params &p, int ci)
-{
-    const int tn = kConfigs90[ci].tn;
-    p.m_tiles = (p.m + tn - 1) / tn;
-    p.n_tiles = p.n_pad / kConfigs90[ci].bn;
-    p.k_tiles = p.k_pad / kKS;
-    p.slot_rows = p.m < tn ? p.m : tn;
+    return krncuda::launch_ex(pdl, fn, dim3((unsigned)grid), dim3(c.threads), (size_t)c.smem,
+                              stream, p, map);
 }
 
 } // namespace int4gemm
