@@ -33,6 +33,8 @@ void srv_options_defaults(struct srv_options *opt)
     opt->max_body_bytes = 2u << 20;
     opt->max_connections = 1024;
     opt->connection_timeout_s = 60;
+    opt->header_timeout_s = 20;
+    opt->body_timeout_s = 60;
     opt->drain_timeout_s = 30;
 }
 
@@ -188,6 +190,8 @@ static void stop_everything(struct srv_server *s)
     uv_close((uv_handle_t *)&s->sig_int, on_closed);
     uv_close((uv_handle_t *)&s->drain_timer, on_closed);
     uv_close((uv_handle_t *)&s->stop_timer, on_closed);
+    srv_ratelog_flush(&s->log_busy, inf_now_ns(), true);
+    srv_ratelog_flush(&s->log_unavailable, inf_now_ns(), true);
 }
 
 static void on_stop_check(uv_timer_t *t)
@@ -293,6 +297,8 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
     uv_timer_init(&loop, &s->stop_timer);
     s->stop_timer.data = s;
     s->n_handles = 6;
+    s->log_busy.what = "429 answers (admission queue full)";
+    s->log_unavailable.what = "503 answers";
 
     st = eng_engine_create(ecfg, on_engine_notify, s, &s->eng, err);
     if (st != INF_OK)
@@ -303,7 +309,9 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
             s->info.backend_name ? s->info.backend_name : "?", (int)s->info.vocab,
             (int)s->info.max_model_len, (long long)s->info.kv_capacity_tokens);
 
-    st = srv_http_start(s, err);
+    st = srv_http_bind(s, err);
+    if (st == INF_OK)
+        st = srv_http_start(s, err);
     if (st != INF_OK)
         goto fail_http;
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
@@ -319,6 +327,9 @@ fail_http:
     eng_engine_destroy(s->eng);
     s->eng = NULL;
 fail_engine:
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    s->listen_fd = -1;
     uv_close((uv_handle_t *)&s->async, on_closed);
     uv_close((uv_handle_t *)&s->events_idle, on_closed);
     uv_close((uv_handle_t *)&s->sig_term, on_closed);
@@ -334,6 +345,7 @@ done:
     } else if (st == INF_OK) {
         inf_log(INFO, "stopped cleanly");
     }
+    srv_conns_destroy(s);
     free(s);
     return st;
 }

@@ -28,6 +28,8 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     opt->max_connections = (uint32_t)cfg->max_connections;
     opt->max_connections_per_ip = (uint32_t)cfg->per_ip_connections;
     opt->connection_timeout_s = (uint32_t)ceil(cfg->connection_timeout);
+    opt->header_timeout_s = cfg->header_timeout;
+    opt->body_timeout_s = cfg->body_timeout;
     opt->drain_timeout_s = cfg->drain_timeout;
 
     memset(ecfg, 0, sizeof *ecfg);

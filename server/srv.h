@@ -37,6 +37,8 @@ struct srv_config {
     const char *api_key;           /* "" = no authentication */
     const char *served_model_name; /* after srv_config_finish: never "" */
     const char *log_level;         /* debug | info | warn | error | off */
+    double header_timeout;         /* seconds from a request's first byte to its last header */
+    double body_timeout;           /* seconds from the headers to the body's last byte */
     /* [model] */
     const char *model;             /* model folder */
     const char *quantization;      /* int4 | none */
@@ -161,16 +163,18 @@ void srv_config_log(const struct srv_config *cfg);
 
 /* What the HTTP side needs, filled by main from the configuration. */
 struct srv_options {
-    const char *host;              /* listen address, e.g. "127.0.0.1" */
-    int32_t port;                  /* 0 = an ephemeral port (logged once bound) */
-    const char *api_key;           /* NULL or "" = no authentication */
-    const char *model_name;        /* the id /v1/models lists and requests must name */
-    size_t max_body_bytes;         /* larger bodies are answered 413 (default 2 MiB) */
-    uint32_t max_connections;      /* MHD connection limit (0 = libmicrohttpd's default) */
+    const char *host;                /* listen address, e.g. "127.0.0.1" */
+    int32_t port;                    /* 0 = an ephemeral port (logged once bound) */
+    const char *api_key;             /* NULL or "" = no authentication */
+    const char *model_name;          /* the id /v1/models lists and requests must name */
+    size_t max_body_bytes;           /* larger bodies are answered 413 (default 2 MiB) */
+    uint32_t max_connections;        /* open connections at once (default 1024) */
     uint32_t max_connections_per_ip; /* 0 = unlimited */
-    uint32_t connection_timeout_s; /* idle / header timeout, 0 = none */
-    size_t connection_memory_limit; /* per-connection buffer (0 = default) */
-    double drain_timeout_s;        /* on SIGTERM, wait this long for running requests; 0 = abort */
+    uint32_t connection_timeout_s;   /* idle timeout, 0 = none */
+    double header_timeout_s;         /* a request's first byte to its last header; 0 = none */
+    double body_timeout_s;           /* a request's last header to its body's last byte; 0 = none */
+    size_t connection_memory_limit;  /* per-connection buffer (0 = default) */
+    double drain_timeout_s; /* on SIGTERM, wait this long for running requests; 0 = abort */
 };
 
 /* Default values for every field (max_body 2 MiB, drain 30 s, host 127.0.0.1,

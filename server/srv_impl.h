@@ -35,12 +35,35 @@ struct srv_hist {
     uint64_t count;
 };
 
+/* Why a connection was refused at accept, or closed by the server. */
+enum srv_refuse { SRV_REFUSE_MAX_CONNECTIONS, SRV_REFUSE_PER_IP, SRV_REFUSE_N };
+enum srv_close { SRV_CLOSE_HEADER_TIMEOUT, SRV_CLOSE_BODY_TIMEOUT, SRV_CLOSE_EVICTED, SRV_CLOSE_N };
+
 struct srv_metrics {
     struct srv_hist ttft, itl, e2e, queue;
     uint64_t success[4];        /* by enum eng_finish: [STOP], [LENGTH], [ABORT] */
     uint64_t errors_total;      /* requests that ended with an engine error */
     uint64_t http_responses[6]; /* by status class: [2] 2xx ... [5] 5xx */
+    uint64_t conn_open;         /* connections open now */
+    uint64_t conn_total;        /* connections accepted and served */
+    uint64_t conn_refused[SRV_REFUSE_N];
+    uint64_t conn_closed[SRV_CLOSE_N];
 };
+
+/* A log line that may repeat many times a second (a 429, a refused
+ * connection): the first of an interval is written in full, the rest are
+ * counted and written as one line with their number when the interval ends
+ * (srv_ratelog_flush, from a timer). */
+#define SRV_RATELOG_INTERVAL_NS (10ull * 1000000000ull)
+struct srv_ratelog {
+    const char *what;    /* "429 (queue full)": names the events in the summary line */
+    uint64_t window_ns;  /* start of the open interval; 0 = none open */
+    uint64_t suppressed; /* events not written in the open interval */
+};
+/* true: write the event's own line now (the first of an interval). */
+bool srv_ratelog_take(struct srv_ratelog *rl, uint64_t now_ns);
+/* Write the summary of an interval that is over (or of any, when force). */
+void srv_ratelog_flush(struct srv_ratelog *rl, uint64_t now_ns, bool force);
 
 void srv_metrics_init(struct srv_metrics *m);
 void srv_hist_observe(struct srv_hist *h, double seconds);
@@ -66,11 +89,14 @@ struct srv_sub {
 
 #define SRV_REQ_ID_PREFIX "cmpl-"
 
+struct srv_conn;
+
 struct srv_req {
     uint64_t id;
-    char id_str[48]; /* SRV_REQ_ID_PREFIX "<prefix><n>": X-Request-Id, the
-                        completion id; the logs write req=<prefix><n>
-                        (srv_req_short_id) */
+    char id_str[48];     /* SRV_REQ_ID_PREFIX "<prefix><n>": X-Request-Id, the
+                            completion id; the logs write req=<prefix><n>
+                            (srv_req_short_id) */
+    struct srv_conn *sc; /* its connection's state; NULL once that is gone */
     struct srv_server *srv;
     struct MHD_Connection *conn; /* NULL once libmicrohttpd is done with it */
     struct srv_req *prev, *next; /* every live request */
@@ -119,9 +145,10 @@ struct srv_server {
     struct eng_event *ev_head, *ev_tail; /* taken from the outbox, not yet dispatched */
     uv_signal_t sig_term, sig_int;
     uv_timer_t drain_timer;
-    uv_timer_t sweep_timer; /* watches suspended connections for a closed client */
-    uv_idle_t kick;         /* one more MHD_run on the next iteration */
-    int n_handles;          /* initialised handles still to close */
+    uv_timer_t sweep_timer;  /* watches suspended connections for a closed client */
+    uv_idle_t kick;          /* one more MHD_run on the next iteration */
+    struct srv_conns *conns; /* conn.c: accepting, connection states, deadlines */
+    int n_handles;           /* initialised handles still to close */
     bool in_mhd_run;
     bool ready;    /* model loaded, serving */
     bool draining; /* SIGTERM seen: new requests 503 */
@@ -139,9 +166,15 @@ struct srv_server {
     size_t n_live;
     size_t n_in_engine;
     struct srv_metrics metrics;
+    struct srv_ratelog log_busy, log_unavailable; /* 429s and 503s */
 };
 
 /* http.c */
+/* Bind and listen on opt.host:opt.port (s->listen_fd, s->port); nothing is
+ * accepted until srv_http_start. Errors start with the key: "host: ...",
+ * "port: ...". */
+inf_status_t srv_http_bind(struct srv_server *s, struct inf_err *err);
+/* Start libmicrohttpd on the bound socket and begin accepting. */
 inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err);
 /* Resume every suspended connection, stop the daemon and close its handles. */
 void srv_http_stop(struct srv_server *s);
@@ -172,6 +205,50 @@ void srv_sub_unregister(struct srv_server *s, struct srv_sub *sub);
 struct srv_sub *srv_sub_lookup(struct srv_server *s, uint64_t id);
 /* Free r if neither libmicrohttpd nor the engine needs it any more. */
 void srv_req_maybe_free(struct srv_req *r);
+
+/* ---- connections (conn.c) -------------------------------------------------------
+ * The loop accepts on the listening socket itself and hands each connection
+ * to libmicrohttpd (MHD_add_connection), so that it can refuse one with an
+ * answer (503, OpenAI's body, Retry-After), make room at max_connections by
+ * closing idle or slow connections, and keep per-connection deadlines:
+ * header_timeout from a request's first byte to the end of its headers,
+ * body_timeout from there to the end of its body. A connection answered
+ * before its request was read is closed by half-closing it and reading what
+ * the client still sends (bounded), so that the client reads the answer. */
+enum srv_conn_phase {
+    SRV_CONN_IDLE, /* waiting for a request's first byte (new, or kept alive) */
+    SRV_CONN_HEAD, /* a request began: its header block is not complete */
+    SRV_CONN_BODY, /* headers complete, body being read */
+    SRV_CONN_BUSY, /* the request is complete: being answered */
+};
+
+inf_status_t srv_conns_create(struct srv_server *s, struct inf_err *err);
+/* Begin accepting on s->listen_fd (after MHD_start_daemon). */
+void srv_conns_accept_start(struct srv_server *s);
+/* Stop accepting, close the listening socket and every lingering close. */
+void srv_conns_stop(struct srv_server *s);
+/* Free what srv_conns_create allocated (after the loop has closed). */
+void srv_conns_destroy(struct srv_server *s);
+/* MHD_OPTION_NOTIFY_CONNECTION. */
+void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                      enum MHD_ConnectionNotificationCode code);
+/* The state of the connection c (NULL if unknown). */
+struct srv_conn *srv_conn_of(struct MHD_Connection *c);
+/* The connection moved to phase p (BODY, BUSY, IDLE after a request). */
+void srv_conn_phase(struct srv_conn *sc, enum srv_conn_phase p);
+/* The request was answered before its body was read: drain before closing. */
+void srv_conn_linger(struct srv_conn *sc);
+/* true when the server closed it (deadline, eviction): its end is counted
+ * and logged there. */
+bool srv_conn_closed_by_us(const struct srv_conn *sc);
+/* r is the request sc carries now (NULL: none); keeps r->sc in step. */
+void srv_conn_set_req(struct srv_conn *sc, struct srv_req *r);
+/* Bytes the TCP socket fd has received so far (TCP_INFO), 0 when the
+ * kernel does not say (tcpinfo.c). */
+uint64_t srv_tcp_bytes_received(int fd);
+/* libmicrohttpd's connection limit: above max_connections, as connections
+ * closed to make room count for it until it has cleaned them up. */
+unsigned srv_conns_mhd_limit(const struct srv_server *s);
 
 /* route.c: answer a request whose body is complete (inside the handler). */
 void srv_route(struct srv_req *r);
