@@ -49,6 +49,13 @@ const struct srv_config_key srv_config_keys[] = {
     {.section = "server", .name = "body_timeout", .type = SRV_CFG_FLOAT,
      .offset = OFF(body_timeout), .fmin = 0, .fmax = 86400, .def = "60",
      .help = "seconds from the end of a request's headers until its body is complete; 0: no limit"},
+    {.section = "server", .name = "cors_origins", .type = SRV_CFG_STR_LIST,
+     .offset = OFF(cors_origins), .min = 0, .max = 64, .def = "[]",
+     .help = "origins browsers may call from (CORS), \"*\" for any; empty: no CORS headers"},
+    {.section = "server", .name = "allowed_hosts", .type = SRV_CFG_STR_LIST,
+     .offset = OFF(allowed_hosts), .min = 0, .max = 64, .def = "[]",
+     .help = "Host header values served, \"*\" for any, \".example.com\" for a domain and its "
+             "subdomains; empty: the loopback names when bound to a loopback address, else any"},
 
     {.section = "model", .name = "model", .type = SRV_CFG_STRING, .offset = OFF(model),
      .def = "\"models/tiny\"", .flag = "--model",

@@ -346,6 +346,7 @@ done:
         inf_log(INFO, "stopped cleanly");
     }
     srv_conns_destroy(s);
+    srv_guard_fini(s);
     free(s);
     return st;
 }

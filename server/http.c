@@ -217,6 +217,7 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
         return;
     }
     MHD_add_response_header(resp, "X-Request-Id", r->id_str);
+    srv_cors_headers(r, resp);
     if (r->responded || !r->conn) {
         MHD_destroy_response(resp);
         return;
@@ -316,6 +317,7 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
         free(r);
         return NULL;
     }
+    srv_cors_capture(r);
     srv_conn_set_req(srv_conn_of(conn), r);
     r->next = s->live;
     if (s->live)
@@ -343,6 +345,7 @@ void srv_req_maybe_free(struct srv_req *r)
         MHD_destroy_response(r->pending);
     srv_cmpl_free(r);
     srv_buf_free(&r->body);
+    free(r->origin);
     free(r->url);
     free(r);
     if (s->draining)
@@ -463,7 +466,6 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 {
     struct srv_server *s = cls;
     struct srv_req *r = *con_cls;
-    (void)version;
 
     if (!r) {
         r = req_new(s, conn, method, url);
@@ -472,7 +474,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         *con_cls = r;
         bool body = head_has_body(conn);
         r->in_handler = true;
-        check_content_length(r);
+        if (srv_guard_head(r, version))
+            check_content_length(r);
         r->in_handler = false;
         /* Refused on its head: the body, if any, is still on its way; the
          * connection is closed after the answer, and drained so that the
@@ -590,12 +593,35 @@ static int bind_listen(const char *host, int32_t port, uint16_t *bound, struct i
     return fd;
 }
 
+/* Whether the socket listens on a loopback address (127.0.0.0/8, ::1, or
+ * an IPv4-mapped 127.x). */
+static bool is_loopback(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return false;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
 inf_status_t srv_http_bind(struct srv_server *s, struct inf_err *err)
 {
     int fd = bind_listen(s->opt.host, s->opt.port, &s->port, err);
     if (fd < 0)
         return err ? err->code : INF_E_IO;
     s->listen_fd = fd;
+    inf_status_t st = srv_guard_init(s, is_loopback(fd), err);
+    if (st != INF_OK) {
+        close(fd);
+        s->listen_fd = -1;
+        return st;
+    }
     return INF_OK;
 }
 

@@ -30,6 +30,12 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     opt->connection_timeout_s = (uint32_t)ceil(cfg->connection_timeout);
     opt->header_timeout_s = cfg->header_timeout;
     opt->body_timeout_s = cfg->body_timeout;
+    opt->cors_origins = cfg->cors_origins.v;
+    opt->n_cors_origins = cfg->cors_origins.n;
+    opt->allowed_hosts = cfg->allowed_hosts.v;
+    opt->n_allowed_hosts = cfg->allowed_hosts.n;
+    opt->header_timeout_s = cfg->header_timeout;
+    opt->body_timeout_s = cfg->body_timeout;
     opt->drain_timeout_s = cfg->drain_timeout;
 
     memset(ecfg, 0, sizeof *ecfg);

@@ -132,7 +132,8 @@ static void served_limits(const struct srv_server *s, struct api_limits *lim)
                     (uint32_t)s->info.max_model_len);
 }
 
-static tok_tokenizer_t *served_tokenizer(struct srv_server *s, inf_status_t *st, struct inf_err *err)
+static tok_tokenizer_t *served_tokenizer(struct srv_server *s, inf_status_t *st,
+                                         struct inf_err *err)
 {
     tok_tokenizer_t *tok = eng_engine_tokenizer(s->eng);
     if (!tok)
@@ -228,6 +229,10 @@ void srv_route(struct srv_req *r)
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
         if (strcmp(r->url, ROUTES[i].path) == 0)
             rt = &ROUTES[i];
+    /* A browser's preflight carries no API key: answered before the key is
+     * checked. */
+    if (rt && srv_cors_preflight(r, rt->method))
+        return;
     bool open = rt && rt->open;
     if (!open && !authorized(r)) {
         srv_req_respond_error(r, 401, INF_E_AUTH, NULL, "invalid_api_key",
@@ -261,6 +266,8 @@ void srv_route(struct srv_req *r)
         srv_req_respond(r, 405, resp);
         return;
     }
+    if (strcmp(rt->method, "POST") == 0 && !srv_guard_content_type(r))
+        return;
     switch (rt->id) {
     case ROUTE_COMPLETIONS:
         srv_cmpl_handle(r);

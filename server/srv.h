@@ -32,13 +32,15 @@ struct srv_str_list {
 /* The effective configuration. Strings and lists live in cfg->arena. */
 struct srv_config {
     /* [server] */
-    const char *host;              /* address to listen on */
-    int64_t port;                  /* 0 = any free port */
-    const char *api_key;           /* "" = no authentication */
-    const char *served_model_name; /* after srv_config_finish: never "" */
-    const char *log_level;         /* debug | info | warn | error | off */
-    double header_timeout;         /* seconds from a request's first byte to its last header */
-    double body_timeout;           /* seconds from the headers to the body's last byte */
+    const char *host;                  /* address to listen on */
+    int64_t port;                      /* 0 = any free port */
+    const char *api_key;               /* "" = no authentication */
+    const char *served_model_name;     /* after srv_config_finish: never "" */
+    const char *log_level;             /* debug | info | warn | error | off */
+    double header_timeout;             /* seconds from a request's first byte to its last header */
+    double body_timeout;               /* seconds from the headers to the body's last byte */
+    struct srv_str_list cors_origins;  /* origins answered with CORS headers ("*": any) */
+    struct srv_str_list allowed_hosts; /* Host values served; empty: see srv_options */
     /* [model] */
     const char *model;             /* model folder */
     const char *quantization;      /* int4 | none */
@@ -175,6 +177,13 @@ struct srv_options {
     double body_timeout_s;           /* a request's last header to its body's last byte; 0 = none */
     size_t connection_memory_limit;  /* per-connection buffer (0 = default) */
     double drain_timeout_s; /* on SIGTERM, wait this long for running requests; 0 = abort */
+    const char *const *cors_origins; /* [n_cors_origins] origins given CORS headers; "*" any */
+    size_t n_cors_origins;
+    const char *const *allowed_hosts; /* [n_allowed_hosts] Host values served ("*" any,
+                                         ".example.com" a domain and its subdomains); none:
+                                         the loopback names when the listening address is a
+                                         loopback one, any otherwise */
+    size_t n_allowed_hosts;
 };
 
 /* Default values for every field (max_body 2 MiB, drain 30 s, host 127.0.0.1,

@@ -97,6 +97,7 @@ struct srv_req {
                             completion id; the logs write req=<prefix><n>
                             (srv_req_short_id) */
     struct srv_conn *sc; /* its connection's state; NULL once that is gone */
+    char *origin;        /* the Origin header when CORS headers are to be sent */
     struct srv_server *srv;
     struct MHD_Connection *conn; /* NULL once libmicrohttpd is done with it */
     struct srv_req *prev, *next; /* every live request */
@@ -167,6 +168,10 @@ struct srv_server {
     size_t n_in_engine;
     struct srv_metrics metrics;
     struct srv_ratelog log_busy, log_unavailable; /* 429s and 503s */
+    /* guard.c: the Host values served (allowed_all: any) */
+    bool allowed_all;
+    const char **allowed;
+    size_t n_allowed;
 };
 
 /* http.c */
@@ -249,6 +254,26 @@ uint64_t srv_tcp_bytes_received(int fd);
 /* libmicrohttpd's connection limit: above max_connections, as connections
  * closed to make room count for it until it has cleaned them up. */
 unsigned srv_conns_mhd_limit(const struct srv_server *s);
+
+/* ---- guard.c: checks on a request's head, CORS ------------------------------------- */
+/* The Host values served, from opt and whether the listening address is a
+ * loopback one. */
+inf_status_t srv_guard_init(struct srv_server *s, bool loopback, struct inf_err *err);
+void srv_guard_fini(struct srv_server *s);
+/* The head of a new request (inside its first handler call): framing
+ * (Content-Length, Transfer-Encoding), header names, Host, allowed_hosts.
+ * On a fault answers 400 and returns false. */
+bool srv_guard_head(struct srv_req *r, const char *version);
+/* A POST body's Content-Type: application/json (or +json) or 415. */
+bool srv_guard_content_type(struct srv_req *r);
+/* Keep the Origin header when CORS headers are to be sent to it. */
+void srv_cors_capture(struct srv_req *r);
+/* Add CORS headers to resp when r's origin is allowed. */
+void srv_cors_headers(const struct srv_req *r, struct MHD_Response *resp);
+/* An OPTIONS preflight on a route serving method: answered (204, or 403 for
+ * an origin not listed) when CORS is on and the request has an Origin;
+ * false when it is not a preflight to answer. */
+bool srv_cors_preflight(struct srv_req *r, const char *method);
 
 /* route.c: answer a request whose body is complete (inside the handler). */
 void srv_route(struct srv_req *r);

@@ -123,6 +123,8 @@ START_TEST(documented_defaults)
     ck_assert_int_eq(cfg.per_ip_connections, 0);
     ck_assert(cfg.header_timeout == 20.0);
     ck_assert(cfg.body_timeout == 60.0);
+    ck_assert_uint_eq(cfg.cors_origins.n, 0);
+    ck_assert_uint_eq(cfg.allowed_hosts.n, 0);
     ck_assert_str_eq(cfg.api_key, "");
     ck_assert_str_eq(cfg.log_level, "info");
     ck_assert_int_eq(cfg.seed, 0);
