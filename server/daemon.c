@@ -199,6 +199,10 @@ static void on_stop_check(uv_timer_t *t)
     struct srv_server *s = t->data;
     if (s->stopping)
         return;
+    /* A worker thread tokenizing a prompt reads the engine's tokenizer:
+     * the engine is destroyed only once every such job is back. */
+    if (s->n_in_work)
+        return;
     if (s->n_in_engine == 0 && s->n_live == 0) {
         stop_everything(s);
         return;

@@ -186,7 +186,8 @@ static void on_sweep(uv_timer_t *t)
 {
     struct srv_server *s = t->data;
     for (struct srv_req *r = s->live; r; r = r->next) {
-        if (!r->suspended || !r->conn || !r->in_engine || r->cancelled)
+        if (!r->suspended || !r->conn || r->cancelled || r->client_gone ||
+            (!r->in_engine && !r->in_work))
             continue;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -194,8 +195,14 @@ static void on_sweep(uv_timer_t *t)
             continue;
         char c;
         ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            srv_cmpl_cancel(r, "client closed while waiting");
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            /* A worker thread still holds a request being tokenized: only
+             * mark it; its completion sees the mark. */
+            if (r->in_work)
+                r->client_gone = true;
+            else
+                srv_cmpl_cancel(r, "client closed while waiting");
+        }
     }
 }
 
@@ -329,7 +336,7 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
 
 void srv_req_maybe_free(struct srv_req *r)
 {
-    if (!r->conn_done || r->in_engine)
+    if (!r->conn_done || r->in_engine || r->in_work)
         return;
     struct srv_server *s = r->srv;
     if (r->sc)
@@ -377,7 +384,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
      * when answered, and probes (/health, /metrics) only at DEBUG. */
     double ms = (double)(inf_now_ns() - r->arrival_ns) / 1e6;
     bool probe = strncmp(r->url, "/health", 7) == 0 || strcmp(r->url, "/metrics") == 0;
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && ours)
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (ours || r->client_gone))
         inf_log(DEBUG, "req=%s %s %s: connection closed after %.1f ms", srv_req_short_id(r),
                 r->method, r->url, ms);
     else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
@@ -530,9 +537,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     }
     r->in_handler = false;
     if (!r->responded && !r->suspended) {
-        /* No answer could be built (out of memory): close the connection
-         * rather than be called again for nothing. */
-        inf_log(ERROR, "req=%s no response to send: closing", srv_req_short_id(r));
+        /* The client left while its request was prepared, or no answer
+         * could be built (out of memory): close the connection rather than
+         * be called again for nothing. */
+        if (!r->client_gone)
+            inf_log(ERROR, "req=%s no response to send: closing", srv_req_short_id(r));
         return MHD_NO;
     }
     return MHD_YES;

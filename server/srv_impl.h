@@ -113,6 +113,8 @@ struct srv_req {
     bool conn_done;               /* libmicrohttpd called request-completed */
     bool cancelled;               /* eng_request_cancel was sent */
     bool dispatched;              /* routed once the body was complete */
+    bool in_work;                 /* a worker thread holds it (tokenization) */
+    bool client_gone;             /* seen closed while suspended */
     struct MHD_Response *pending; /* to queue when resumed */
     unsigned pending_status;
     unsigned status; /* the HTTP status answered (for the access log) */
@@ -150,6 +152,7 @@ struct srv_server {
     uv_idle_t kick;          /* one more MHD_run on the next iteration */
     struct srv_conns *conns; /* conn.c: accepting, connection states, deadlines */
     int n_handles;           /* initialised handles still to close */
+    size_t n_in_work;        /* requests a worker thread holds */
     bool in_mhd_run;
     bool ready;    /* model loaded, serving */
     bool draining; /* SIGTERM seen: new requests 503 */
@@ -274,6 +277,23 @@ void srv_cors_headers(const struct srv_req *r, struct MHD_Response *resp);
  * an origin not listed) when CORS is on and the request has an Origin;
  * false when it is not a preflight to answer. */
 bool srv_cors_preflight(struct srv_req *r, const char *method);
+
+/* ---- work.c: a request's CPU-heavy preparation off the loop ----------------------
+ * Parsing a large body and tokenizing a prompt (2 MB take about 100 ms) run
+ * on libuv's worker pool: the request's connection is suspended meanwhile,
+ * r is kept alive (r->in_work), and done runs back on the loop. fn may read
+ * r's body and the engine's tokenizer (thread-safe) and write only the
+ * state that embeds the job; the loop touches neither until done. */
+struct srv_work {
+    uv_work_t uv;
+    struct srv_req *r;
+    void (*fn)(struct srv_work *w);   /* on a worker thread */
+    void (*done)(struct srv_work *w); /* on the loop; r->client_gone says whether anyone waits */
+};
+/* Start w for r (inside the handler). Without a worker (uv_queue_work
+ * failed) fn and done run at once, on the loop. */
+void srv_req_work(struct srv_req *r, struct srv_work *w, void (*fn)(struct srv_work *),
+                  void (*done)(struct srv_work *));
 
 /* route.c: answer a request whose body is complete (inside the handler). */
 void srv_route(struct srv_req *r);

@@ -1,12 +1,13 @@
 /* test_strict.c — what a request's head must be: framing that a proxy could
  * read otherwise (two lengths, a length with chunks, no Host), header names,
  * the Host values served (DNS rebinding), the Content-Type of a body (a
- * browser's "simple" cross-origin POST), CORS only for listed origins.
- * Always the mock backend. */
+ * browser's "simple" cross-origin POST), CORS only for listed origins; and
+ * a large prompt tokenized off the loop. Always the mock backend. */
 #include "harness.h"
 
 #include <check.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,6 +302,75 @@ START_TEST(test_cors_listed)
 }
 END_TEST
 
+/* ---- a large prompt ------------------------------------------------------------------------ */
+struct big_post {
+    char *body;
+    int rounds;
+    long status;
+    volatile bool done;
+};
+
+static void *post_big(void *arg)
+{
+    struct big_post *b = arg;
+    for (int i = 0; i < b->rounds; i++) {
+        struct it_resp r;
+        if (!it_post(&srv, "/v1/completions", b->body, &r))
+            break;
+        b->status = r.status;
+        it_resp_free(&r);
+    }
+    b->done = true;
+    return NULL;
+}
+
+START_TEST(test_large_prompt_off_loop)
+{
+    /* A 6 MB text prompt takes the parser and the tokenizer some 300 ms.
+     * Done on the loop, that held every other connection: nearly every
+     * round made a probe wait 50 ms or more. On a worker thread probes
+     * answer in a few milliseconds meanwhile; a loaded machine may still
+     * hold one or two back, hence the allowance. */
+    const char *more[] = {"--set", "limits.body_limit=8MiB", NULL};
+    start_with(more);
+    enum { TEXT = 6 << 20, ROUNDS = 8 };
+    struct big_post b = {.rounds = ROUNDS};
+    b.body = malloc(TEXT + 64);
+    int o = snprintf(b.body, 64, "{\"prompt\":\"");
+    for (int i = 0; i < TEXT; i++)
+        b.body[o + i] = (char)('a' + i % 26);
+    snprintf(b.body + o + TEXT, 64, "\",\"max_tokens\":1}");
+    pthread_t th;
+    pthread_create(&th, NULL, post_big, &b);
+    double worst = 0, sum = 0;
+    int probes = 0, slow = 0;
+    usleep(20000);
+    while (!b.done) {
+        struct it_resp r;
+        double t0 = it_now();
+        ck_assert(it_http(&srv, "GET", "/health", NULL, NULL, &r));
+        double dt = it_now() - t0;
+        ck_assert_int_eq(r.status, 200);
+        it_resp_free(&r);
+        worst = dt > worst ? dt : worst;
+        slow += dt >= 0.05;
+        sum += dt;
+        probes++;
+        usleep(2000);
+    }
+    pthread_join(th, NULL);
+    free(b.body);
+    fprintf(stderr, "large prompt: %d probes, mean %.1f ms, slowest %.1f ms, %d of 50 ms or more\n",
+            probes, sum / probes * 1e3, worst * 1e3, slow);
+    /* the prompt is tokenized, then found longer than the context */
+    ck_assert_int_eq(b.status, 400);
+    ck_assert_int_gt(probes, 10);
+    ck_assert_msg(slow <= 2 && worst < 1.0, "%d probes took 50 ms or more, the slowest %.1f ms",
+                  slow, worst * 1e3);
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_strict");
@@ -316,6 +386,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_content_type);
     tcase_add_test(tc, test_no_cors_by_default);
     tcase_add_test(tc, test_cors_listed);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("routes");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_large_prompt_off_loop);
     suite_add_tcase(s, tc);
     return s;
 }
