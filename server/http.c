@@ -223,7 +223,7 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
         srv_req_resume(r);
         return;
     }
-    MHD_add_response_header(resp, "X-Request-Id", r->id_str);
+    MHD_add_response_header(resp, "X-Request-Id", r->xrid_given ? srv_req_short_id(r) : r->id_str);
     srv_cors_headers(r, resp);
     if (r->responded || !r->conn) {
         MHD_destroy_response(resp);
@@ -306,6 +306,25 @@ void srv_id_prefix(char out[17])
     snprintf(out, 17, "%016llx", (unsigned long long)v);
 }
 
+/* A client's X-Request-Id is taken as the request's id when it has 1 to
+ * SRV_XRID_MAX characters of [A-Za-z0-9._:/+=@~-] (what UUIDs, ULIDs and
+ * trace ids use; nothing that could break a log line or a JSON string). */
+static bool xrid_usable(const char *v)
+{
+    if (!v)
+        return false;
+    size_t n = strlen(v);
+    if (n == 0 || n > SRV_XRID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("._:/+=@~-", c)))
+            return false;
+    }
+    return true;
+}
+
 static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn,
                                const char *method, const char *url)
 {
@@ -315,8 +334,14 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
     r->srv = s;
     r->conn = conn;
     r->id = ++s->next_id;
-    snprintf(r->id_str, sizeof r->id_str, SRV_REQ_ID_PREFIX "%s%08llx", s->id_prefix,
-             (unsigned long long)r->id);
+    const char *xrid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+    if (xrid_usable(xrid)) {
+        snprintf(r->id_str, sizeof r->id_str, SRV_REQ_ID_PREFIX "%s", xrid);
+        r->xrid_given = true;
+    } else {
+        snprintf(r->id_str, sizeof r->id_str, SRV_REQ_ID_PREFIX "%s%08llx", s->id_prefix,
+                 (unsigned long long)r->id);
+    }
     snprintf(r->method, sizeof r->method, "%s", method);
     r->url = strdup(url);
     r->arrival_ns = inf_now_ns();

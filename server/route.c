@@ -15,6 +15,7 @@
 enum route_id {
     ROUTE_COMPLETIONS,
     ROUTE_MODELS,
+    ROUTE_MODEL, /* /v1/models/{id} */
     ROUTE_HEALTH,
     ROUTE_READY,
     ROUTE_METRICS,
@@ -33,6 +34,7 @@ struct route {
 static const struct route ROUTES[] = {
     {"/v1/completions", "POST", ROUTE_COMPLETIONS, false, false},
     {"/v1/models", "GET", ROUTE_MODELS, false, false},
+    {"/v1/models/", "GET", ROUTE_MODEL, false, true},
     {"/health", "GET", ROUTE_HEALTH, true, false},
     {"/health/ready", "GET", ROUTE_READY, true, false},
     {"/metrics", "GET", ROUTE_METRICS, true, false},
@@ -89,6 +91,30 @@ static void handle_models(struct srv_req *r)
     size_t len = 0;
     struct inf_err err = {0};
     inf_status_t st = api_models_encode(&card, 1, &a, &out, &len, &err);
+    respond_json_arena(r, st, out, len, &err);
+    inf_arena_fini(&a);
+}
+
+/* GET /v1/models/{id} (OpenAI's retrieve): the served model, or 404
+ * model_not_found. A model id may hold '/' ("meta-llama/Llama-3-8B"): the
+ * whole rest of the path is the id. */
+static void handle_model(struct srv_req *r, const char *id)
+{
+    struct srv_server *s = r->srv;
+    if (strcmp(id, s->opt.model_name) != 0) {
+        srv_req_respond_error(r, 404, INF_E_NOTFOUND, "model", "model_not_found",
+                              "The model `%.128s` does not exist or you do not have access to it.",
+                              id);
+        return;
+    }
+    struct inf_arena a;
+    inf_arena_init(&a, 1024);
+    struct api_model_card card = {s->opt.model_name, s->started_unix,
+                                  (uint32_t)s->info.max_model_len};
+    char *out = NULL;
+    size_t len = 0;
+    struct inf_err err = {0};
+    inf_status_t st = api_model_encode(&card, &a, &out, &len, &err);
     respond_json_arena(r, st, out, len, &err);
     inf_arena_fini(&a);
 }
@@ -268,6 +294,9 @@ void srv_route(struct srv_req *r)
         break;
     case ROUTE_MODELS:
         handle_models(r);
+        break;
+    case ROUTE_MODEL:
+        handle_model(r, r->url + strlen(rt->path));
         break;
     case ROUTE_HEALTH:
         handle_health(r, false);

@@ -89,13 +89,18 @@ struct srv_sub {
 
 #define SRV_REQ_ID_PREFIX "cmpl-"
 
+/* The longest X-Request-Id taken from a client. */
+#define SRV_XRID_MAX 128
+
 struct srv_conn;
 
 struct srv_req {
     uint64_t id;
-    char id_str[48];     /* SRV_REQ_ID_PREFIX "<prefix><n>": X-Request-Id, the
-                            completion id; the logs write req=<prefix><n>
-                            (srv_req_short_id) */
+    char id_str[sizeof SRV_REQ_ID_PREFIX + SRV_XRID_MAX];
+    /* SRV_REQ_ID_PREFIX "<id>": the completion id; the logs write req=<id>
+     * (srv_req_short_id). <id> is the client's X-Request-Id when it sent a
+     * usable one, else "<process prefix><n>". */
+    bool xrid_given;     /* <id> came from the client: X-Request-Id echoes it */
     struct srv_conn *sc; /* its connection's state; NULL once that is gone */
     char *origin;        /* the Origin header when CORS headers are to be sent */
     struct srv_server *srv;

@@ -1,13 +1,16 @@
 /* test_strict.c — what a request's head must be: framing that a proxy could
  * read otherwise (two lengths, a length with chunks, no Host), header names,
  * the Host values served (DNS rebinding), the Content-Type of a body (a
- * browser's "simple" cross-origin POST), CORS only for listed origins; and
- * a large prompt tokenized off the loop. Always the mock backend. */
+ * browser's "simple" cross-origin POST), CORS only for listed origins;
+ * GET /v1/models/{id}; a client's X-Request-Id; and a large prompt
+ * tokenized off the loop. Always the mock backend. */
 #include "harness.h"
 
 #include <check.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,6 +305,106 @@ START_TEST(test_cors_listed)
 }
 END_TEST
 
+/* ---- /v1/models/{id} and X-Request-Id ---------------------------------------------------- */
+START_TEST(test_model_retrieve)
+{
+    const char *more[] = {"--set", "model.max_model_len=256", NULL};
+    start_with(more);
+    struct it_resp list, one;
+    ck_assert(it_http(&srv, "GET", "/v1/models", NULL, NULL, &list));
+    ck_assert(it_http(&srv, "GET", "/v1/models/" MODEL, NULL, NULL, &one));
+    ck_assert_int_eq(one.status, 200);
+    /* The same object as the list's item, byte for byte. */
+    json_t *j = it_json(&list);
+    char *item = json_dumps(json_array_get(json_object_get(j, "data"), 0),
+                            JSON_COMPACT | JSON_PRESERVE_ORDER);
+    ck_assert_str_eq(one.body, item);
+    free(item);
+    json_decref(j);
+    json_t *o = it_json(&one);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "id")), MODEL);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "object")), "model");
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "max_model_len")), 256);
+    json_decref(o);
+    it_resp_free(&list);
+    it_resp_free(&one);
+    ck_assert(it_http(&srv, "GET", "/v1/models/gpt-4", NULL, NULL, &one));
+    ck_assert_int_eq(one.status, 404);
+    o = it_json(&one);
+    json_t *e = json_object_get(o, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "code")), "model_not_found");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "param")), "model");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "message")),
+                     "The model `gpt-4` does not exist or you do not have access to it.");
+    json_decref(o);
+    it_resp_free(&one);
+    ck_assert(it_http(&srv, "POST", "/v1/models/" MODEL, "{}", NULL, &one));
+    ck_assert_int_eq(one.status, 405);
+    it_resp_free(&one);
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+    /* An id with a slash, as a Hugging Face name: the rest of the path. */
+    const char *slash[] = {"--set", "server.served_model_name=org/llama-3", NULL};
+    ck_assert(it_start(&srv, slash));
+    ck_assert(it_http(&srv, "GET", "/v1/models/org/llama-3", NULL, NULL, &one));
+    ck_assert_int_eq(one.status, 200);
+    it_resp_free(&one);
+    ck_assert(it_http(&srv, "GET", "/v1/models/org%2Fllama-3", NULL, NULL, &one));
+    ck_assert_int_eq(one.status, 200);
+    it_resp_free(&one);
+    ck_assert(it_http(&srv, "GET", "/v1/models/org", NULL, NULL, &one));
+    ck_assert_int_eq(one.status, 404);
+    it_resp_free(&one);
+    ck_assert_int_eq(it_stop(&srv, 0, 10.0), 0);
+}
+END_TEST
+
+START_TEST(test_request_id)
+{
+    start_with(NULL);
+    const char *given[] = {"X-Request-Id: trace-7f3a.b_c:1/2+3=4@5~6", NULL};
+    struct it_resp r;
+    char buf[256];
+    ck_assert(
+        it_http(&srv, "POST", "/v1/completions", "{\"prompt\":[1,7],\"max_tokens\":2}", given, &r));
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(it_header(&r, "x-request-id", buf, sizeof buf), "trace-7f3a.b_c:1/2+3=4@5~6");
+    json_t *j = it_json(&r);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "id")),
+                     "cmpl-trace-7f3a.b_c:1/2+3=4@5~6");
+    json_decref(j);
+    it_resp_free(&r);
+    /* Also on errors and in a stream. */
+    ck_assert(it_http(&srv, "POST", "/v1/completions", "{}", given, &r));
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_str_eq(it_header(&r, "x-request-id", buf, sizeof buf), "trace-7f3a.b_c:1/2+3=4@5~6");
+    it_resp_free(&r);
+    ck_assert(it_http(&srv, "POST", "/v1/completions",
+                      "{\"prompt\":[1,7],\"max_tokens\":2,\"stream\":true}", given, &r));
+    ck_assert(strstr(r.body, "\"id\":\"cmpl-trace-7f3a.b_c:1/2+3=4@5~6\""));
+    it_resp_free(&r);
+    /* Unusable ids (a blank, a quote, too long) are replaced by one of ours. */
+    char longid[200] = "X-Request-Id: ";
+    memset(longid + 14, 'a', 129);
+    longid[14 + 129] = '\0';
+    const char *bad[][2] = {
+        {"X-Request-Id: has space", NULL}, {"X-Request-Id: q\"uote", NULL}, {longid, NULL}};
+    for (int i = 0; i < 3; i++) {
+        ck_assert(it_http(&srv, "GET", "/health", NULL, bad[i], &r));
+        ck_assert_ptr_nonnull(it_header(&r, "x-request-id", buf, sizeof buf));
+        ck_assert_msg(strncmp(buf, "cmpl-", 5) == 0, "case %d: %s", i, buf);
+        ck_assert_uint_eq(strspn(buf + 5, "0123456789abcdef"), strlen(buf) - 5);
+        it_resp_free(&r);
+    }
+    kill(srv.pid, SIGTERM);
+    ck_assert_int_eq(it_wait_exit(&srv, 10.0), 0);
+    char *log = it_log(&srv);
+    ck_assert_msg(strstr(log, "req=trace-7f3a.b_c:1/2+3=4@5~6 POST /v1/completions -> 200"),
+                  "log: %s", log);
+    free(log);
+    it_cleanup(&srv);
+}
+END_TEST
+
 /* ---- a large prompt ------------------------------------------------------------------------ */
 struct big_post {
     char *body;
@@ -389,6 +492,8 @@ static Suite *suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("routes");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_model_retrieve);
+    tcase_add_test(tc, test_request_id);
     tcase_add_test(tc, test_large_prompt_off_loop);
     suite_add_tcase(s, tc);
     return s;
