@@ -656,6 +656,8 @@ inf_status_t srv_http_bind(struct srv_server *s, struct inf_err *err)
         s->listen_fd = -1;
         return st;
     }
+    inf_log(INFO, "listening on %s:%u (connections are served once the model is loaded)",
+            s->opt.host ? s->opt.host : "*", (unsigned)s->port);
     return INF_OK;
 }
 
@@ -710,7 +712,7 @@ inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
     uv_timer_start(&s->sweep_timer, on_sweep, SWEEP_MS, SWEEP_MS);
     srv_conns_accept_start(s);
     arm_timer(s);
-    inf_log(INFO, "listening on %s:%u", s->opt.host ? s->opt.host : "*", (unsigned)s->port);
+    inf_log(INFO, "accepting connections on port %u", (unsigned)s->port);
     return INF_OK;
 }
 

@@ -157,6 +157,23 @@ char *srv_config_format(const struct srv_config *cfg, const struct srv_config_ke
 /* One INFO line per key, api_key masked. */
 void srv_config_log(const struct srv_config *cfg);
 
+/* ---- start-up failures (startup.c) -------------------------------------------
+ * Thread: main, at start-up. */
+
+/* Check that cfg's model folder exists, is a folder and can be read, before
+ * anything is loaded from it (the mock backend needs none). Errors name the
+ * key, its value and origin: INF_E_NOTFOUND, INF_E_INVALID (not a folder),
+ * INF_E_IO (cannot be read). */
+inf_status_t srv_config_check_model(const struct srv_config *cfg, struct inf_err *err);
+/* The start-up failure st with message msg (srv_daemon_run's) as written for
+ * the operator into out: a leading key name ("kv_cache_tokens: ...",
+ * "port: ...") becomes the key with its value and origin, and a failure
+ * about the model names the model folder. Returns the exit status: 2 when
+ * the configuration or the model must change (a restart cannot help), 1
+ * when a restart may (a device error, out of memory). */
+int srv_startup_error(const struct srv_config *cfg, inf_status_t st, const char *msg, char *out,
+                      size_t cap);
+
 /* ---- the daemon (server side: loop, HTTP, routing, signals) ----------------
  * Everything below runs on the loop thread unless said otherwise. */
 #include "engine/eng.h"

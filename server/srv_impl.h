@@ -151,7 +151,7 @@ struct srv_server {
     uv_async_t async;                    /* engine outbox went non-empty */
     uv_idle_t events_idle;               /* started while events wait in the pending list */
     struct eng_event *ev_head, *ev_tail; /* taken from the outbox, not yet dispatched */
-    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_timer;
     uv_timer_t sweep_timer;  /* watches suspended connections for a closed client */
     uv_idle_t kick;          /* one more MHD_run on the next iteration */
@@ -184,8 +184,8 @@ struct srv_server {
 
 /* http.c */
 /* Bind and listen on opt.host:opt.port (s->listen_fd, s->port); nothing is
- * accepted until srv_http_start. Errors start with the key: "host: ...",
- * "port: ...". */
+ * accepted until srv_http_start. Errors name the key: INF_E_INVALID (host),
+ * INF_E_IO (the port). */
 inf_status_t srv_http_bind(struct srv_server *s, struct inf_err *err);
 /* Start libmicrohttpd on the bound socket and begin accepting. */
 inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err);

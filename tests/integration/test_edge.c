@@ -1,14 +1,15 @@
 /* test_edge.c — the connection layer: connections that trickle their headers
  * or body (deadlines, and room made for new clients at max_connections),
  * 503 refusals with OpenAI's body, 256 connections from one address on the
- * defaults, and a 413 the client can read after sending its whole body.
- * Always the mock backend. */
+ * defaults, a 413 the client can read after sending its whole body, and
+ * SIGHUP. Always the mock backend. */
 #include "harness.h"
 
 #include <check.h>
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,6 +374,46 @@ START_TEST(test_413_after_whole_body)
 }
 END_TEST
 
+/* ---- SIGHUP ------------------------------------------------------------------------------- */
+struct bg {
+    struct it_resp r;
+    bool ok;
+};
+
+static void *run_one(void *arg)
+{
+    struct bg *b = arg;
+    b->ok = it_post(&srv, "/v1/completions",
+                    "{\"prompt\":[1,9],\"max_tokens\":60,\"ignore_eos\":true}", &b->r);
+    return NULL;
+}
+
+START_TEST(test_sighup_drains)
+{
+    /* SIGHUP drains like SIGTERM: the running request finishes whole and
+     * the daemon exits 0. */
+    setenv("INT4SERVE_MIN_STEP_US", "10000", 1);
+    start_with(NULL);
+    struct bg b = {0};
+    pthread_t th;
+    pthread_create(&th, NULL, run_one, &b);
+    ck_assert(it_wait_metric(&srv, "int4serve_num_requests_running", 1, 5.0));
+    kill(srv.pid, SIGHUP);
+    pthread_join(th, NULL);
+    ck_assert(b.ok);
+    ck_assert_int_eq(b.r.status, 200);
+    json_t *j = it_json(&b.r);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 60);
+    json_decref(j);
+    it_resp_free(&b.r);
+    ck_assert_int_eq(it_wait_exit(&srv, 10.0), 0);
+    ck_assert_int_eq(log_count("(SIGHUP): draining 1 request(s)"), 1);
+    it_cleanup(&srv);
+    unsetenv("INT4SERVE_MIN_STEP_US");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("integration_edge");
@@ -389,6 +430,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_per_ip_refusal);
     tcase_add_test(tc, test_many_from_one_address);
     tcase_add_test(tc, test_413_after_whole_body);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("signals");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_sighup_drains);
     suite_add_tcase(s, tc);
     return s;
 }
