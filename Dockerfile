@@ -8,8 +8,11 @@
 # /etc/int4serve/config.toml, or append flags (they override the file):
 #   docker run ... int4serve --tp 2 --devices 0,1
 #
-# Ubuntu 24.04 images: CMake >= 3.25 comes from the distribution.
-ARG CUDA_VERSION=12.6.3
+# Ubuntu 24.04 images: CMake >= 3.25 comes from the distribution. CUDA 13
+# at least: the CUDA backend uses CUDA 13's cudaMemcpyBatchAsync, and CMake
+# refuses an older toolkit (INT4SERVE_CUDA_MIN_VERSION in CMakeLists.txt);
+# tests/cuda_version_test.sh checks that this stays in step.
+ARG CUDA_VERSION=13.0.1
 ARG UBUNTU=ubuntu24.04
 
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build

@@ -240,6 +240,10 @@ struct api_model_card {
  *  "owned_by":"int4serve","max_model_len":N}]}. Errors: INF_E_NOMEM. */
 inf_status_t api_models_encode(const struct api_model_card *cards, uint32_t n, struct inf_arena *a,
                                char **out, size_t *out_len, struct inf_err *err);
+/* One model object (GET /v1/models/{id}, OpenAI's retrieve): what each item
+ * of api_models_encode's "data" holds. */
+inf_status_t api_model_encode(const struct api_model_card *card, struct inf_arena *a, char **out,
+                              size_t *out_len, struct inf_err *err);
 
 /* ---- POST /tokenize and /detokenize (vLLM's shapes) ------------------------ */
 struct api_tokenize_req {

@@ -4,6 +4,8 @@
 # Sourced by serve.sh and test.sh (int4serve_install_deps), or run directly
 # with extra package names as arguments. Runs as root, or through sudo.
 #   clang + libclang-rt-dev: the libFuzzer build (build-fuzz) in test.sh.
+#   curl, python3: the integration tests that run scripts against a daemon
+#   (reliability.py); wrk for scripts/loadcheck.sh is not installed here.
 # The CUDA toolkit is not installed here: where nvcc is absent the build is
 # CPU-only.
 set -euo pipefail
@@ -12,7 +14,7 @@ INT4SERVE_PACKAGES=(
     build-essential cmake ninja-build pkg-config git
     libuv1-dev libmicrohttpd-dev libjansson-dev libpcre2-dev libutf8proc-dev
     check libsubunit-dev libcurl4-openssl-dev
-    clang libclang-rt-dev python3
+    clang libclang-rt-dev python3 curl
 )
 
 int4serve_missing_packages() {

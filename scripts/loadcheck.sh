@@ -10,7 +10,8 @@
 # Environment: BIN (default build/server/int4serve), BACKEND (cpu), MODEL
 # (models/tiny; made with int4serve-mkmodel --preset tiny when missing), CONNS
 # (64), THREADS (2), DURATION (30s), MAX_TOKENS (64), TIMEOUT (60s: a request
-# slower than this counts as a wrk error).
+# slower than this counts as a wrk error), EXTRA (more daemon flags).
+# The acceptance run: CONNS=256 DURATION=60s scripts/loadcheck.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,8 +45,11 @@ trap cleanup EXIT
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # Port 0: the daemon binds a free port and logs it.
+# The default configuration but for the address (and EXTRA, e.g.
+# "--set limits.max_queue=512").
+# shellcheck disable=SC2086
 "$BIN" --backend "$BACKEND" --model "$MODEL" --host 127.0.0.1 --port 0 \
-    --set limits.per_ip_connections=0 --log-level info >"$tmp/server.log" 2>&1 &
+    --log-level info ${EXTRA:-} >"$tmp/server.log" 2>&1 &
 pid=$!
 port=
 for _ in $(seq 1 600); do
@@ -65,11 +69,16 @@ for _ in 1 2 3 4; do
         -d "{\"model\":\"$name\",\"prompt\":\"warm up\",\"max_tokens\":8}" >/dev/null
 done
 rss_before=$(rss_kib "$pid")
+# The RSS every 5 s while the load runs: flat, or growing.
+(while kill -0 "$pid" 2>/dev/null; do rss_kib "$pid" >>"$tmp/rss"; sleep 5; done) &
+sampler=$!
 
 INT4SERVE_MODEL=$name INT4SERVE_MAX_TOKENS=$MAX_TOKENS \
     wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --timeout "$TIMEOUT" --latency \
     -s deploy/wrk/completions.lua \
     "http://127.0.0.1:$port" | tee "$tmp/wrk.out"
+kill "$sampler" 2>/dev/null || true
+wait "$sampler" 2>/dev/null || true
 
 alive=yes
 kill -0 "$pid" 2>/dev/null || alive=no
@@ -94,6 +103,6 @@ echo "- $(grep -E '^Requests/sec' "$tmp/wrk.out")"
 echo "- $(grep -E 'requests in' "$tmp/wrk.out" | sed 's/^ *//')"
 echo "- latency p50/p99: $(awk '$1=="50%" {a=$2} $1=="99%" {b=$2} END {print a " / " b}' "$tmp/wrk.out")"
 echo "- non-2xx responses: $non2xx; socket error lines: $sockerr; generated tokens (server): $gen"
-echo "- RSS before/after: $((rss_before / 1024)) MiB / $((rss_after / 1024)) MiB"
+echo "- RSS before/after: $((rss_before / 1024)) MiB / $((rss_after / 1024)) MiB; during the load (every 5 s, MiB): $(awk '{printf "%s%d", sep, $1 / 1024; sep = " "}' "$tmp/rss" 2>/dev/null)"
 echo "- alive after the load: $alive; exit status on SIGTERM: $exit_status"
 [ "$non2xx" -eq 0 ] && [ "$sockerr" -eq 0 ] && [ "$alive" = yes ] && [ "$exit_status" -eq 0 ]

@@ -22,6 +22,7 @@
 #include "server/srv_impl.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -67,6 +68,22 @@ struct srv_cmpl {
     size_t out_allow; /* unsent bytes allowed: STREAM_BUFFER_MAX plus the echo's */
     bool out_end;
     bool dropped; /* the client was too slow: nothing more is queued */
+    /* Preparation on a worker thread (prepare_work): its inputs, set on the
+     * loop before, and its results, read on the loop after. */
+    struct srv_work work;
+    struct api_limits lim;
+    tok_tokenizer_t *tok;
+    uint32_t max_model_len;
+    inf_status_t prep_st;
+    struct api_fault prep_fault;
+    struct inf_err prep_err;
+    struct prep_prompt *pp; /* [n_prompts]: ids (malloc'd) and the output budget */
+};
+
+struct prep_prompt {
+    int32_t *ids;
+    int32_t n_ids;
+    uint32_t max_new;
 };
 
 static tok_tokenizer_t *server_tok(struct srv_server *s)
@@ -88,6 +105,10 @@ void srv_cmpl_free(struct srv_req *r)
         srv_buf_free(&c->choices[i].text);
         free(c->choices[i].lp);
     }
+    if (c->pp)
+        for (uint32_t i = 0; i < c->req.n_prompts; i++)
+            free(c->pp[i].ids);
+    free(c->pp);
     free(c->choices);
     free(c->subs);
     srv_buf_free(&c->out);
@@ -602,11 +623,11 @@ static void respond_status(struct srv_req *r, inf_status_t st, const struct api_
                           err && err->msg[0] ? err->msg : inf_status_str(st));
 }
 
-/* Tokenize prompt p (or copy its ids) into a malloc'd array. */
-static inf_status_t prompt_ids(struct srv_req *r, const struct api_prompt *p, int32_t **ids,
+/* Tokenize prompt p (or copy its ids) into a malloc'd array.
+ * Thread: a worker (prepare_work). */
+static inf_status_t prompt_ids(struct srv_cmpl *c, const struct api_prompt *p, int32_t **ids,
                                int32_t *n, struct inf_err *err)
 {
-    struct srv_cmpl *c = r->cmpl;
     if (!p->text.s) {
         *ids = malloc((size_t)p->n_ids * sizeof **ids);
         if (!*ids)
@@ -615,7 +636,7 @@ static inf_status_t prompt_ids(struct srv_req *r, const struct api_prompt *p, in
         *n = (int32_t)p->n_ids;
         return INF_OK;
     }
-    tok_tokenizer_t *tok = server_tok(r->srv);
+    tok_tokenizer_t *tok = c->tok;
     if (!tok)
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "this model has no tokenizer: send the prompt as token ids");
@@ -693,16 +714,15 @@ fail:
 }
 
 /* The prompt's text for echo: as sent, or the ids decoded. false when ids
- * cannot be decoded (no tokenizer). */
-static bool echo_text(struct srv_req *r, const struct api_prompt *p, struct api_text *out)
+ * cannot be decoded (no tokenizer). Thread: a worker (prepare_work). */
+static bool echo_text(struct srv_cmpl *c, const struct api_prompt *p, struct api_text *out)
 {
-    struct srv_cmpl *c = r->cmpl;
     *out = (struct api_text){"", 0};
     if (p->text.s) {
         *out = p->text;
         return true;
     }
-    tok_tokenizer_t *tok = server_tok(r->srv);
+    tok_tokenizer_t *tok = c->tok;
     char *txt = NULL;
     size_t len = 0;
     if (!tok || tok_decode(tok, p->ids, p->n_ids, false, &txt, &len, NULL) != INF_OK)
@@ -715,12 +735,51 @@ static bool echo_text(struct srv_req *r, const struct api_prompt *p, struct api_
     return true;
 }
 
+/* Parse the body, tokenize every prompt and check it against the context,
+ * decode id prompts for echo. Thread: a worker; it owns c's arena and
+ * results until prepare_done. */
+static void prepare_work(struct srv_work *w)
+{
+    struct srv_cmpl *c = (struct srv_cmpl *)((char *)w - offsetof(struct srv_cmpl, work));
+    struct srv_req *r = w->r;
+    struct inf_err *err = &c->prep_err;
+    struct api_fault *fault = &c->prep_fault;
+    c->prep_st = api_completion_parse(r->body.p ? r->body.p : "", r->body.len, &c->lim, &c->arena,
+                                      &c->req, fault, err);
+    if (c->prep_st != INF_OK)
+        return;
+    const struct api_completion_req *q = &c->req;
+    c->pp = calloc(q->n_prompts, sizeof *c->pp);
+    c->echo = inf_arena_calloc(&c->arena, q->n_prompts, sizeof *c->echo);
+    if (!c->pp || !c->echo) {
+        c->prep_st = inf_err_set(err, INF_E_NOMEM, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < q->n_prompts; i++) {
+        struct prep_prompt *p = &c->pp[i];
+        c->prep_st = prompt_ids(c, &q->prompts[i], &p->ids, &p->n_ids, err);
+        if (c->prep_st != INF_OK) {
+            *fault = (struct api_fault){"prompt", NULL};
+            return;
+        }
+        c->prep_st = api_check_context((uint32_t)p->n_ids, q->max_tokens, c->max_model_len,
+                                       &p->max_new, fault, err);
+        if (c->prep_st != INF_OK)
+            return;
+        if (q->echo && !echo_text(c, &q->prompts[i], &c->echo[i])) {
+            c->prep_st = inf_err_set(err, INF_E_UNSUPPORTED,
+                                     "echo of a token-id prompt needs the model's tokenizer");
+            *fault = (struct api_fault){"echo", NULL};
+            return;
+        }
+    }
+}
+
+static void prepare_done(struct srv_work *w);
+
 void srv_cmpl_handle(struct srv_req *r)
 {
     struct srv_server *s = r->srv;
-    struct inf_err err = {0};
-    struct api_fault fault = {0};
-    inf_status_t st;
 
     if (s->draining) {
         srv_req_respond_error(r, 503, INF_E_SHUTDOWN, NULL, NULL, "the server is shutting down");
@@ -734,18 +793,35 @@ void srv_cmpl_handle(struct srv_req *r)
     r->cmpl = c;
     inf_arena_init(&c->arena, 8192);
     inf_arena_init(&c->scratch, 8192);
-
-    struct api_limits lim;
-    api_limits_init(&lim, s->opt.model_name, (uint32_t)s->info.vocab,
+    api_limits_init(&c->lim, s->opt.model_name, (uint32_t)s->info.vocab,
                     (uint32_t)s->info.max_model_len);
     /* Every prompt takes a place in the engine's admission queue: more than
      * it holds could never be admitted together (a 429 would lie). */
-    if (lim.max_prompts > (uint32_t)s->max_queue)
-        lim.max_prompts = (uint32_t)s->max_queue;
-    st = api_completion_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &c->arena, &c->req,
-                              &fault, &err);
+    if (c->lim.max_prompts > (uint32_t)s->max_queue)
+        c->lim.max_prompts = (uint32_t)s->max_queue;
+    c->tok = server_tok(s);
+    c->max_model_len = (uint32_t)s->info.max_model_len;
+    srv_req_work(r, &c->work, prepare_work, prepare_done);
+}
+
+/* Back on the loop: answer a fault, or submit every prompt. */
+static void prepare_done(struct srv_work *w)
+{
+    struct srv_cmpl *c = (struct srv_cmpl *)((char *)w - offsetof(struct srv_cmpl, work));
+    struct srv_req *r = w->r;
+    struct srv_server *s = r->srv;
+    struct inf_err err = c->prep_err;
+    struct api_fault fault = c->prep_fault;
+    inf_status_t st = c->prep_st;
+
+    if (r->client_gone)
+        return; /* nobody waits: srv_cmpl_free releases what was made */
     if (st != INF_OK) {
         respond_status(r, st, &fault, &err);
+        return;
+    }
+    if (s->draining) {
+        srv_req_respond_error(r, 503, INF_E_SHUTDOWN, NULL, NULL, "the server is shutting down");
         return;
     }
     for (uint32_t i = 0; i < c->req.n_ignored; i++)
@@ -757,9 +833,8 @@ void srv_cmpl_handle(struct srv_req *r)
     c->n_choices = q->n_prompts * q->n;
     c->subs = calloc(c->n_subs, sizeof *c->subs);
     c->choices = calloc(c->n_choices, sizeof *c->choices);
-    c->echo = inf_arena_calloc(&c->arena, c->n_subs, sizeof *c->echo);
     c->plp = inf_arena_calloc(&c->arena, c->n_subs, sizeof *c->plp);
-    if (!c->subs || !c->choices || !c->echo || !c->plp) {
+    if (!c->subs || !c->choices || !c->plp) {
         srv_req_respond_error(r, 500, INF_E_NOMEM, NULL, NULL, "out of memory");
         return;
     }
@@ -767,7 +842,6 @@ void srv_cmpl_handle(struct srv_req *r)
     c->head.created = (int64_t)time(NULL);
     c->head.model = s->opt.model_name;
 
-    /* Tokenize and check every prompt before submitting any. */
     struct eng_request **reqs = calloc(c->n_subs, sizeof *reqs);
     if (!reqs) {
         srv_req_respond_error(r, 500, INF_E_NOMEM, NULL, NULL, "out of memory");
@@ -778,32 +852,13 @@ void srv_cmpl_handle(struct srv_req *r)
         sub->r = r;
         sub->index = i;
         sub->id = i == 0 ? r->id : ++s->next_id;
-        int32_t *ids = NULL;
-        int32_t n_ids = 0;
-        st = prompt_ids(r, &q->prompts[i], &ids, &n_ids, &err);
-        if (st != INF_OK) {
-            fault = (struct api_fault){"prompt", NULL};
-            goto fail;
-        }
-        uint32_t max_new = 0;
-        st = api_check_context((uint32_t)n_ids, q->max_tokens, (uint32_t)s->info.max_model_len,
-                               &max_new, &fault, &err);
-        if (st != INF_OK) {
-            free(ids);
-            goto fail;
-        }
-        reqs[i] = build_request(r, sub, ids, n_ids, max_new);
+        reqs[i] = build_request(r, sub, c->pp[i].ids, c->pp[i].n_ids, c->pp[i].max_new);
         if (!reqs[i]) {
-            free(ids);
             st = inf_err_set(&err, INF_E_NOMEM, "out of memory");
+            fault = (struct api_fault){0};
             goto fail;
         }
-        if (q->echo && !echo_text(r, &q->prompts[i], &c->echo[i])) {
-            st = inf_err_set(&err, INF_E_UNSUPPORTED,
-                             "echo of a token-id prompt needs the model's tokenizer");
-            fault = (struct api_fault){"echo", NULL};
-            goto fail;
-        }
+        c->pp[i].ids = NULL; /* the engine request owns them */
     }
 
     /* Submit. The engine owns each request it accepts. */

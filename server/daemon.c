@@ -1,6 +1,10 @@
 /* daemon.c — the loop: engine, HTTP, the engine's events, signals and drain.
  *
- * Shutdown. The first SIGTERM/SIGINT only sets state: new requests are
+ * Start-up. The address is bound (and listening) before the model loads,
+ * so that a bad host or a port in use fails at once, not minutes later;
+ * connections made during the load wait in the listen backlog.
+ *
+ * Shutdown. The first SIGTERM/SIGINT/SIGHUP only sets state: new requests are
  * answered 503 and /health/ready turns 503, the engine stops admitting, and
  * running requests go on for up to drain_timeout seconds. Then (or at once
  * when drain_timeout is 0, or on a second signal) every request still in the
@@ -33,6 +37,8 @@ void srv_options_defaults(struct srv_options *opt)
     opt->max_body_bytes = 2u << 20;
     opt->max_connections = 1024;
     opt->connection_timeout_s = 60;
+    opt->header_timeout_s = 20;
+    opt->body_timeout_s = 60;
     opt->drain_timeout_s = 30;
 }
 
@@ -186,14 +192,21 @@ static void stop_everything(struct srv_server *s)
     uv_close((uv_handle_t *)&s->events_idle, on_closed);
     uv_close((uv_handle_t *)&s->sig_term, on_closed);
     uv_close((uv_handle_t *)&s->sig_int, on_closed);
+    uv_close((uv_handle_t *)&s->sig_hup, on_closed);
     uv_close((uv_handle_t *)&s->drain_timer, on_closed);
     uv_close((uv_handle_t *)&s->stop_timer, on_closed);
+    srv_ratelog_flush(&s->log_busy, inf_now_ns(), true);
+    srv_ratelog_flush(&s->log_unavailable, inf_now_ns(), true);
 }
 
 static void on_stop_check(uv_timer_t *t)
 {
     struct srv_server *s = t->data;
     if (s->stopping)
+        return;
+    /* A worker thread tokenizing a prompt reads the engine's tokenizer:
+     * the engine is destroyed only once every such job is back. */
+    if (s->n_in_work)
         return;
     if (s->n_in_engine == 0 && s->n_live == 0) {
         stop_everything(s);
@@ -243,8 +256,11 @@ static void on_signal(uv_signal_t *h, int signum)
     }
     s->draining = true;
     notify_systemd("STOPPING=1");
-    inf_log(INFO, "signal %d: draining %zu request(s) for up to %g s", signum, s->n_in_engine,
-            s->opt.drain_timeout_s);
+    inf_log(INFO, "signal %d (%s): draining %zu request(s) for up to %g s", signum,
+            signum == SIGTERM  ? "SIGTERM"
+            : signum == SIGINT ? "SIGINT"
+                               : "SIGHUP",
+            s->n_in_engine, s->opt.drain_timeout_s);
     if (s->eng)
         eng_engine_drain(s->eng);
     if (s->opt.drain_timeout_s <= 0) {
@@ -288,12 +304,21 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
     s->sig_term.data = s;
     uv_signal_init(&loop, &s->sig_int);
     s->sig_int.data = s;
+    uv_signal_init(&loop, &s->sig_hup);
+    s->sig_hup.data = s;
     uv_timer_init(&loop, &s->drain_timer);
     s->drain_timer.data = s;
     uv_timer_init(&loop, &s->stop_timer);
     s->stop_timer.data = s;
-    s->n_handles = 6;
+    s->n_handles = 7;
+    s->log_busy.what = "429 answers (admission queue full)";
+    s->log_unavailable.what = "503 answers";
 
+    /* Bind first: a bad host or a port in use is found before the model
+     * loads. */
+    st = srv_http_bind(s, err);
+    if (st != INF_OK)
+        goto fail_engine;
     st = eng_engine_create(ecfg, on_engine_notify, s, &s->eng, err);
     if (st != INF_OK)
         goto fail_engine;
@@ -308,6 +333,9 @@ inf_status_t srv_daemon_run(const struct srv_options *opt, const struct eng_conf
         goto fail_http;
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    /* A hangup (the terminal went away, or a "reload" by habit) drains
+     * like SIGTERM: there is no configuration to reload in place. */
+    uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
     s->ready = true;
     notify_systemd("READY=1");
     inf_log(INFO, "ready: serving model \"%s\" on port %u", s->opt.model_name, (unsigned)s->port);
@@ -319,10 +347,14 @@ fail_http:
     eng_engine_destroy(s->eng);
     s->eng = NULL;
 fail_engine:
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    s->listen_fd = -1;
     uv_close((uv_handle_t *)&s->async, on_closed);
     uv_close((uv_handle_t *)&s->events_idle, on_closed);
     uv_close((uv_handle_t *)&s->sig_term, on_closed);
     uv_close((uv_handle_t *)&s->sig_int, on_closed);
+    uv_close((uv_handle_t *)&s->sig_hup, on_closed);
     uv_close((uv_handle_t *)&s->drain_timer, on_closed);
     uv_close((uv_handle_t *)&s->stop_timer, on_closed);
     uv_run(&loop, UV_RUN_DEFAULT);
@@ -334,6 +366,8 @@ done:
     } else if (st == INF_OK) {
         inf_log(INFO, "stopped cleanly");
     }
+    srv_conns_destroy(s);
+    srv_guard_fini(s);
     free(s);
     return st;
 }

@@ -7,7 +7,8 @@
  * engine is a suspended connection; the loop resumes it when the engine's
  * events arrive. While a connection is suspended libmicrohttpd does not watch
  * its socket, so a sweep timer peeks at those sockets to notice a client that
- * went away and cancel its request. */
+ * went away and cancel its request. The loop accepts connections itself and
+ * hands them to libmicrohttpd (conn.c). */
 #define INF_LOG_MODULE "srv"
 #include "api/api.h"
 #include "server/srv_impl.h"
@@ -185,7 +186,8 @@ static void on_sweep(uv_timer_t *t)
 {
     struct srv_server *s = t->data;
     for (struct srv_req *r = s->live; r; r = r->next) {
-        if (!r->suspended || !r->conn || !r->in_engine || r->cancelled)
+        if (!r->suspended || !r->conn || r->cancelled || r->client_gone ||
+            (!r->in_engine && !r->in_work))
             continue;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -193,8 +195,14 @@ static void on_sweep(uv_timer_t *t)
             continue;
         char c;
         ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            srv_cmpl_cancel(r, "client closed while waiting");
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            /* A worker thread still holds a request being tokenized: only
+             * mark it; its completion sees the mark. */
+            if (r->in_work)
+                r->client_gone = true;
+            else
+                srv_cmpl_cancel(r, "client closed while waiting");
+        }
     }
 }
 
@@ -215,7 +223,8 @@ void srv_req_respond(struct srv_req *r, unsigned status, struct MHD_Response *re
         srv_req_resume(r);
         return;
     }
-    MHD_add_response_header(resp, "X-Request-Id", r->id_str);
+    MHD_add_response_header(resp, "X-Request-Id", r->xrid_given ? srv_req_short_id(r) : r->id_str);
+    srv_cors_headers(r, resp);
     if (r->responded || !r->conn) {
         MHD_destroy_response(resp);
         return;
@@ -257,8 +266,14 @@ void srv_req_respond_error(struct srv_req *r, unsigned http_status, inf_status_t
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     unsigned status = http_status ? http_status : (unsigned)api_status_http(st);
-    inf_log(INFO, "req=%s %s %s -> %u %s", srv_req_short_id(r), r->method, r->url ? r->url : "",
-            status, msg);
+    /* 429s and 503s come in floods under load: the first of an interval is
+     * written, the rest counted. */
+    struct srv_ratelog *rl = status == 429   ? &r->srv->log_busy
+                             : status == 503 ? &r->srv->log_unavailable
+                                             : NULL;
+    if (!rl || srv_ratelog_take(rl, inf_now_ns()))
+        inf_log(INFO, "req=%s %s %s -> %u %s", srv_req_short_id(r), r->method, r->url ? r->url : "",
+                status, msg);
     struct inf_arena a;
     inf_arena_init(&a, 1024);
     char *body = NULL;
@@ -291,6 +306,25 @@ void srv_id_prefix(char out[17])
     snprintf(out, 17, "%016llx", (unsigned long long)v);
 }
 
+/* A client's X-Request-Id is taken as the request's id when it has 1 to
+ * SRV_XRID_MAX characters of [A-Za-z0-9._:/+=@~-] (what UUIDs, ULIDs and
+ * trace ids use; nothing that could break a log line or a JSON string). */
+static bool xrid_usable(const char *v)
+{
+    if (!v)
+        return false;
+    size_t n = strlen(v);
+    if (n == 0 || n > SRV_XRID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("._:/+=@~-", c)))
+            return false;
+    }
+    return true;
+}
+
 static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn,
                                const char *method, const char *url)
 {
@@ -300,8 +334,14 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
     r->srv = s;
     r->conn = conn;
     r->id = ++s->next_id;
-    snprintf(r->id_str, sizeof r->id_str, SRV_REQ_ID_PREFIX "%s%08llx", s->id_prefix,
-             (unsigned long long)r->id);
+    const char *xrid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+    if (xrid_usable(xrid)) {
+        snprintf(r->id_str, sizeof r->id_str, SRV_REQ_ID_PREFIX "%s", xrid);
+        r->xrid_given = true;
+    } else {
+        snprintf(r->id_str, sizeof r->id_str, SRV_REQ_ID_PREFIX "%s%08llx", s->id_prefix,
+                 (unsigned long long)r->id);
+    }
     snprintf(r->method, sizeof r->method, "%s", method);
     r->url = strdup(url);
     r->arrival_ns = inf_now_ns();
@@ -309,6 +349,8 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
         free(r);
         return NULL;
     }
+    srv_cors_capture(r);
+    srv_conn_set_req(srv_conn_of(conn), r);
     r->next = s->live;
     if (s->live)
         s->live->prev = r;
@@ -319,9 +361,11 @@ static struct srv_req *req_new(struct srv_server *s, struct MHD_Connection *conn
 
 void srv_req_maybe_free(struct srv_req *r)
 {
-    if (!r->conn_done || r->in_engine)
+    if (!r->conn_done || r->in_engine || r->in_work)
         return;
     struct srv_server *s = r->srv;
+    if (r->sc)
+        srv_conn_set_req(r->sc, NULL);
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -333,6 +377,7 @@ void srv_req_maybe_free(struct srv_req *r)
         MHD_destroy_response(r->pending);
     srv_cmpl_free(r);
     srv_buf_free(&r->body);
+    free(r->origin);
     free(r->url);
     free(r);
     if (s->draining)
@@ -352,11 +397,22 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     r->conn = NULL;
     r->conn_done = true;
     r->suspended = false;
+    /* A connection the server closed (a deadline, or to make room) was
+     * counted and logged there. */
+    bool ours = srv_conn_closed_by_us(r->sc);
+    if (r->sc) {
+        struct srv_conn *sc = r->sc;
+        srv_conn_set_req(sc, NULL);
+        srv_conn_phase(sc, SRV_CONN_IDLE);
+    }
     /* One access line per request; errors were logged with their message
      * when answered, and probes (/health, /metrics) only at DEBUG. */
     double ms = (double)(inf_now_ns() - r->arrival_ns) / 1e6;
     bool probe = strncmp(r->url, "/health", 7) == 0 || strcmp(r->url, "/metrics") == 0;
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (ours || r->client_gone))
+        inf_log(DEBUG, "req=%s %s %s: connection closed after %.1f ms", srv_req_short_id(r),
+                r->method, r->url, ms);
+    else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         inf_log(INFO, "req=%s %s %s -> %u, connection ended early (%s) after %.1f ms",
                 srv_req_short_id(r), r->method, r->url, r->status,
                 toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED   ? "timeout"
@@ -422,22 +478,43 @@ static bool check_content_length(struct srv_req *r)
     return true;
 }
 
+/* Whether the head announces a body (a Content-Length above 0, or chunks). */
+static bool head_has_body(struct MHD_Connection *conn)
+{
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return true;
+    if (!cl)
+        return false;
+    while (*cl == ' ' || *cl == '\t' || *cl == '0')
+        cl++;
+    return *cl >= '1' && *cl <= '9';
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version, const char *upload_data,
                                  size_t *upload_data_size, void **con_cls)
 {
     struct srv_server *s = cls;
     struct srv_req *r = *con_cls;
-    (void)version;
 
     if (!r) {
         r = req_new(s, conn, method, url);
         if (!r)
             return MHD_NO; /* out of memory: libmicrohttpd closes the connection */
         *con_cls = r;
+        bool body = head_has_body(conn);
         r->in_handler = true;
-        check_content_length(r);
+        if (srv_guard_head(r, version))
+            check_content_length(r);
         r->in_handler = false;
+        /* Refused on its head: the body, if any, is still on its way; the
+         * connection is closed after the answer, and drained so that the
+         * client reads it. */
+        if (r->responded && body)
+            srv_conn_linger(r->sc);
+        srv_conn_phase(r->sc, body && !r->responded ? SRV_CONN_BODY : SRV_CONN_BUSY);
         return MHD_YES;
     }
     if (r->responded)
@@ -475,6 +552,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         MHD_destroy_response(resp);
     } else if (!r->dispatched) {
         r->dispatched = true;
+        srv_conn_phase(r->sc, SRV_CONN_BUSY);
         if (r->body_too_big)
             srv_req_respond_error(r, 413, INF_E_TOOBIG, NULL, NULL,
                                   "request body is over the limit of %zu bytes",
@@ -484,9 +562,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     }
     r->in_handler = false;
     if (!r->responded && !r->suspended) {
-        /* No answer could be built (out of memory): close the connection
-         * rather than be called again for nothing. */
-        inf_log(ERROR, "req=%s no response to send: closing", srv_req_short_id(r));
+        /* The client left while its request was prepared, or no answer
+         * could be built (out of memory): close the connection rather than
+         * be called again for nothing. */
+        if (!r->client_gone)
+            inf_log(ERROR, "req=%s no response to send: closing", srv_req_short_id(r));
         return MHD_NO;
     }
     return MHD_YES;
@@ -547,23 +627,52 @@ static int bind_listen(const char *host, int32_t port, uint16_t *bound, struct i
     return fd;
 }
 
-inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
+/* Whether the socket listens on a loopback address (127.0.0.0/8, ::1, or
+ * an IPv4-mapped 127.x). */
+static bool is_loopback(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return false;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+inf_status_t srv_http_bind(struct srv_server *s, struct inf_err *err)
 {
     int fd = bind_listen(s->opt.host, s->opt.port, &s->port, err);
     if (fd < 0)
         return err ? err->code : INF_E_IO;
+    s->listen_fd = fd;
+    inf_status_t st = srv_guard_init(s, is_loopback(fd), err);
+    if (st != INF_OK) {
+        close(fd);
+        s->listen_fd = -1;
+        return st;
+    }
+    inf_log(INFO, "listening on %s:%u (connections are served once the model is loaded)",
+            s->opt.host ? s->opt.host : "*", (unsigned)s->port);
+    return INF_OK;
+}
 
+inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
+{
+    inf_status_t st = srv_conns_create(s, err);
+    if (st != INF_OK)
+        return st;
     /* Options are passed as an array so the optional limits can be left out. */
     struct MHD_OptionItem ops[10];
     int n = 0;
-    ops[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, fd, NULL};
     ops[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s};
-    if (s->opt.max_connections)
-        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
-                                           (intptr_t)s->opt.max_connections, NULL};
-    if (s->opt.max_connections_per_ip)
-        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                                           (intptr_t)s->opt.max_connections_per_ip, NULL};
+    ops[n++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)srv_conns_notify, s};
+    ops[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                       (intptr_t)srv_conns_mhd_limit(s), NULL};
     if (s->opt.connection_timeout_s)
         ops[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
                                            (intptr_t)s->opt.connection_timeout_s, NULL};
@@ -574,23 +683,22 @@ inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
 
     /* External epoll mode (no MHD thread), suspend/resume (which brings MHD's
      * inter-thread channel, so a resume wakes its epoll fd), turbo (no
-     * per-call socket sanity checks). */
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+     * per-call socket sanity checks), no listening socket of its own: the
+     * loop accepts and adds each connection (conn.c). */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET;
     /* The logger goes first so that every later message reaches it. */
     s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_EXTERNAL_LOGGER,
                               on_mhd_log, s, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
-    if (!s->mhd) {
-        close(fd);
+    if (!s->mhd)
         return inf_err_set(err, INF_E_IO, "port: libmicrohttpd could not start on port %u",
                            (unsigned)s->port);
-    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!di) {
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
         return inf_err_set(err, INF_E_INTERNAL, "libmicrohttpd has no epoll fd");
     }
-    s->listen_fd = fd;
     uv_poll_init(s->loop, &s->mhd_poll, di->epoll_fd);
     s->mhd_poll.data = s;
     uv_timer_init(s->loop, &s->mhd_timer);
@@ -602,8 +710,9 @@ inf_status_t srv_http_start(struct srv_server *s, struct inf_err *err)
     s->n_handles += 4;
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
     uv_timer_start(&s->sweep_timer, on_sweep, SWEEP_MS, SWEEP_MS);
+    srv_conns_accept_start(s);
     arm_timer(s);
-    inf_log(INFO, "listening on %s:%u", s->opt.host ? s->opt.host : "*", (unsigned)s->port);
+    inf_log(INFO, "accepting connections on port %u", (unsigned)s->port);
     return INF_OK;
 }
 
@@ -629,8 +738,12 @@ void srv_http_stop(struct srv_server *s)
     }
     if (any)
         mhd_run(s);
+    srv_conns_stop(s);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    s->listen_fd = -1;
     uv_close((uv_handle_t *)&s->mhd_poll, on_handle_closed);
     uv_close((uv_handle_t *)&s->mhd_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->sweep_timer, on_handle_closed);

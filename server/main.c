@@ -9,8 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Exit statuses: 0 --help / --version / --print-config and a clean shutdown,
- * 1 a failure at run time (the model, the port), 2 bad flags or configuration. */
+/* Exit statuses: 0 --help / --version / --print-config and a clean shutdown;
+ * 2 what a restart cannot fix: bad flags or configuration, an address that
+ * cannot be bound, a model folder that is missing, unreadable or does not
+ * match its config.json, a KV budget too small for one sequence; 1 a
+ * failure a restart may cure (a device error, out of memory). The systemd
+ * unit does not restart on 2 (RestartPreventExitStatus). */
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 /* The engine's and the HTTP side's views of the configuration. Strings and
@@ -28,6 +32,12 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     opt->max_connections = (uint32_t)cfg->max_connections;
     opt->max_connections_per_ip = (uint32_t)cfg->per_ip_connections;
     opt->connection_timeout_s = (uint32_t)ceil(cfg->connection_timeout);
+    opt->header_timeout_s = cfg->header_timeout;
+    opt->body_timeout_s = cfg->body_timeout;
+    opt->cors_origins = cfg->cors_origins.v;
+    opt->n_cors_origins = cfg->cors_origins.n;
+    opt->allowed_hosts = cfg->allowed_hosts.v;
+    opt->n_allowed_hosts = cfg->allowed_hosts.n;
     opt->drain_timeout_s = cfg->drain_timeout;
 
     memset(ecfg, 0, sizeof *ecfg);
@@ -112,6 +122,12 @@ int main(int argc, char **argv)
     if (inf_log_level_parse(cfg.log_level, &level))
         inf_log_set_level(level);
     srv_config_log(&cfg);
+    if (srv_config_check_model(&cfg, &err) != INF_OK) {
+        inf_log(ERROR, "%s", err.msg);
+        fprintf(stderr, "int4serve: %s\n", err.msg);
+        srv_config_fini(&cfg);
+        return EXIT_USAGE;
+    }
 
     struct srv_options opt;
     struct eng_config ecfg;
@@ -125,11 +141,14 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     inf_status_t st = srv_daemon_run(&opt, &ecfg, &err);
     free(devices);
-    srv_config_fini(&cfg);
+    int rc = 0;
     if (st != INF_OK) {
-        inf_log(ERROR, "%s", err.msg[0] ? err.msg : inf_status_str(st));
-        fprintf(stderr, "int4serve: %s\n", err.msg[0] ? err.msg : inf_status_str(st));
-        return EXIT_RUNTIME;
+        char msg[1024];
+        rc =
+            srv_startup_error(&cfg, st, err.msg[0] ? err.msg : inf_status_str(st), msg, sizeof msg);
+        inf_log(ERROR, "%s", msg);
+        fprintf(stderr, "int4serve: %s\n", msg);
     }
-    return 0;
+    srv_config_fini(&cfg);
+    return rc;
 }

@@ -125,6 +125,32 @@ char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st
         srv_buf_printf(&b, "int4serve_http_responses_total{code=\"%dxx\"} %llu\n", i,
                        (unsigned long long)m->http_responses[i]);
 
+    put_scalar(&b, "int4serve_http_connections_open", "gauge", "HTTP connections open now.",
+               (double)m->conn_open);
+    put_scalar(&b, "int4serve_http_connections_total", "counter",
+               "HTTP connections accepted and served.", (double)m->conn_total);
+    static const char *const refused[SRV_REFUSE_N] = {
+        [SRV_REFUSE_MAX_CONNECTIONS] = "max_connections",
+        [SRV_REFUSE_PER_IP] = "per_ip_connections",
+    };
+    srv_buf_printf(&b, "# HELP int4serve_http_connections_refused_total Connections answered "
+                       "503 and closed at once, by the limit that refused them.\n"
+                       "# TYPE int4serve_http_connections_refused_total counter\n");
+    for (int i = 0; i < SRV_REFUSE_N; i++)
+        srv_buf_printf(&b, "int4serve_http_connections_refused_total{limit=\"%s\"} %llu\n",
+                       refused[i], (unsigned long long)m->conn_refused[i]);
+    static const char *const closed[SRV_CLOSE_N] = {
+        [SRV_CLOSE_HEADER_TIMEOUT] = "header_timeout",
+        [SRV_CLOSE_BODY_TIMEOUT] = "body_timeout",
+        [SRV_CLOSE_EVICTED] = "evicted",
+    };
+    srv_buf_printf(&b, "# HELP int4serve_http_connections_closed_total Connections the server "
+                       "closed: a deadline missed, or idle or slow at max_connections.\n"
+                       "# TYPE int4serve_http_connections_closed_total counter\n");
+    for (int i = 0; i < SRV_CLOSE_N; i++)
+        srv_buf_printf(&b, "int4serve_http_connections_closed_total{reason=\"%s\"} %llu\n",
+                       closed[i], (unsigned long long)m->conn_closed[i]);
+
     put_hist(&b, "int4serve_time_to_first_token_seconds",
              "Time from the request's arrival to its first generated token.", &m->ttft);
     put_hist(&b, "int4serve_inter_token_latency_seconds",

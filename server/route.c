@@ -6,6 +6,7 @@
 #include "tokenizer/tokenizer.h"
 #include "server/srv_impl.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -14,6 +15,7 @@
 enum route_id {
     ROUTE_COMPLETIONS,
     ROUTE_MODELS,
+    ROUTE_MODEL, /* /v1/models/{id} */
     ROUTE_HEALTH,
     ROUTE_READY,
     ROUTE_METRICS,
@@ -22,20 +24,22 @@ enum route_id {
 };
 
 struct route {
-    const char *path;
+    const char *path;   /* the path, or its prefix when prefix */
     const char *method; /* the one method served; HEAD is accepted where GET is */
     enum route_id id;
-    bool open; /* served without the API key */
+    bool open;   /* served without the API key */
+    bool prefix; /* path is a prefix: "/v1/models/" and the rest */
 };
 
 static const struct route ROUTES[] = {
-    {"/v1/completions", "POST", ROUTE_COMPLETIONS, false},
-    {"/v1/models", "GET", ROUTE_MODELS, false},
-    {"/health", "GET", ROUTE_HEALTH, true},
-    {"/health/ready", "GET", ROUTE_READY, true},
-    {"/metrics", "GET", ROUTE_METRICS, true},
-    {"/tokenize", "POST", ROUTE_TOKENIZE, false},
-    {"/detokenize", "POST", ROUTE_DETOKENIZE, false},
+    {"/v1/completions", "POST", ROUTE_COMPLETIONS, false, false},
+    {"/v1/models", "GET", ROUTE_MODELS, false, false},
+    {"/v1/models/", "GET", ROUTE_MODEL, false, true},
+    {"/health", "GET", ROUTE_HEALTH, true, false},
+    {"/health/ready", "GET", ROUTE_READY, true, false},
+    {"/metrics", "GET", ROUTE_METRICS, true, false},
+    {"/tokenize", "POST", ROUTE_TOKENIZE, false, false},
+    {"/detokenize", "POST", ROUTE_DETOKENIZE, false, false},
 };
 
 /* Compare without an early exit, so the time taken does not tell how many
@@ -91,6 +95,30 @@ static void handle_models(struct srv_req *r)
     inf_arena_fini(&a);
 }
 
+/* GET /v1/models/{id} (OpenAI's retrieve): the served model, or 404
+ * model_not_found. A model id may hold '/' ("meta-llama/Llama-3-8B"): the
+ * whole rest of the path is the id. */
+static void handle_model(struct srv_req *r, const char *id)
+{
+    struct srv_server *s = r->srv;
+    if (strcmp(id, s->opt.model_name) != 0) {
+        srv_req_respond_error(r, 404, INF_E_NOTFOUND, "model", "model_not_found",
+                              "The model `%.128s` does not exist or you do not have access to it.",
+                              id);
+        return;
+    }
+    struct inf_arena a;
+    inf_arena_init(&a, 1024);
+    struct api_model_card card = {s->opt.model_name, s->started_unix,
+                                  (uint32_t)s->info.max_model_len};
+    char *out = NULL;
+    size_t len = 0;
+    struct inf_err err = {0};
+    inf_status_t st = api_model_encode(&card, &a, &out, &len, &err);
+    respond_json_arena(r, st, out, len, &err);
+    inf_arena_fini(&a);
+}
+
 static void handle_health(struct srv_req *r, bool ready)
 {
     struct srv_server *s = r->srv;
@@ -123,111 +151,108 @@ static void handle_metrics(struct srv_req *r)
     free(text);
 }
 
-/* What /tokenize and /detokenize share: the served model's limits, and its
- * tokenizer (NULL with *st and err set to INF_E_UNSUPPORTED where it has
- * none). */
-static void served_limits(const struct srv_server *s, struct api_limits *lim)
-{
-    api_limits_init(lim, s->opt.model_name, (uint32_t)s->info.vocab,
-                    (uint32_t)s->info.max_model_len);
-}
-
-static tok_tokenizer_t *served_tokenizer(struct srv_server *s, inf_status_t *st, struct inf_err *err)
-{
-    tok_tokenizer_t *tok = eng_engine_tokenizer(s->eng);
-    if (!tok)
-        *st = inf_err_set(err, INF_E_UNSUPPORTED, "this model has no tokenizer");
-    return tok;
-}
-
-static void handle_tokenize(struct srv_req *r)
-{
-    struct srv_server *s = r->srv;
-    struct inf_arena a;
-    inf_arena_init(&a, 4096);
+/* /tokenize and /detokenize: parsing, the tokenizer and the answer's JSON
+ * run on a worker thread (work.c); tok_job holds what it reads and writes. */
+struct tok_job {
+    struct srv_work work;
+    bool detok;
     struct api_limits lim;
-    served_limits(s, &lim);
-    struct api_tokenize_req q;
-    struct api_fault fault = {0};
-    struct inf_err err = {0};
-    struct tok_ids ids = {0};
-    char *out = NULL;
-    size_t len = 0;
-    inf_status_t st =
-        api_tokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
-    if (st != INF_OK)
-        goto fail;
-    tok_tokenizer_t *tok = served_tokenizer(s, &st, &err);
-    if (!tok)
-        goto fail;
-    struct tok_encode_opts o = tok_encode_defaults();
-    o.add_special = q.add_special_tokens;
-    st = tok_encode(tok, q.prompt.s, q.prompt.len, &o, &ids, &err);
-    if (st != INF_OK) {
-        fault.param = "prompt";
-        goto fail;
+    tok_tokenizer_t *tok; /* NULL: the model has none */
+    uint32_t max_model_len;
+    struct inf_arena a;
+    inf_status_t st;
+    struct api_fault fault;
+    struct inf_err err;
+    char *out; /* the answer, in a */
+    size_t len;
+};
+
+static void tok_job_work(struct srv_work *w)
+{
+    struct tok_job *j = (struct tok_job *)((char *)w - offsetof(struct tok_job, work));
+    const struct srv_req *r = w->r;
+    const char *body = r->body.p ? r->body.p : "";
+    if (!j->detok) {
+        struct api_tokenize_req q;
+        struct tok_ids ids = {0};
+        j->st = api_tokenize_parse(body, r->body.len, &j->lim, &j->a, &q, &j->fault, &j->err);
+        if (j->st == INF_OK && !j->tok)
+            j->st = inf_err_set(&j->err, INF_E_UNSUPPORTED, "this model has no tokenizer");
+        if (j->st == INF_OK) {
+            struct tok_encode_opts o = tok_encode_defaults();
+            o.add_special = q.add_special_tokens;
+            j->st = tok_encode(j->tok, q.prompt.s, q.prompt.len, &o, &ids, &j->err);
+            if (j->st != INF_OK)
+                j->fault.param = "prompt";
+        }
+        if (j->st == INF_OK)
+            j->st = api_tokenize_encode(ids.ids, (uint32_t)ids.n, j->max_model_len, &j->a, &j->out,
+                                        &j->len, &j->err);
+        tok_ids_fini(&ids);
+        return;
     }
-    st = api_tokenize_encode(ids.ids, (uint32_t)ids.n, (uint32_t)s->info.max_model_len, &a, &out,
-                             &len, &err);
-    if (st != INF_OK)
-        goto fail;
-    srv_req_respond_body(r, 200, "application/json", out, len);
-    tok_ids_fini(&ids);
-    inf_arena_fini(&a);
-    return;
-fail:
-    srv_req_respond_error(r, 0, st, fault.param, fault.code, "%s",
-                          err.msg[0] ? err.msg : inf_status_str(st));
-    tok_ids_fini(&ids);
-    inf_arena_fini(&a);
-}
-
-static void handle_detokenize(struct srv_req *r)
-{
-    struct srv_server *s = r->srv;
-    struct inf_arena a;
-    inf_arena_init(&a, 4096);
-    struct api_limits lim;
-    served_limits(s, &lim);
     struct api_detokenize_req q;
-    struct api_fault fault = {0};
-    struct inf_err err = {0};
-    char *text = NULL, *out = NULL;
-    size_t tlen = 0, len = 0;
-    inf_status_t st =
-        api_detokenize_parse(r->body.p ? r->body.p : "", r->body.len, &lim, &a, &q, &fault, &err);
-    if (st != INF_OK)
-        goto fail;
-    tok_tokenizer_t *tok = served_tokenizer(s, &st, &err);
-    if (!tok)
-        goto fail;
-    st = tok_decode(tok, q.ids, q.n_ids, false, &text, &tlen, &err);
-    if (st != INF_OK) {
-        if (st == INF_E_RANGE)
-            st = INF_E_INVALID;
-        fault.param = "tokens";
-        goto fail;
+    char *text = NULL;
+    size_t tlen = 0;
+    j->st = api_detokenize_parse(body, r->body.len, &j->lim, &j->a, &q, &j->fault, &j->err);
+    if (j->st == INF_OK && !j->tok)
+        j->st = inf_err_set(&j->err, INF_E_UNSUPPORTED, "this model has no tokenizer");
+    if (j->st == INF_OK) {
+        j->st = tok_decode(j->tok, q.ids, q.n_ids, false, &text, &tlen, &j->err);
+        if (j->st != INF_OK) {
+            if (j->st == INF_E_RANGE)
+                j->st = INF_E_INVALID;
+            j->fault.param = "tokens";
+        }
     }
-    st = api_detokenize_encode(text, tlen, &a, &out, &len, &err);
-    if (st != INF_OK)
-        goto fail;
-    srv_req_respond_body(r, 200, "application/json", out, len);
+    if (j->st == INF_OK)
+        j->st = api_detokenize_encode(text, tlen, &j->a, &j->out, &j->len, &j->err);
     free(text);
-    inf_arena_fini(&a);
-    return;
-fail:
-    srv_req_respond_error(r, 0, st, fault.param, fault.code, "%s",
-                          err.msg[0] ? err.msg : inf_status_str(st));
-    free(text);
-    inf_arena_fini(&a);
+}
+
+static void tok_job_done(struct srv_work *w)
+{
+    struct tok_job *j = (struct tok_job *)((char *)w - offsetof(struct tok_job, work));
+    struct srv_req *r = w->r;
+    if (!r->client_gone && j->st == INF_OK)
+        srv_req_respond_body(r, 200, "application/json", j->out, j->len);
+    else if (!r->client_gone)
+        srv_req_respond_error(r, 0, j->st, j->fault.param, j->fault.code, "%s",
+                              j->err.msg[0] ? j->err.msg : inf_status_str(j->st));
+    inf_arena_fini(&j->a);
+    free(j);
+}
+
+static void handle_tokenize(struct srv_req *r, bool detok)
+{
+    struct srv_server *s = r->srv;
+    struct tok_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        srv_req_respond_error(r, 500, INF_E_NOMEM, NULL, NULL, "out of memory");
+        return;
+    }
+    j->detok = detok;
+    api_limits_init(&j->lim, s->opt.model_name, (uint32_t)s->info.vocab,
+                    (uint32_t)s->info.max_model_len);
+    j->tok = eng_engine_tokenizer(s->eng);
+    j->max_model_len = (uint32_t)s->info.max_model_len;
+    inf_arena_init(&j->a, 4096);
+    srv_req_work(r, &j->work, tok_job_work, tok_job_done);
 }
 
 void srv_route(struct srv_req *r)
 {
     const struct route *rt = NULL;
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-        if (strcmp(r->url, ROUTES[i].path) == 0)
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        size_t n = strlen(ROUTES[i].path);
+        if (ROUTES[i].prefix ? strncmp(r->url, ROUTES[i].path, n) == 0 && r->url[n]
+                             : strcmp(r->url, ROUTES[i].path) == 0)
             rt = &ROUTES[i];
+    }
+    /* A browser's preflight carries no API key: answered before the key is
+     * checked. */
+    if (rt && srv_cors_preflight(r, rt->method))
+        return;
     bool open = rt && rt->open;
     if (!open && !authorized(r)) {
         srv_req_respond_error(r, 401, INF_E_AUTH, NULL, "invalid_api_key",
@@ -261,12 +286,17 @@ void srv_route(struct srv_req *r)
         srv_req_respond(r, 405, resp);
         return;
     }
+    if (strcmp(rt->method, "POST") == 0 && !srv_guard_content_type(r))
+        return;
     switch (rt->id) {
     case ROUTE_COMPLETIONS:
         srv_cmpl_handle(r);
         break;
     case ROUTE_MODELS:
         handle_models(r);
+        break;
+    case ROUTE_MODEL:
+        handle_model(r, r->url + strlen(rt->path));
         break;
     case ROUTE_HEALTH:
         handle_health(r, false);
@@ -284,10 +314,7 @@ void srv_route(struct srv_req *r)
                                   "the server is shutting down");
             break;
         }
-        if (rt->id == ROUTE_TOKENIZE)
-            handle_tokenize(r);
-        else
-            handle_detokenize(r);
+        handle_tokenize(r, rt->id == ROUTE_DETOKENIZE);
         break;
     }
 }

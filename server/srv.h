@@ -32,11 +32,15 @@ struct srv_str_list {
 /* The effective configuration. Strings and lists live in cfg->arena. */
 struct srv_config {
     /* [server] */
-    const char *host;              /* address to listen on */
-    int64_t port;                  /* 0 = any free port */
-    const char *api_key;           /* "" = no authentication */
-    const char *served_model_name; /* after srv_config_finish: never "" */
-    const char *log_level;         /* debug | info | warn | error | off */
+    const char *host;                  /* address to listen on */
+    int64_t port;                      /* 0 = any free port */
+    const char *api_key;               /* "" = no authentication */
+    const char *served_model_name;     /* after srv_config_finish: never "" */
+    const char *log_level;             /* debug | info | warn | error | off */
+    double header_timeout;             /* seconds from a request's first byte to its last header */
+    double body_timeout;               /* seconds from the headers to the body's last byte */
+    struct srv_str_list cors_origins;  /* origins answered with CORS headers ("*": any) */
+    struct srv_str_list allowed_hosts; /* Host values served; empty: see srv_options */
     /* [model] */
     const char *model;             /* model folder */
     const char *quantization;      /* int4 | none */
@@ -162,6 +166,23 @@ char *srv_config_format(const struct srv_config *cfg, const struct srv_config_ke
 /* One INFO line per key, api_key masked. */
 void srv_config_log(const struct srv_config *cfg);
 
+/* ---- start-up failures (startup.c) -------------------------------------------
+ * Thread: main, at start-up. */
+
+/* Check that cfg's model folder exists, is a folder and can be read, before
+ * anything is loaded from it (the mock backend needs none). Errors name the
+ * key, its value and origin: INF_E_NOTFOUND, INF_E_INVALID (not a folder),
+ * INF_E_IO (cannot be read). */
+inf_status_t srv_config_check_model(const struct srv_config *cfg, struct inf_err *err);
+/* The start-up failure st with message msg (srv_daemon_run's) as written for
+ * the operator into out: a leading key name ("kv_cache_tokens: ...",
+ * "port: ...") becomes the key with its value and origin, and a failure
+ * about the model names the model folder. Returns the exit status: 2 when
+ * the configuration or the model must change (a restart cannot help), 1
+ * when a restart may (a device error, out of memory). */
+int srv_startup_error(const struct srv_config *cfg, inf_status_t st, const char *msg, char *out,
+                      size_t cap);
+
 /* ---- the daemon (server side: loop, HTTP, routing, signals) ----------------
  * Everything below runs on the loop thread unless said otherwise. */
 #include "engine/eng.h"
@@ -175,11 +196,20 @@ struct srv_options {
     const char *api_key;             /* NULL or "" = no authentication */
     const char *model_name;          /* the id /v1/models lists and requests must name */
     size_t max_body_bytes;           /* larger bodies are answered 413 (default 2 MiB) */
-    uint32_t max_connections;        /* MHD connection limit (0 = libmicrohttpd's default) */
+    uint32_t max_connections;        /* open connections at once (default 1024) */
     uint32_t max_connections_per_ip; /* 0 = unlimited */
-    uint32_t connection_timeout_s;   /* idle / header timeout, 0 = none */
+    uint32_t connection_timeout_s;   /* idle timeout, 0 = none */
+    double header_timeout_s;         /* a request's first byte to its last header; 0 = none */
+    double body_timeout_s;           /* a request's last header to its body's last byte; 0 = none */
     size_t connection_memory_limit;  /* per-connection buffer (0 = default) */
     double drain_timeout_s; /* on SIGTERM, wait this long for running requests; 0 = abort */
+    const char *const *cors_origins; /* [n_cors_origins] origins given CORS headers; "*" any */
+    size_t n_cors_origins;
+    const char *const *allowed_hosts; /* [n_allowed_hosts] Host values served ("*" any,
+                                         ".example.com" a domain and its subdomains); none:
+                                         the loopback names when the listening address is a
+                                         loopback one, any otherwise */
+    size_t n_allowed_hosts;
 };
 
 /* Default values for every field (max_body 2 MiB, drain 30 s, host 127.0.0.1,

@@ -1,4 +1,4 @@
-/* GET /v1/models: the list body. */
+/* GET /v1/models: the list body; GET /v1/models/{id}: one model. */
 #include "api/api.h"
 
 #include <check.h>
@@ -53,11 +53,31 @@ START_TEST(several_and_none)
 }
 END_TEST
 
+START_TEST(retrieve_one)
+{
+    /* OpenAI's retrieve answers the model object alone: the list's item. */
+    struct inf_arena a;
+    inf_arena_init(&a, 0);
+    struct api_model_card card = {"org/tiny \"x\"", 1764474000, 2048};
+    char *out, *list;
+    size_t len;
+    ck_assert_int_eq(api_model_encode(&card, &a, &out, &len, NULL), INF_OK);
+    const char *want = "{\"id\":\"org/tiny \\\"x\\\"\",\"object\":\"model\",\"created\":1764474000,"
+                       "\"owned_by\":\"int4serve\",\"max_model_len\":2048}";
+    ck_assert_str_eq(out, want);
+    ck_assert_uint_eq(len, strlen(want));
+    ck_assert_int_eq(api_models_encode(&card, 1, &a, &list, NULL, NULL), INF_OK);
+    ck_assert_ptr_nonnull(strstr(list, want));
+    inf_arena_fini(&a);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("api_models");
     TCase *tc = tcase_create("encode");
     tcase_add_test(tc, one_model);
+    tcase_add_test(tc, retrieve_one);
     tcase_add_test(tc, several_and_none);
     suite_add_tcase(s, tc);
     return s;

@@ -20,7 +20,7 @@
  * across blocks, one finite value, all -inf, all equal.
  * Timing (information): 128 rows of 128256, greedy and with top_p.
  * Fresh seed each run, printed; INT4SERVE_TEST_SEED replays one.
- * Prints "SKIPPED: no GPU" and exits 0 without a GPU. */
+ * Prints "SKIPPED: no GPU" and exits 77 (ctest: skipped) without a GPU. */
 #include "common/inf.h"
 #include "engine/backend.h"
 #include "engine/sched/sampler.h"
@@ -431,7 +431,7 @@ int main(void)
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("SKIPPED: no GPU\n");
-        return 0;
+        return 77; /* ctest: skipped (SKIP_RETURN_CODE, tests/CMakeLists.txt) */
     }
     const char *se = getenv("INT4SERVE_TEST_SEED");
     g_rng = se ? strtoull(se, NULL, 10) : (uint64_t)time(NULL);

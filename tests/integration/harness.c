@@ -387,7 +387,7 @@ int it_connect(const struct it_server *s, int rcvbuf)
 }
 
 /* All of buf on fd; false on an error or a closed peer. */
-static bool send_all(int fd, const char *buf, size_t len)
+bool it_send_all(int fd, const char *buf, size_t len)
 {
     size_t off = 0;
     while (off < len) {
@@ -405,15 +405,36 @@ int it_send_completion(const struct it_server *s, const char *body, int rcvbuf)
     if (fd < 0)
         return -1;
     char head[256];
-    int n = snprintf(head, sizeof head,
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     "\r\nContent-Length: %zu\r\n\r\n",
-                     strlen(body));
-    if (!send_all(fd, head, (size_t)n) || !send_all(fd, body, strlen(body))) {
+    int n = snprintf(
+        head, sizeof head,
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+        "\r\nContent-Length: %zu\r\n\r\n",
+        strlen(body));
+    if (!it_send_all(fd, head, (size_t)n) || !it_send_all(fd, body, strlen(body))) {
         close(fd);
         return -1;
     }
     return fd;
+}
+
+ssize_t it_read_all(int fd, char *out, size_t cap, double timeout_s)
+{
+    size_t got = 0;
+    double t0 = it_now();
+    while (got + 1 < cap) {
+        double left = timeout_s - (it_now() - t0);
+        if (left <= 0)
+            break;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+            break;
+        ssize_t n = recv(fd, out + got, cap - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    out[got] = '\0';
+    return (ssize_t)got;
 }
 
 ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out, size_t cap,
@@ -422,7 +443,7 @@ ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char 
     int fd = it_connect(s, 0);
     if (fd < 0)
         return -1;
-    send_all(fd, req, req_len); /* a partial send still reads what came back */
+    it_send_all(fd, req, req_len); /* a partial send still reads what came back */
     size_t got = 0;
     double t0 = it_now();
     while (got + 1 < cap) {

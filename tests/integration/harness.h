@@ -75,6 +75,12 @@ json_t *it_json(const struct it_resp *r);
 ssize_t it_raw(const struct it_server *s, const char *req, size_t req_len, char *out, size_t cap,
                double timeout_s);
 
+/* Send all of buf on fd (MSG_NOSIGNAL); false on an error or a closed peer. */
+bool it_send_all(int fd, const char *buf, size_t len);
+/* Read fd until the server closes it, cap - 1 bytes or timeout_s; the bytes
+ * read (NUL-terminated in out). */
+ssize_t it_read_all(int fd, char *out, size_t cap, double timeout_s);
+
 /* A TCP connection to the server on loopback; rcvbuf > 0 sets SO_RCVBUF
  * first (a client that reads slowly). Returns the fd, or -1. */
 int it_connect(const struct it_server *s, int rcvbuf);

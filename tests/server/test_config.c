@@ -117,6 +117,14 @@ START_TEST(documented_defaults)
     ck_assert_int_eq(cfg.body_limit, 2 * 1024 * 1024);
     ck_assert_int_eq(cfg.connection_memory, 64 * 1024);
     ck_assert(cfg.drain_timeout == 30.0);
+    ck_assert(cfg.connection_timeout == 60.0);
+    ck_assert_int_eq(cfg.max_connections, 1024);
+    /* Off: a load balancer, or a 256-connection wrk, from one address works */
+    ck_assert_int_eq(cfg.per_ip_connections, 0);
+    ck_assert(cfg.header_timeout == 20.0);
+    ck_assert(cfg.body_timeout == 60.0);
+    ck_assert_uint_eq(cfg.cors_origins.n, 0);
+    ck_assert_uint_eq(cfg.allowed_hosts.n, 0);
     ck_assert_str_eq(cfg.api_key, "");
     ck_assert_str_eq(cfg.log_level, "info");
     ck_assert_int_eq(cfg.seed, 0);
