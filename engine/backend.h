@@ -146,7 +146,7 @@ struct eng_upload {
  *   RoPE on the q and k heads of qkv at pos
  *   attention: the decode runs (seq_dec, one token each), then the prefill
  *   runs (seq_pre), each writing its K/V and attending over its slot
- *   d = att . Wo^T
+ *   d = att . Wo^T                  then summed over the group (all_reduce)
  *   x += d; xn = rmsnorm(x) * norm
  * attn holds the heads, the q, k, v and out views (q, k and v in one buffer,
  * q's heads then k's in each row, so one rotation covers both), the tables
@@ -171,6 +171,11 @@ struct eng_attn_block {
     struct eng_mat d;           /* [m][dim] scratch */
     const struct eng_buf *norm; /* fp32 [dim] */
     float eps;
+    bool all_reduce; /* d summed over the tensor-parallel group (eng_op_all_reduce)
+                        before the residual add: o is row-parallel */
+    int32_t o_lead;  /* o's shard starts with this many zero columns
+                        (engine/tp/shard.h): it reads attn.out from o_lead columns
+                        before it (k = o_lead + heads x head_dim), which hold 0 */
 };
 
 /* The gated MLP half of a decoder layer (the slot mlp_block; composed
@@ -178,7 +183,7 @@ struct eng_attn_block {
  *   g|u = xn . [Wgate; Wup]^T       one fused linear (a GLU weight, whose op
  *                                   gives h directly), or gate and up apart
  *   h = silu(g) * u
- *   d = h . Wdown^T
+ *   d = h . Wdown^T                 then summed over the group (all_reduce)
  *   x += d; xn = rmsnorm(x) * norm
  * gu, h and d are scratch. */
 struct eng_mlp_block {
@@ -192,6 +197,8 @@ struct eng_mlp_block {
     struct eng_mat d; /* [m][dim] scratch */
     const struct eng_buf *norm;
     float eps;
+    bool all_reduce;   /* as in struct eng_attn_block: down is row-parallel */
+    int32_t down_lead; /* as o_lead: down reads h from down_lead zero columns before it */
 };
 
 /* Sampling on the device (optional slots sample_reserve / sample). One

@@ -52,7 +52,8 @@ static inf_status_t mlp_block_check(const struct eng_mlp_block *p, struct inf_er
     else if (p->n_gu == 2)
         lin = lin_ok(p->gu[0], p->inter, p->dim) && lin_ok(p->gu[1], p->inter, p->dim) &&
               !p->gu[0]->glu && !p->gu[1]->glu;
-    if (!lin || !lin_ok(p->down, p->dim, p->inter) || p->down->glu)
+    if (!lin || p->down_lead < 0 || p->down_lead > p->h.off ||
+        !lin_ok(p->down, p->dim, p->down_lead + p->inter) || p->down->glu)
         return inf_err_set(err, INF_E_INVALID,
                            "mlp_block: gate/up or down linear does not match %d x %d", p->dim,
                            p->inter);
@@ -85,7 +86,8 @@ inf_status_t eng_attn_block_compose(struct eng_backend *be, const struct eng_att
         if ((s = eng_op_attn_prefill(be, &a, err)))
             return s;
     }
-    if ((s = eng_op_linear(be, p->o, a.out, p->d, false, m, err)))
+    if ((s = eng_op_linear(be, p->o, cols(a.out, -p->o_lead), p->d, false, m, err)) ||
+        (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
         return s;
     return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->eps, p->xn, p->dim, m, err);
 }
@@ -106,7 +108,8 @@ inf_status_t eng_mlp_block_compose(struct eng_backend *be, const struct eng_mlp_
         if (!s)
             s = eng_op_silu_mul(be, g, u, p->h, I, m, err);
     }
-    if (s || (s = eng_op_linear(be, p->down, p->h, p->d, false, m, err)))
+    if (s || (s = eng_op_linear(be, p->down, cols(p->h, -p->down_lead), p->d, false, m, err)) ||
+        (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
         return s;
     return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->eps, p->xn, p->dim, m, err);
 }

@@ -77,7 +77,14 @@ inf_status_t eng_cuda_attn_block(struct eng_backend *be, const struct eng_attn_b
          (s = eng_op_rope(be, a.q, a.n_heads + a.n_kv_heads, hd, a.pos, p->rope, m, err)) ||
          (s = eng_op_attn_decode(be, &a, err))))
         return s;
-    if ((s = linear_words(c, be, p->o, a.out, p->d, m, &words, err)))
+    /* a row-parallel o is summed over the group as fp16 rows first */
+    struct eng_mat o_in = a.out;
+    o_in.off -= p->o_lead;
+    if (p->all_reduce)
+        s = eng_op_linear(be, p->o, o_in, p->d, false, m, err);
+    else
+        s = linear_words(c, be, p->o, o_in, p->d, m, &words, err);
+    if (s || (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
         return s;
     return eng_cuda_norm_add(c, p->x, &p->d, words, p->norm, p->eps, p->xn, p->dim, m, err);
 }
@@ -105,7 +112,15 @@ inf_status_t eng_cuda_mlp_block(struct eng_backend *be, const struct eng_mlp_blo
             s = eng_op_silu_mul(be, g, u, p->h, I, m, err);
     }
     int32_t words = -1;
-    if (s || (s = linear_words(c, be, p->down, p->h, p->d, m, &words, err)))
+    if (s)
+        return s;
+    struct eng_mat h_in = p->h;
+    h_in.off -= p->down_lead;
+    if (p->all_reduce)
+        s = eng_op_linear(be, p->down, h_in, p->d, false, m, err);
+    else
+        s = linear_words(c, be, p->down, h_in, p->d, m, &words, err);
+    if (s || (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
         return s;
     return eng_cuda_norm_add(c, p->x, &p->d, words, p->norm, p->eps, p->xn, p->dim, m, err);
 }
