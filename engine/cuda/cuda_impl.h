@@ -91,8 +91,10 @@ struct cu_buf {
 struct cu_q4 {
     struct eng_q4w pub;
     struct krn_int4_gemm_layout lay;
-    void *dev; /* repacked weight */
-    bool glu;  /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
+    void *dev;     /* repacked weight */
+    int32_t *perm; /* device [k]: the input column of each stored column (an
+                      act-order weight; eng_cuda_q4_run gathers x first), or NULL */
+    bool glu;      /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
 };
 
 /* One cached attention work list: the bytes last uploaded to its region. */
