@@ -39,7 +39,7 @@ struct srv_config {
     const char *log_level;         /* debug | info | warn | error | off */
     /* [model] */
     const char *model;             /* model folder */
-    const char *quantization;      /* int4 | none */
+    const char *quantization;      /* auto | int4 | awq | gptq | compressed-tensors | none */
     int64_t group_size;            /* 32, 64, 128, 256, or -1 (per channel) */
     bool symmetric;                /* zero point fixed at 8 */
     struct srv_str_list keep_fp16; /* weight name patterns kept in fp16 */

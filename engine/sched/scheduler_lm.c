@@ -113,7 +113,7 @@ void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_m
 {
     *o = (struct eng_lm_model_opts){
         .dir = cfg->model_dir,
-        .quantize = cfg->quantize,
+        .quantization = cfg->quantization,
         .group_size = cfg->group_size,
         .symmetric = cfg->symmetric,
         .fuse_qkv = cfg->fuse_qkv,
@@ -137,7 +137,26 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     x->be = be;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
-    mo.quant = o->quantize ? ENG_QUANT_INT4 : ENG_QUANT_NONE;
+    switch (o->quantization) {
+    case ENG_QUANTIZATION_AUTO:
+        mo.quant = ENG_QUANT_AUTO;
+        break;
+    case ENG_QUANTIZATION_INT4:
+        mo.quant = ENG_QUANT_INT4;
+        break;
+    case ENG_QUANTIZATION_AWQ:
+        mo.quant = ENG_QUANT_AWQ;
+        break;
+    case ENG_QUANTIZATION_GPTQ:
+        mo.quant = ENG_QUANT_GPTQ;
+        break;
+    case ENG_QUANTIZATION_CT:
+        mo.quant = ENG_QUANT_CT;
+        break;
+    default:
+        mo.quant = ENG_QUANT_NONE;
+        break;
+    }
     if (o->group_size)
         mo.group_size = o->group_size < 0 ? 0 : o->group_size;
     mo.symmetric = o->symmetric;
