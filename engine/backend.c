@@ -4,6 +4,7 @@
 #include "engine/backend.h"
 #include "engine/batch.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 size_t eng_act_size(enum eng_act_dtype dt)
@@ -181,6 +182,25 @@ static inf_status_t q4_check(const struct krn_q4_weight *w, struct inf_err *err)
         !w->scale || !w->zero)
         return inf_err_set(err, INF_E_INVALID, "bad INT4 weight n=%d k=%d kp=%d group=%d", w->n,
                            w->k, w->kp, w->group);
+    if (!w->perm)
+        return INF_OK;
+    /* a backend gathers x[perm[i]]: every column once, none outside k */
+    uint8_t *seen = calloc((size_t)w->k, 1);
+    if (!seen)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory checking a column order");
+    int32_t bad = -1;
+    for (int32_t i = 0; i < w->k && bad < 0; i++) {
+        int32_t c = w->perm[i];
+        if (c < 0 || c >= w->k || seen[c])
+            bad = i;
+        else
+            seen[c] = 1;
+    }
+    free(seen);
+    if (bad >= 0)
+        return inf_err_set(err, INF_E_INVALID,
+                           "INT4 weight column order: perm[%d] = %d is not a new column below %d",
+                           bad, w->perm[bad], w->k);
     return INF_OK;
 }
 

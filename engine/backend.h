@@ -257,7 +257,10 @@ struct eng_backend_iface {
                                     struct inf_err *err);
 
     /* Repack the canonical form into the backend's object; the canonical
-     * form stays the caller's. */
+     * form stays the caller's. A weight with a column order (w->perm, an
+     * act-order checkpoint) keeps its own copy of it, and every op on the
+     * weight reads x[:, perm] (the public wrapper has checked that perm is
+     * a permutation of 0..k-1). */
     inf_status_t (*weight_q4_create)(struct eng_backend *be, const struct krn_q4_weight *w,
                                      struct eng_q4w **out, struct inf_err *err);
     void (*weight_q4_destroy)(struct eng_backend *be, struct eng_q4w *w);

@@ -21,6 +21,20 @@ typedef struct eng_engine eng_engine_t;
 /* ---- configuration ---------------------------------------------------------- */
 enum eng_backend_kind { ENG_BACKEND_CPU, ENG_BACKEND_CUDA, ENG_BACKEND_MOCK };
 
+/* The weights' quantization (the server's model.quantization). An explicit
+ * method that contradicts the checkpoint's own quantization_config stops
+ * the load, naming both. */
+enum eng_quantization {
+    ENG_QUANTIZATION_NONE, /* fp16 weights (fp32 on the CPU); an INT4 checkpoint is refused */
+    ENG_QUANTIZATION_AUTO, /* the checkpoint's own INT4 format when config.json declares one,
+                              else int4 (the server's default) */
+    ENG_QUANTIZATION_INT4, /* a 16-bit checkpoint quantized on load (round to nearest,
+                              group_size, symmetric) */
+    ENG_QUANTIZATION_AWQ,  /* AutoAWQ gemm, repacked without requantization */
+    ENG_QUANTIZATION_GPTQ, /* GPTQ (desc_act included), repacked */
+    ENG_QUANTIZATION_CT,   /* compressed-tensors pack-quantized, repacked */
+};
+
 struct eng_config {
     const char *model_dir; /* Hugging Face folder (config.json, safetensors, tokenizer.json) */
     enum eng_backend_kind backend;
@@ -36,10 +50,10 @@ struct eng_config {
     int32_t max_model_len;      /* 0 = the model's max_position_embeddings */
     int64_t kv_cache_tokens;    /* KV capacity in tokens, 0 = automatic */
     float gpu_memory_utilization;
-    int32_t max_queue;  /* waiting requests before INF_E_BUSY (default 256) */
-    bool quantize;      /* false = quantization "none" */
-    int32_t group_size; /* 32, 64, 128, 256, or -1 per-channel */
-    bool symmetric;
+    int32_t max_queue; /* waiting requests before INF_E_BUSY (default 256) */
+    enum eng_quantization quantization;
+    int32_t group_size;  /* quantizing on load: 32, 64, 128, 256, or -1 per-channel */
+    bool symmetric;      /* quantizing on load: zero point 8 */
     int32_t n_keep_fp16; /* name patterns of layers kept in fp16 */
     const char *const *keep_fp16;
     bool fuse_qkv;      /* fuse q/k/v and gate/up (default true) */

@@ -101,7 +101,6 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
                                 .dim = H,
                                 .x = x,
                                 .xn = xn,
-                                .n_qkv = m->fused ? 1 : 3,
                                 .rope = &m->rope,
                                 .attn = *ap,
                                 .seq_dec = m->seq_dec,
@@ -115,13 +114,14 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
                                .inter = I,
                                .x = x,
                                .xn = xn,
-                               .n_gu = m->fused ? 1 : 2,
                                .gu_out = mat(m->gu, 0, 2 * I),
                                .h = mat(m->h, 0, I),
                                .d = d,
                                .eps = c->rms_eps};
     for (int32_t l = 0; l < L; l++) {
         struct layer *ly = &m->layers[l];
+        ab.n_qkv = ly->n_qkv;
+        mb.n_gu = ly->n_gu;
         for (int i = 0; i < 3; i++)
             ab.qkv[i] = &ly->qkv[i].lin;
         ab.o = &ly->o.lin;

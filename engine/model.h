@@ -21,8 +21,17 @@ extern "C" {
 
 enum eng_quant {
     ENG_QUANT_NONE, /* every weight fp: fp32 on backends with fp32 activations (the
-                       reference), fp16 on those with fp16 activations (a GPU) */
-    ENG_QUANT_INT4, /* every linear layer INT4 except those matching keep_fp16 */
+                       reference), fp16 on those with fp16 activations (a GPU); an
+                       INT4 checkpoint is refused */
+    ENG_QUANT_INT4, /* a 16-bit checkpoint quantized on load (round to nearest,
+                       engine/weights/quant.h): every linear layer INT4 except those
+                       matching keep_fp16; an INT4 checkpoint is refused */
+    ENG_QUANT_AUTO, /* the checkpoint's own INT4 (AWQ, GPTQ, compressed-tensors,
+                       repacked without requantization) when its config declares
+                       one, else ENG_QUANT_INT4 (the default) */
+    ENG_QUANT_AWQ,  /* an AutoAWQ gemm checkpoint, refusing any other */
+    ENG_QUANT_GPTQ, /* a GPTQ checkpoint, refusing any other */
+    ENG_QUANT_CT,   /* a compressed-tensors pack-quantized checkpoint, refusing any other */
 };
 
 /* Decode steps on a backend that records graphs (engine/backend.h). */
@@ -40,14 +49,17 @@ int32_t eng_model_graph_bucket(int32_t rows);
 
 struct eng_model_opts {
     enum eng_quant quant;
+    /* Quantizing a 16-bit checkpoint on load; an INT4 checkpoint's own
+     * groups and zero points are kept whatever these say. */
     int32_t group_size; /* 32, 64, 128 (default), 256; 0 = per-channel */
     bool symmetric;     /* zero point 8 (engine/weights/quant.h) */
     bool fuse_qkv;      /* q/k/v into one linear and gate/up into one (default) */
     /* fnmatch(3) patterns over Hugging Face tensor names (a fused layer
      * matches when its own name, e.g. "model.layers.0.self_attn.qkv_proj.weight",
      * or any of its parts matches): those linear layers stay fp16 when
-     * quant is INT4. NULL: {"model.embed_tokens.*", "lm_head.*"}. The
-     * embedding table is never quantized (fp16 under INT4). */
+     * the model is INT4 (a layer an INT4 checkpoint stores packed is
+     * dequantized to fp16). NULL: {"model.embed_tokens.*", "lm_head.*"}.
+     * The embedding table is never quantized (fp16 under INT4). */
     const char *const *keep_fp16;
     int32_t n_keep_fp16;
     int32_t max_tokens;  /* tokens one forward call may hold (default 512) */
@@ -64,7 +76,7 @@ struct eng_model_opts {
     int32_t load_threads;
 };
 
-/* Defaults: INT4, group 128, asymmetric, fused, default patterns. */
+/* Defaults: AUTO (INT4), group 128, asymmetric, fused, default patterns. */
 void eng_model_opts_default(struct eng_model_opts *o);
 
 /* How one linear layer was loaded. */
@@ -72,6 +84,8 @@ struct eng_layer_info {
     char name[80];  /* e.g. "model.layers.3.self_attn.qkv_proj" */
     int32_t n, k;   /* output and input features */
     bool quantized; /* INT4; else fp weights of fp_dtype */
+    bool from_ckpt; /* INT4 as the checkpoint stores it (repacked, not requantized) */
+    bool act_order; /* its columns follow a permutation (kernels/q4.h perm) */
     int32_t kp;     /* padded K when quantized (== k when no padding) */
     int32_t group;  /* stored group size when quantized */
     enum eng_wdtype fp_dtype;
@@ -79,11 +93,14 @@ struct eng_layer_info {
 
 typedef struct eng_model eng_model_t;
 
-/* Load dir (config.json + safetensors) onto be, quantizing or keeping each
- * weight per opts, and allocate the activation buffers and KV pools. Logs,
- * once, which layers needed K padding for the group size. be must outlive
- * the model. Errors: those of the config and checkpoint readers (naming the
- * key or tensor), INF_E_INVALID (options), INF_E_NOMEM. */
+/* Load dir (config.json + safetensors) onto be, quantizing, repacking or
+ * keeping each weight per opts and the checkpoint's quantization_config
+ * (engine/weights/qconfig.h), and allocate the activation buffers and KV
+ * pools. Logs the checkpoint's format and, once, which layers needed K
+ * padding for the group size. be must outlive the model. Errors: those of
+ * the config and checkpoint readers (naming the key or tensor),
+ * INF_E_INVALID (options, or a quant that contradicts the checkpoint, naming
+ * both), INF_E_NOMEM. */
 inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
                             const struct eng_model_opts *opts, eng_model_t **out,
                             struct inf_err *err);
@@ -158,7 +175,7 @@ inf_status_t eng_model_warm_up(eng_model_t *m, int32_t max_rows, int32_t prompt_
 
 /* The scheduler's view (engine/sched/model_lm.c): fill lm (struct eng_lm of
  * engine/sched/scheduler_impl.h) with a CPU backend and the model of
- * cfg->model_dir loaded per cfg (quantize, group_size (-1 per-channel),
+ * cfg->model_dir loaded per cfg (quantization, group_size (-1 per-channel),
  * symmetric, keep_fp16, fuse_qkv, threads; max_batched_tokens tokens per
  * step); lm->destroy releases both. The KV pools come from lm->kv_reserve.
  * Errors: INF_E_UNSUPPORTED (backend not cpu), those of eng_model_load.

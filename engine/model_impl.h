@@ -16,6 +16,7 @@
  * (decode and prefill runs), logit rows [T], block table (grows). */
 #include "engine/model.h"
 #include "engine/par.h"
+#include "engine/weights/qconfig.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,15 +36,31 @@ struct layer {
     struct lin qkv[3]; /* fused: qkv[0] only */
     struct lin o;
     struct lin gu[2]; /* fused: gu[0] only */
+    /* linears of qkv and gu: 1 fused, else 3 and 2 (fuse_qkv off, or an INT4
+     * checkpoint whose parts cannot be stacked) */
+    int32_t n_qkv, n_gu;
     struct lin down;
     struct eng_buf *k_cache, *v_cache;
+};
+
+/* How the linear layers are loaded, from opts.quant and the checkpoint. */
+enum load_mode {
+    LOAD_FP,     /* every weight fp */
+    LOAD_RTN,    /* a 16-bit checkpoint quantized on load */
+    LOAD_PACKED, /* an INT4 checkpoint repacked (its float layers stay fp) */
 };
 
 struct eng_model {
     struct eng_model_config cfg;
     struct eng_model_opts opts;
     struct eng_backend *be;
+    enum load_mode mode;
+    struct eng_qcfg qcfg; /* the checkpoint's quantization (LOAD_PACKED) */
     bool fused;
+    /* projections asked to fuse that an INT4 checkpoint does not let stack
+     * (column orders or groups that differ): how many groups, the first */
+    int32_t n_apart;
+    char apart[96];
     struct eng_buf *embed;
     enum eng_wdtype embed_dt;
     struct eng_buf *final_norm;

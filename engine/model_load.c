@@ -1,10 +1,12 @@
 /* engine/model_load.c — a Llama-family checkpoint onto a backend: each
- * linear quantized to INT4 (or kept in fp16/fp32) and repacked by the
- * backend, the norms, embedding and lm_head, the activation and index
+ * linear quantized to INT4, repacked from an INT4 checkpoint's own tensors
+ * (engine/weights/packed.h) or kept in fp16/fp32, then repacked by the
+ * backend; the norms, embedding and lm_head, the activation and index
  * buffers of the forward step (engine/model.c) and the KV pools. */
 #define INF_LOG_MODULE "eng"
 #include "engine/model_impl.h"
 #include "engine/par.h"
+#include "engine/weights/packed.h"
 #include "engine/weights/quant.h"
 #include "engine/weights/safetensors.h"
 
@@ -19,7 +21,7 @@ static const char *const default_keep[] = {"model.embed_tokens.*", "lm_head.*"};
 void eng_model_opts_default(struct eng_model_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->quant = ENG_QUANT_INT4;
+    o->quant = ENG_QUANT_AUTO;
     o->group_size = 128;
     o->symmetric = false;
     o->fuse_qkv = true;
@@ -74,21 +76,24 @@ static struct eng_layer_info *add_info(struct eng_model *m)
     return r;
 }
 
-/* dtype of fp weights: fp16 under INT4 (the layers kept) and on backends
- * with fp16 activations (a GPU serving quantization none); fp32 otherwise. */
+/* dtype of fp weights: fp16 under INT4 (the layers kept, and those an INT4
+ * checkpoint stores in floating point) and on backends with fp16
+ * activations (a GPU serving quantization none); fp32 otherwise. */
 static enum eng_wdtype fp_wdt(const struct eng_model *m)
 {
-    return m->opts.quant == ENG_QUANT_INT4 || m->be->act_dtype == ENG_ACT_F16 ? ENG_W_F16
-                                                                              : ENG_W_F32;
+    return m->mode != LOAD_FP || m->be->act_dtype == ENG_ACT_F16 ? ENG_W_F16 : ENG_W_F32;
 }
 
 /* The rows of one linear layer as they lie in the checkpoint: the parts'
- * tensors ([rows[i]][k] each) stacked in order (q | k | v when fused). */
+ * float tensors ([rows[i]][k] each) stacked in order (q | k | v when
+ * fused), or (q4 set) the layer already in the canonical INT4 form, as an
+ * INT4 checkpoint stores it. */
 struct src {
     const struct eng_st_tensor *t[3];
     int32_t rows[3];
     int32_t np;
     int32_t k;
+    const struct krn_q4_weight *q4;
 };
 
 /* The tensor holding row r of s, and the element offset of that row in it. */
@@ -202,8 +207,54 @@ static inf_status_t upload_fp(struct eng_model *m, const struct src *src, int32_
     return s;
 }
 
+/* An fp copy of an INT4 checkpoint's layer q (a layer keep_fp16 names):
+ * its dequantized values, [n][k] in the caller's column order, as dtype dt
+ * on the backend. */
+static inf_status_t upload_dequantized(struct eng_model *m, const struct krn_q4_weight *q,
+                                       enum eng_wdtype dt, struct eng_buf **out,
+                                       struct inf_err *err)
+{
+    size_t count = (size_t)q->n * (size_t)q->k;
+    float *w = malloc(count * sizeof *w);
+    uint16_t *h = dt == ENG_W_F16 ? malloc(count * sizeof *h) : NULL;
+    inf_status_t s;
+    if (!w || (dt == ENG_W_F16 && !h)) {
+        s = inf_err_set(err, INF_E_NOMEM, "out of memory dequantizing a %dx%d weight", q->n, q->k);
+    } else {
+        eng_q4_dequantize(q, w);
+        for (size_t i = 0; h && i < count; i++)
+            h[i] = inf_f32_to_f16(w[i]);
+        s = eng_buf_from_host(m->be, h ? (void *)h : (void *)w, count * eng_w_size(dt), out, err);
+    }
+    free(w);
+    free(h);
+    return s;
+}
+
+/* The canonical weight q onto the backend as linear l: a gate/up pair the
+ * backend can fuse with its SiLU·mul as one GLU weight (where it declines,
+ * INF_E_UNSUPPORTED, a plain one). */
+static inf_status_t q4_to_backend(struct eng_model *m, const struct krn_q4_weight *q,
+                                  const float *bias, struct lin *l, struct inf_err *err)
+{
+    inf_status_t s = INF_OK;
+    uint64_t t0 = inf_now_ns();
+    if (l->lin.glu && !bias && q->n % 16 == 0 && eng_backend_has_glu(m->be)) {
+        s = eng_weight_q4_create_glu(m->be, q, &l->lin.q4, err);
+        if (s == INF_E_UNSUPPORTED) {
+            inf_err_clear(err);
+            s = INF_OK;
+        }
+    }
+    l->lin.glu = l->lin.q4 != NULL;
+    if (s == INF_OK && !l->lin.q4)
+        s = eng_weight_q4_create(m->be, q, &l->lin.q4, err);
+    m->t_q4_backend += secs_since(t0);
+    return s;
+}
+
 /* Quantize and repack (or upload as fp) the rows of src, [n][k], as linear
- * `name`. */
+ * `name`; a src already INT4 (src->q4) is repacked as it is. */
 static inf_status_t make_linear(struct eng_model *m, const char *name, const struct src *src,
                                 int32_t n, const float *bias, bool keep, struct lin *l,
                                 struct inf_err *err)
@@ -219,7 +270,16 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
     snprintf(inf->name, sizeof inf->name, "%s", name);
     inf->n = n;
     inf->k = k;
-    if (m->opts.quant == ENG_QUANT_INT4 && !keep) {
+    if (src->q4 && !keep) {
+        s = q4_to_backend(m, src->q4, bias, l, err);
+        inf->quantized = true;
+        inf->from_ckpt = true;
+        inf->act_order = src->q4->perm != NULL;
+        inf->kp = src->q4->kp;
+        inf->group = src->q4->group;
+        if (s != INF_OK)
+            return s;
+    } else if (m->mode == LOAD_RTN && !src->q4 && !keep) {
         int32_t group = m->opts.group_size, kp = eng_q4_padded_k(k, group);
         struct krn_q4_weight q;
         if ((s = eng_q4_alloc(n, k, kp, group == 0 ? kp : group, m->opts.symmetric, &q, err)))
@@ -228,20 +288,8 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
         struct rows_job j = {.src = src, .q = &q};
         s = rows_convert(m, &j, n, err);
         m->t_quantize += secs_since(t0);
-        t0 = inf_now_ns();
-        /* a gate/up pair the backend can fuse with its SiLU·mul; where it
-         * declines (INF_E_UNSUPPORTED), a plain weight */
-        if (s == INF_OK && l->lin.glu && !bias && n % 16 == 0 && eng_backend_has_glu(m->be)) {
-            s = eng_weight_q4_create_glu(m->be, &q, &l->lin.q4, err);
-            if (s == INF_E_UNSUPPORTED) {
-                inf_err_clear(err);
-                s = INF_OK;
-            }
-        }
-        l->lin.glu = l->lin.q4 != NULL;
-        if (s == INF_OK && !l->lin.q4)
-            s = eng_weight_q4_create(m->be, &q, &l->lin.q4, err);
-        m->t_q4_backend += secs_since(t0);
+        if (s == INF_OK)
+            s = q4_to_backend(m, &q, bias, l, err);
         inf->quantized = true;
         inf->kp = q.kp;
         inf->group = q.group;
@@ -253,7 +301,12 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
         l->lin.wdt = fp_wdt(m);
         inf->fp_dtype = l->lin.wdt;
         inf->kp = k;
-        if ((s = upload_fp(m, src, n, l->lin.wdt, &l->lin.w, err)))
+        uint64_t t0 = inf_now_ns();
+        s = src->q4 ? upload_dequantized(m, src->q4, l->lin.wdt, &l->lin.w, err)
+                    : upload_fp(m, src, n, l->lin.wdt, &l->lin.w, err);
+        if (src->q4)
+            m->t_upload += secs_since(t0);
+        if (s != INF_OK)
             return s;
     }
     if (bias)
@@ -261,14 +314,28 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
     return INF_OK;
 }
 
+/* Whether the INT4 parts q[0..np) can be stacked into one linear: the
+ * same group and padding, and (act-order) the same column order, since one
+ * gathered x feeds them all. */
+static bool can_stack(const struct krn_q4_weight *q, int32_t np)
+{
+    for (int32_t i = 1; i < np; i++)
+        if (q[i].group != q[0].group || q[i].kp != q[0].kp ||
+            !eng_q4_perm_equal(q[i].perm, q[0].perm, q[0].k))
+            return false;
+    return true;
+}
+
 /* Load the parts (suffixes like "q_proj") of module prefix, each [n_i][k],
  * as one fused linear (fused) or one linear each into l[0..np). glu: the
  * parts are a gated MLP's gate and up, which a fused INT4 linear may serve
- * as one GLU op (struct lin, glu). */
+ * as one GLU op (struct lin, glu). Parts an INT4 checkpoint stores packed
+ * are converted to the canonical form first; they are fused only when all
+ * are packed alike (can_stack), else kept apart. */
 static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
                                const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
                                bool with_bias, const char *fused_name, bool glu, struct lin *l,
-                               struct inf_err *err)
+                               int32_t *n_lin, struct inf_err *err)
 {
     int64_t total = 0;
     for (int32_t i = 0; i < np; i++)
@@ -278,18 +345,34 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
     char names[3][256];
     const char *name_ptrs[4];
     struct src all = {.np = np, .k = k};
+    struct krn_q4_weight q[3];
+    struct eng_qlayer lq;
+    int32_t n_packed = 0;
+    bool packed[3] = {false, false, false};
+    memset(q, 0, sizeof q);
     if (with_bias && !b)
         return inf_err_set(err, INF_E_NOMEM, "out of memory loading %s", prefix);
     int64_t r0 = 0;
     for (int32_t i = 0; i < np; i++) {
-        char bn[256];
+        char bn[256], mod[240];
         int64_t shape[2] = {rows[i], k};
-        snprintf(names[i], sizeof names[i], "%s.%s.weight", prefix, parts[i]);
+        snprintf(mod, sizeof mod, "%s.%s", prefix, parts[i]);
+        snprintf(names[i], sizeof names[i], "%s.weight", mod);
         name_ptrs[i] = names[i];
-        if ((s = eng_st_require(st, names[i], 2, shape, &all.t[i], err)))
-            goto done;
-        if ((s = eng_st_read_f32(all.t[i], 0, 0, NULL, err))) /* a float dtype */
-            goto done;
+        packed[i] = m->mode == LOAD_PACKED && eng_qcfg_layer(&m->qcfg, mod, &lq);
+        if (packed[i]) {
+            uint64_t t0 = inf_now_ns();
+            s = eng_q4_from_checkpoint(st, mod, &lq, rows[i], k, m->par, &q[i], err);
+            m->t_quantize += secs_since(t0);
+            if (s != INF_OK)
+                goto done;
+            n_packed++;
+        } else {
+            if ((s = eng_st_require(st, names[i], 2, shape, &all.t[i], err)))
+                goto done;
+            if ((s = eng_st_read_f32(all.t[i], 0, 0, NULL, err))) /* a float dtype */
+                goto done;
+        }
         all.rows[i] = rows[i];
         if (with_bias) {
             snprintf(bn, sizeof bn, "%s.%s.bias", prefix, parts[i]);
@@ -299,20 +382,38 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         }
         r0 += rows[i];
     }
-    if (m->fused) {
+    bool fuse = m->fused && np > 1;
+    if (fuse && n_packed > 0 && (n_packed < np || !can_stack(q, np))) {
+        fuse = false;
+        if (m->n_apart++ == 0)
+            snprintf(m->apart, sizeof m->apart, "%s", prefix);
+    }
+    if (n_lin)
+        *n_lin = fuse ? 1 : np;
+    if (fuse || np == 1) {
         char fname[320], lname[320];
-        const char *fn = fused_name ? fused_name : "fused";
+        const char *fn = np == 1 ? parts[0] : fused_name ? fused_name : "fused";
         snprintf(fname, sizeof fname, "%s.%s.weight", prefix, fn);
         snprintf(lname, sizeof lname, "%s.%s", prefix, fn);
         name_ptrs[np] = fname;
-        l[0].lin.glu = glu;
-        s = make_linear(m, lname, &all, (int32_t)total, b, keep_fp(m, name_ptrs, np + 1), &l[0],
-                        err);
+        l[0].lin.glu = glu && np > 1;
+        struct krn_q4_weight fq;
+        memset(&fq, 0, sizeof fq);
+        struct src one = {.k = k};
+        if (n_packed > 0 && (s = np == 1 ? INF_OK : eng_q4_concat(q, np, &fq, err)))
+            goto done;
+        if (n_packed > 0)
+            one.q4 = np == 1 ? &q[0] : &fq;
+        s = make_linear(m, lname, n_packed > 0 ? &one : &all, (int32_t)total, b,
+                        keep_fp(m, name_ptrs, np + 1), &l[0], err);
+        eng_q4_free(&fq);
     } else {
         r0 = 0;
         for (int32_t i = 0; i < np && s == INF_OK; i++) {
             char lname[320];
             struct src one = {.t = {all.t[i]}, .rows = {rows[i]}, .np = 1, .k = k};
+            if (packed[i])
+                one = (struct src){.k = k, .q4 = &q[i]};
             snprintf(lname, sizeof lname, "%s.%s", prefix, parts[i]);
             s = make_linear(m, lname, &one, rows[i], b ? b + r0 : NULL,
                             keep_fp(m, &name_ptrs[i], 1), &l[i], err);
@@ -320,6 +421,8 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         }
     }
 done:
+    for (int32_t i = 0; i < np; i++)
+        eng_q4_free(&q[i]);
     free(b);
     return s;
 }
@@ -334,11 +437,7 @@ static inf_status_t load_single(struct eng_model *m, const eng_st_t *st, const c
     snprintf(base, sizeof base, "%.*s", (int)(dot - prefix), prefix);
     snprintf(last, sizeof last, "%s", dot + 1);
     parts[0] = last;
-    bool fused = m->fused;
-    m->fused = false;
-    inf_status_t s = load_group(m, st, base, parts, &n, 1, k, false, NULL, false, l, err);
-    m->fused = fused;
-    return s;
+    return load_group(m, st, base, parts, &n, 1, k, false, NULL, false, l, NULL, err);
 }
 
 static inf_status_t load_norm(struct eng_model *m, const eng_st_t *st, const char *name,
@@ -356,7 +455,7 @@ static inf_status_t load_norm(struct eng_model *m, const eng_st_t *st, const cha
 }
 
 /* Start reading the weights of layer l from the disk in the background. */
-static void prefetch_layer(const eng_st_t *st, int32_t l)
+static void prefetch_layer(const struct eng_model *m, const eng_st_t *st, int32_t l)
 {
     static const char *const parts[] = {
         "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -365,6 +464,16 @@ static void prefetch_layer(const eng_st_t *st, int32_t l)
     char nm[128];
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         snprintf(nm, sizeof nm, "model.layers.%d.%s", l, parts[i]);
+        struct eng_qlayer lq;
+        size_t len = strlen(nm) - strlen(".weight");
+        if (m->mode == LOAD_PACKED && strstr(parts[i], "_proj")) {
+            nm[len] = '\0';
+            if (eng_qcfg_layer(&m->qcfg, nm, &lq)) {
+                eng_q4_checkpoint_prefetch(st, nm, &lq);
+                continue;
+            }
+            nm[len] = '.';
+        }
         eng_st_prefetch(eng_st_find(st, nm));
     }
 }
@@ -383,7 +492,7 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
         return s;
     const char *hn[1] = {"lm_head.weight"};
     bool keep = keep_fp(m, hn, 1);
-    if (m->cfg.tie_embeddings && (keep || m->opts.quant == ENG_QUANT_NONE)) {
+    if (m->cfg.tie_embeddings && (keep || m->mode != LOAD_RTN)) {
         /* The tied head reads the embedding table as is. */
         struct eng_layer_info *inf = add_info(m);
         if (!inf)
@@ -400,6 +509,18 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
     }
     if (m->cfg.tie_embeddings)
         return make_linear(m, "lm_head (tied)", &emb, V, NULL, false, &m->lm_head, err);
+    struct eng_qlayer lq;
+    if (m->mode == LOAD_PACKED && eng_qcfg_layer(&m->qcfg, "lm_head", &lq)) {
+        /* a GPTQ lm_head (GPTQModel's lm_head = true): INT4 as stored, or
+         * dequantized to fp16 where keep_fp16 names it (the default) */
+        struct krn_q4_weight q;
+        if ((s = eng_q4_from_checkpoint(st, "lm_head", &lq, V, H, m->par, &q, err)))
+            return s;
+        struct src packed = {.k = H, .q4 = &q};
+        s = make_linear(m, "lm_head", &packed, V, NULL, keep, &m->lm_head, err);
+        eng_q4_free(&q);
+        return s;
+    }
     struct src head = {.rows = {V}, .np = 1, .k = H};
     if ((s = eng_st_require(st, "lm_head.weight", 2, shape, &head.t[0], err)))
         return s;
@@ -429,8 +550,10 @@ static void log_padding(const struct eng_model *m)
         if (!strstr(buf, item) && used + strlen(item) + 3 < sizeof buf)
             used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s", used ? ", " : "", item);
     }
-    char grp[32];
-    if (m->opts.group_size > 0)
+    char grp[48];
+    if (m->mode == LOAD_PACKED)
+        snprintf(grp, sizeof grp, "(%s groups)", eng_qmethod_name(m->qcfg.method));
+    else if (m->opts.group_size > 0)
         snprintf(grp, sizeof grp, "group %d", m->opts.group_size);
     else
         snprintf(grp, sizeof grp, "per-channel");
@@ -439,6 +562,72 @@ static void log_padding(const struct eng_model *m)
                 buf);
     else if (n_q > 0)
         inf_log(INFO, "INT4 %s: %d layers quantized, none padded", grp, n_q);
+}
+
+/* What an INT4 checkpoint became: its format, the layers repacked as
+ * stored and those kept in floating point. */
+static void log_checkpoint(const struct eng_model *m)
+{
+    if (m->mode != LOAD_PACKED)
+        return;
+    int32_t n_ck = 0, n_perm = 0, n_fp = 0;
+    for (int32_t i = 0; i < m->n_info; i++) {
+        const struct eng_layer_info *l = &m->info[i];
+        n_ck += l->from_ckpt;
+        n_perm += l->act_order;
+        n_fp += !l->quantized;
+    }
+    inf_log(INFO,
+            "INT4 checkpoint, %s, from %s: %d linear layers repacked without requantization "
+            "(%d act-order), their weights stay INT4 on the %s backend; %d kept in floating "
+            "point",
+            m->qcfg.desc, m->qcfg.file, n_ck, n_perm, eng_backend_name(m->be), n_fp);
+    if (m->n_apart > 0)
+        inf_log(WARN,
+                "%d groups of projections run apart instead of fused (the first: %s): their "
+                "parts differ in group, act-order column order or storage",
+                m->n_apart, m->apart);
+    if (m->opts.group_size != 128 || m->opts.symmetric)
+        inf_log(INFO, "group_size and symmetric apply to 16-bit checkpoints; this one keeps "
+                      "its own");
+}
+
+/* The load mode for opts.quant and the checkpoint's declared quantization;
+ * an explicit choice that contradicts the checkpoint is refused, naming
+ * both. */
+static inf_status_t resolve_mode(struct eng_model *m, const char *dir, struct inf_err *err)
+{
+    static const char *const names[] = {
+        [ENG_QUANT_NONE] = "none", [ENG_QUANT_INT4] = "int4",
+        [ENG_QUANT_AUTO] = "auto", [ENG_QUANT_AWQ] = "awq",
+        [ENG_QUANT_GPTQ] = "gptq", [ENG_QUANT_CT] = "compressed-tensors"};
+    inf_status_t s = eng_qcfg_load(dir, &m->qcfg, err);
+    if (s != INF_OK)
+        return s;
+    const enum eng_quant want = m->opts.quant;
+    const enum eng_qmethod have = m->qcfg.method;
+    const char *wn = names[want];
+    if (have == ENG_QM_NONE) {
+        if (want != ENG_QUANT_NONE && want != ENG_QUANT_INT4 && want != ENG_QUANT_AUTO)
+            return inf_err_set(err, INF_E_INVALID,
+                               "model.quantization '%s', but config.json declares no "
+                               "quantization_config (a 16-bit checkpoint: use auto, int4 or "
+                               "none)",
+                               wn);
+        m->mode = want == ENG_QUANT_NONE ? LOAD_FP : LOAD_RTN;
+        return INF_OK;
+    }
+    const enum eng_qmethod asked = want == ENG_QUANT_AWQ    ? ENG_QM_AWQ
+                                   : want == ENG_QUANT_GPTQ ? ENG_QM_GPTQ
+                                   : want == ENG_QUANT_CT   ? ENG_QM_CT
+                                                            : ENG_QM_NONE;
+    if (want != ENG_QUANT_AUTO && asked != have)
+        return inf_err_set(err, INF_E_INVALID,
+                           "model.quantization '%s' contradicts %s: quant_method '%s' (an INT4 "
+                           "checkpoint: use auto or %s)",
+                           wn, m->qcfg.file, eng_qmethod_name(have), eng_qmethod_name(have));
+    m->mode = LOAD_PACKED;
+    return INF_OK;
 }
 
 static inf_status_t alloc_act(struct eng_model *m, struct eng_buf **b, int64_t elems, size_t esz,
@@ -564,7 +753,10 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         o = *opts;
     else
         eng_model_opts_default(&o);
-    if (o.quant == ENG_QUANT_INT4 && !eng_q4_group_valid(o.group_size))
+    if ((int)o.quant < (int)ENG_QUANT_NONE || (int)o.quant > (int)ENG_QUANT_CT)
+        return inf_err_set(err, INF_E_INVALID, "quant %d is not a quantization", (int)o.quant);
+    if ((o.quant == ENG_QUANT_INT4 || o.quant == ENG_QUANT_AUTO) &&
+        !eng_q4_group_valid(o.group_size))
         return inf_err_set(err, INF_E_INVALID,
                            "group_size must be 32, 64, 128, 256 or 0 (per-channel), got %d",
                            o.group_size);
@@ -581,6 +773,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
     m->opts = o;
     m->fused = o.fuse_qkv;
     inf_status_t s = eng_model_config_load(dir, &m->cfg, err);
+    if (s == INF_OK)
+        s = resolve_mode(m, dir, err);
     if (s != INF_OK)
         goto fail;
     const struct eng_model_config *c = &m->cfg;
@@ -600,7 +794,7 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
     uint64_t t_load = inf_now_ns();
     if ((s = eng_par_create(o.load_threads, &m->par, err)))
         goto fail;
-    prefetch_layer(st, 0);
+    prefetch_layer(m, st, 0);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
         s = inf_err_set(err, INF_E_NOMEM, "out of memory for layers");
@@ -612,7 +806,7 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         struct layer *L = &m->layers[l];
         char pre[96], nm[128];
         if (l + 1 < c->n_layers)
-            prefetch_layer(st, l + 1);
+            prefetch_layer(m, st, l + 1);
         static const char *const qkv_parts[3] = {"q_proj", "k_proj", "v_proj"};
         static const char *const gu_parts[2] = {"gate_proj", "up_proj"};
         int32_t qkv_rows[3] = {qd, kvd, kvd}, gu_rows[2] = {I, I};
@@ -624,14 +818,14 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
         if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", false,
-                            L->qkv, err)))
+                            L->qkv, &L->n_qkv, err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.o_proj", pre);
         if ((s = load_single(m, st, nm, H, qd, &L->o, err)))
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
         if ((s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true, L->gu,
-                            err)))
+                            &L->n_gu, err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.down_proj", pre);
         if ((s = load_single(m, st, nm, H, I, &L->down, err)))
@@ -641,7 +835,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         (s = load_embed_and_head(m, st, err)))
         goto fail;
     inf_log(INFO,
-            "weights loaded in %.2f s on %d threads: INT4 convert+quantize %.2f s, repack+upload "
+            "weights loaded in %.2f s on %d threads: INT4 convert+quantize (or unpack) %.2f s, "
+            "repack+upload "
             "%.2f s; fp convert %.2f s, upload %.2f s",
             secs_since(t_load), eng_par_size(m->par), m->t_quantize, m->t_q4_backend, m->t_convert,
             m->t_upload);
@@ -653,6 +848,7 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
     if ((s = alloc_work(m, err)))
         goto fail;
     eng_st_close(st);
+    log_checkpoint(m);
     log_padding(m);
     *out = m;
     return INF_OK;
@@ -710,6 +906,7 @@ void eng_model_destroy(eng_model_t *m)
     free(m->info);
     eng_par_destroy(m->par);
     free(m->stage);
+    eng_qcfg_free(&m->qcfg);
     free(m);
 }
 

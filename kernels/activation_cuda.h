@@ -1,6 +1,7 @@
 #pragma once
-/* kernels/activation_cuda.h — SwiGLU's SiLU(gate) * up on fp16 rows, and the
- * fp16/fp32 conversions and bias adds the CUDA backend needs around cuBLAS.
+/* kernels/activation_cuda.h — SwiGLU's SiLU(gate) * up on fp16 rows, the
+ * fp16/fp32 conversions and bias adds the CUDA backend needs around cuBLAS,
+ * and the column gather of the activations of an act-order INT4 weight.
  * Device pointers; launched on stream; never allocate or synchronize.
  * Errors: INF_E_INVALID (sizes), INF_E_DEVICE (launch failure). */
 #include "common/inf.h"
@@ -27,6 +28,15 @@ inf_status_t krn_cuda_silu_mul(const uint16_t *gate, int64_t ldg, const uint16_t
  * (dequantized weight, cuBLAS), bit for bit the GEMM's GLU output. */
 inf_status_t krn_cuda_silu_mul_glu(const uint16_t *in, int64_t ldi, uint16_t *out, int64_t ldo,
                                    int32_t dim, int32_t m, void *stream, struct inf_err *err);
+
+/* out[r][i] = x[r][perm[i]] for r < m, i < k (fp16 rows; perm int32 [k],
+ * values in [0, k), on the device): the activations of a weight whose
+ * stored columns follow perm (kernels/q4.h), for the GEMM after it.
+ * Launched with programmatic dependent launch as krn_cuda_silu_mul is, so
+ * the GEMM after it may launch early; safe to capture in a graph. */
+inf_status_t krn_cuda_gather_cols(const uint16_t *x, int64_t ldx, const int32_t *perm, int32_t k,
+                                  uint16_t *out, int64_t ldo, int32_t m, void *stream,
+                                  struct inf_err *err);
 
 /* Strided fp16 -> fp32: dst[r][c] = src[r][c], r < rows, c < cols. */
 inf_status_t krn_cuda_f16_to_f32(const uint16_t *src, int64_t lds, float *dst, int64_t ldd,

@@ -44,6 +44,11 @@ void krn_cpu_simd(bool on);
 /* INT4: y rows have stride ldy, x rows ldx; bias fp32 [n] or NULL. */
 void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x, int64_t ldx,
                        float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1);
+/* xg[r][i] = x[r][perm[i]] for r < m, i < k: the activations of a weight
+ * whose stored columns follow perm (kernels/q4.h), gathered into a scratch
+ * buffer (row stride ldg) before krn_cpu_linear_q4 runs on it. */
+void krn_cpu_gather_cols(const float *x, int64_t ldx, const int32_t *perm, int32_t k, float *xg,
+                         int64_t ldg, int32_t m);
 /* fp32 weight W [n][k]. */
 void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x, int64_t ldx,
                         float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1);

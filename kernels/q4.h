@@ -23,6 +23,13 @@
  *   zero    uint16_t [n][kp / group], IEEE fp16 bit patterns; 8.0 everywhere
  *           when symmetric; asymmetric zeros are integers in [0, 15]
  *
+ *   perm    int32_t [k] or NULL: the input column each stored column reads
+ *           (act-order checkpoints). With perm the layer computes
+ *           y[n] = sum_i x[perm[i]] * W[n][i], i < k: the stored matrix is
+ *           W_orig[:, perm], its groups contiguous, and callers keep passing
+ *           x in its own order; backends gather x's columns before the dot
+ *           products. perm is a permutation of 0..k-1; NULL is the identity.
+ *
  * Zero points are fp16 rather than 4-bit so that AWQ/GPTQ integer zeros and
  * our own round-to-nearest zeros share one form.
  */
@@ -42,6 +49,7 @@ struct krn_q4_weight {
     uint8_t *q;      /* [n][kp/2] packed codes */
     uint16_t *scale; /* [n][kp/group] fp16 */
     uint16_t *zero;  /* [n][kp/group] fp16 */
+    int32_t *perm;   /* [k] input column of each stored column, or NULL */
 };
 
 /* Number of groups per row. */

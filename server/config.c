@@ -22,7 +22,8 @@
 #define WHY_LEN 192
 
 static const char *const backends[] = {"cpu", "cuda", "mock", NULL};
-static const char *const quantizations[] = {"int4", "none", NULL};
+static const char *const quantizations[] = {"auto", "int4", "awq", "gptq", "compressed-tensors",
+                                            "none", NULL};
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const int64_t group_sizes[] = {32, 64, 128, 256, -1};
 
@@ -61,14 +62,18 @@ const struct srv_config_key srv_config_keys[] = {
      .def = "\"models/tiny\"", .flag = "--model",
      .help = "model folder: config.json, *.safetensors, tokenizer.json"},
     {.section = "model", .name = "quantization", .type = SRV_CFG_ENUM, .offset = OFF(quantization),
-     .choices = quantizations, .def = "\"int4\"",
-     .help = "int4: quantize (or repack AWQ/GPTQ) weights to INT4; none: run fp16"},
+     .choices = quantizations, .def = "\"auto\"",
+     .help = "auto: the checkpoint's own INT4 format (AWQ, GPTQ, compressed-tensors) if "
+             "config.json declares one, else int4; int4: quantize a 16-bit checkpoint on load; "
+             "awq, gptq, compressed-tensors: require that INT4 format; none: run fp16"},
     {.section = "model", .name = "group_size", .type = SRV_CFG_INT, .offset = OFF(group_size),
      .min = -1, .max = 256, .allowed = group_sizes, .n_allowed = 5, .def = "128",
-     .help = "INT4 quantization group along K; -1: one group per output channel"},
+     .help = "INT4 quantization group along K when quantizing on load; -1: one group per "
+             "output channel (an INT4 checkpoint keeps its own)"},
     {.section = "model", .name = "symmetric", .type = SRV_CFG_BOOL, .offset = OFF(symmetric),
      .def = "false",
-     .help = "symmetric INT4 (zero point 8) instead of a zero point per group"},
+     .help = "symmetric INT4 (zero point 8) instead of a zero point per group, when "
+             "quantizing on load (an INT4 checkpoint keeps its own)"},
     {.section = "model", .name = "keep_fp16", .type = SRV_CFG_STR_LIST, .offset = OFF(keep_fp16),
      .min = 0, .max = 64, .def = "[\"embed_tokens\", \"lm_head\"]",
      .help = "weights whose name contains one of these stay fp16"},

@@ -66,7 +66,19 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     ecfg->kv_cache_tokens = cfg->kv_cache_tokens;
     ecfg->gpu_memory_utilization = (float)cfg->gpu_memory_utilization;
     ecfg->max_queue = (int32_t)cfg->max_queue;
-    ecfg->quantize = strcmp(cfg->quantization, "none") != 0;
+    static const struct {
+        const char *name;
+        enum eng_quantization q;
+    } quants[] = {{"auto", ENG_QUANTIZATION_AUTO},
+                  {"int4", ENG_QUANTIZATION_INT4},
+                  {"awq", ENG_QUANTIZATION_AWQ},
+                  {"gptq", ENG_QUANTIZATION_GPTQ},
+                  {"compressed-tensors", ENG_QUANTIZATION_CT},
+                  {"none", ENG_QUANTIZATION_NONE}};
+    ecfg->quantization = ENG_QUANTIZATION_AUTO;
+    for (size_t i = 0; i < sizeof quants / sizeof quants[0]; i++)
+        if (strcmp(cfg->quantization, quants[i].name) == 0)
+            ecfg->quantization = quants[i].q;
     ecfg->group_size = (int32_t)cfg->group_size;
     ecfg->symmetric = cfg->symmetric;
     ecfg->n_keep_fp16 = (int32_t)cfg->keep_fp16.n;

@@ -43,7 +43,7 @@ struct srv_config {
     struct srv_str_list allowed_hosts; /* Host values served; empty: see srv_options */
     /* [model] */
     const char *model;             /* model folder */
-    const char *quantization;      /* int4 | none */
+    const char *quantization;      /* auto | int4 | awq | gptq | compressed-tensors | none */
     int64_t group_size;            /* 32, 64, 128, 256, or -1 (per channel) */
     bool symmetric;                /* zero point fixed at 8 */
     struct srv_str_list keep_fp16; /* weight name patterns kept in fp16 */

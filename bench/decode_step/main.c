@@ -612,7 +612,7 @@ static void engine_run(const char *dir, int32_t prompt, int32_t n, double model_
     cfg.max_batched_tokens = 512;
     cfg.max_model_len = prompt + n + 16;
     cfg.kv_cache_tokens = 4096;
-    cfg.quantize = true;
+    cfg.quantization = ENG_QUANTIZATION_INT4;
     cfg.group_size = 128;
     cfg.fuse_qkv = true;
     cfg.max_queue = 8;

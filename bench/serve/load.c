@@ -2,7 +2,7 @@
  * what the backend receives, so a change to the load path can be timed and
  * checked bit for bit.
  *
- *   int4serve-bench-load DIR [--quant int4|none] [--backend host|cpu]
+ *   int4serve-bench-load DIR [--quant int4|auto|none] [--backend host|cpu]
  *                            [--threads T] [--hash] [--repeat R]
  *
  * --backend host (default) is the CUDA backend's host side without a GPU:
@@ -224,7 +224,7 @@ static struct eng_backend *host_create(bool hash, int32_t threads)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: int4serve-bench-load DIR [--quant int4|none] [--backend host|cpu]\n"
+    fprintf(f, "usage: int4serve-bench-load DIR [--quant int4|auto|none] [--backend host|cpu]\n"
                "                            [--threads T] [--hash] [--repeat R]\n");
 }
 
@@ -267,7 +267,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind != argc - 1 || repeat < 1 || threads < 0 ||
-        (strcmp(quant, "int4") != 0 && strcmp(quant, "none") != 0) ||
+        (strcmp(quant, "int4") != 0 && strcmp(quant, "auto") != 0 &&
+         strcmp(quant, "none") != 0) ||
         (strcmp(backend, "host") != 0 && strcmp(backend, "cpu") != 0)) {
         usage(stderr);
         return 2;
@@ -290,7 +291,10 @@ int main(int argc, char **argv)
         }
         struct eng_model_opts o;
         eng_model_opts_default(&o);
-        o.quant = strcmp(quant, "int4") == 0 ? ENG_QUANT_INT4 : ENG_QUANT_NONE;
+        /* auto: an INT4 checkpoint as it is stored (repacked, not requantized) */
+        o.quant = strcmp(quant, "int4") == 0   ? ENG_QUANT_INT4
+                  : strcmp(quant, "auto") == 0 ? ENG_QUANT_AUTO
+                                               : ENG_QUANT_NONE;
         o.n_kv_blocks = 1;
         o.max_tokens = 16;
         o.load_threads = threads;

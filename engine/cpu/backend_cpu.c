@@ -55,11 +55,20 @@ struct cpu_ctx {
     int64_t scratch_len; /* floats per task */
     int32_t *rows;       /* attention row lists: [2][rows_cap] */
     int32_t rows_cap;
+    float *gather; /* x of a weight with a column order, per linear task:
+                      [n_threads][GATHER_ROWS][gather_k] */
+    int32_t gather_k;
 };
+
+/* Rows of x gathered at a time by a linear task of a weight with a column
+ * order: a multiple of the kernel's tile of 8 rows, small enough that the
+ * buffer stays in cache while the task's columns of W stream past it. */
+#define GATHER_ROWS 16
 
 struct cpu_q4 {
     struct krn_cpu_q4 w;
     void *mem;
+    int32_t *perm; /* [k] input column of each stored column, or NULL */
 };
 
 static struct cpu_ctx *ctx_of(struct eng_backend *be)
@@ -132,15 +141,26 @@ static inf_status_t cpu_buf_download(struct eng_backend *be, const struct eng_bu
 static inf_status_t cpu_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
                                          struct eng_q4w **out, struct inf_err *err)
 {
-    (void)be;
+    struct cpu_ctx *x = ctx_of(be);
     struct eng_q4w *h = calloc(1, sizeof *h);
     struct cpu_q4 *c = calloc(1, sizeof *c);
     size_t bytes = krn_cpu_q4_bytes(w);
-    if (!h || !c || posix_memalign(&c->mem, 64, bytes) != 0) {
-        free(h);
-        free(c);
-        return inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d INT4 weight", w->n,
-                           w->kp);
+    if (!h || !c || posix_memalign(&c->mem, 64, bytes) != 0)
+        goto fail_mem;
+    if (w->perm) {
+        /* the weight's own copy of its column order, and gather room for
+         * its k in every task (load time only) */
+        if (!(c->perm = malloc((size_t)w->k * sizeof *c->perm)))
+            goto fail_mem;
+        memcpy(c->perm, w->perm, (size_t)w->k * sizeof *c->perm);
+        if (w->k > x->gather_k) {
+            float *g = realloc(x->gather,
+                               (size_t)x->n_threads * GATHER_ROWS * (size_t)w->k * sizeof(float));
+            if (!g)
+                goto fail_mem;
+            x->gather = g;
+            x->gather_k = w->k;
+        }
     }
     krn_cpu_q4_repack(w, c->mem, &c->w);
     h->n = w->n;
@@ -148,6 +168,15 @@ static inf_status_t cpu_weight_q4_create(struct eng_backend *be, const struct kr
     h->impl = c;
     *out = h;
     return INF_OK;
+fail_mem:
+    if (c) {
+        free(c->mem);
+        free(c->perm);
+    }
+    free(h);
+    free(c);
+    return inf_err_set(err, INF_E_NOMEM, "out of memory repacking a %dx%d INT4 weight", w->n,
+                       w->kp);
 }
 
 static void cpu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
@@ -155,6 +184,7 @@ static void cpu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
     (void)be;
     struct cpu_q4 *c = w->impl;
     free(c->mem);
+    free(c->perm);
     free(c);
     free(w);
 }
@@ -163,6 +193,8 @@ static void cpu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
 struct linear_job {
     int32_t kind; /* 0 q4, 1 f32, 2 f16 */
     const struct krn_cpu_q4 *q4;
+    const int32_t *perm; /* q4's column order, or NULL */
+    float *gather;       /* [parts][GATHER_ROWS][q4->k] when perm */
     const void *w;
     int32_t n, k, m, parts;
     const float *bias, *x;
@@ -175,7 +207,16 @@ static void linear_task(void *ctx, int32_t i)
     struct linear_job *j = ctx;
     int32_t n0, n1;
     split(j->n, j->parts, i, &n0, &n1);
-    if (j->kind == 0)
+    if (j->kind == 0 && j->perm) {
+        /* x[:, perm] a few rows at a time into this task's buffer; each
+         * output is accumulated as without the split (kernels/linear.h) */
+        float *xg = j->gather + (int64_t)i * GATHER_ROWS * j->k;
+        for (int32_t r0 = 0; r0 < j->m; r0 += GATHER_ROWS) {
+            int32_t rows = j->m - r0 < GATHER_ROWS ? j->m - r0 : GATHER_ROWS;
+            krn_cpu_gather_cols(j->x + r0 * j->ldx, j->ldx, j->perm, j->k, xg, j->k, rows);
+            krn_cpu_linear_q4(j->q4, j->bias, xg, j->k, j->y + r0 * j->ldy, j->ldy, rows, n0, n1);
+        }
+    } else if (j->kind == 0)
         krn_cpu_linear_q4(j->q4, j->bias, j->x, j->ldx, j->y, j->ldy, j->m, n0, n1);
     else if (j->kind == 1)
         krn_cpu_linear_f32(j->w, j->k, j->bias, j->x, j->ldx, j->y, j->ldy, j->m, n0, n1);
@@ -203,6 +244,8 @@ static inf_status_t cpu_linear_q4(struct eng_backend *be, const struct eng_q4w *
     const struct cpu_q4 *q = w->impl;
     struct linear_job j = {.kind = 0,
                            .q4 = &q->w,
+                           .perm = q->perm,
+                           .gather = c->gather,
                            .n = w->n,
                            .k = w->k,
                            .m = m,
@@ -509,6 +552,7 @@ static void cpu_destroy(struct eng_backend *be)
     eng_par_destroy(c->par);
     free(c->scratch);
     free(c->rows);
+    free(c->gather);
     free(c);
     free(be);
 }

@@ -94,7 +94,9 @@ struct cu_q4 {
     struct krn_int4_gemm_layout lay;
     struct krn_int4_gemm_plan plan; /* its launches on this device */
     void *dev;                      /* repacked weight */
-    bool glu; /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
+    int32_t *perm; /* device [k]: the input column of each stored column (an
+                      act-order weight; eng_cuda_q4_run gathers x first), or NULL */
+    bool glu;      /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
 };
 
 /* One cached attention work list: the bytes last uploaded to its region. */

@@ -19,6 +19,29 @@
 #include <string.h>
 
 /* ---- INT4 weights ------------------------------------------------------------ */
+/* The column order of an act-order weight onto the device, beside the
+ * weight (waited for: w is the caller's). */
+static inf_status_t perm_upload(struct cu_ctx *c, const struct krn_q4_weight *w, int32_t **out,
+                                struct inf_err *err)
+{
+    size_t bytes = (size_t)w->k * sizeof(int32_t);
+    cudaError_t e = cudaMalloc((void **)out, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        if (e == cudaErrorMemoryAllocation)
+            return inf_err_set(err, INF_E_NOMEM, "out of GPU memory for a column order of %d",
+                               w->k);
+        return eng_cuda_fail(c, "cudaMalloc", cudaGetErrorString(e), err);
+    }
+    e = cudaMemcpyAsync(*out, w->perm, bytes, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess)
+        return eng_cuda_fail(c, "column order upload", cudaGetErrorString(e), err);
+    return INF_OK;
+}
+
 inf_status_t eng_cuda_weight_q4_create(struct eng_backend *be, const struct krn_q4_weight *w,
                                        struct eng_q4w **out, struct inf_err *err)
 {
@@ -64,6 +87,8 @@ inf_status_t eng_cuda_weight_q4_create(struct eng_backend *be, const struct krn_
         }
     }
     free(host);
+    if (st == INF_OK && w->perm)
+        st = perm_upload(c, w, &q->perm, err);
     if (st != INF_OK)
         goto fail;
     /* The GEMM's workspace grows to the largest layer (load time only). */
@@ -96,6 +121,8 @@ inf_status_t eng_cuda_weight_q4_create(struct eng_backend *be, const struct krn_
 fail:
     if (q->dev)
         (void)cudaFree(q->dev);
+    if (q->perm)
+        (void)cudaFree(q->perm);
     free(q);
     return st;
 }
@@ -110,8 +137,10 @@ inf_status_t eng_cuda_weight_q4_create_glu(struct eng_backend *be, const struct 
     if (st != INF_OK)
         return st;
     st = krn_q4_glu_interleave(w, &t, err);
+    t.perm = w->perm; /* the rows move, the column order stays (borrowed) */
     if (st == INF_OK)
         st = eng_cuda_weight_q4_create(be, &t, out, err);
+    t.perm = NULL;
     eng_q4_free(&t);
     if (st == INF_OK)
         ((struct cu_q4 *)(*out)->impl)->glu = true;
@@ -122,8 +151,11 @@ void eng_cuda_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
 {
     struct cu_ctx *c = ctx_of(be);
     struct cu_q4 *q = w->impl;
-    if (cudaSetDevice(c->device) == cudaSuccess)
+    if (cudaSetDevice(c->device) == cudaSuccess) {
         (void)cudaFree(q->dev);
+        if (q->perm)
+            (void)cudaFree(q->perm);
+    }
     free(q);
 }
 
@@ -185,9 +217,13 @@ static inf_status_t q4_dequant_gemm(struct cu_ctx *c, const struct cu_q4 *q,
     return INF_OK;
 }
 
-inf_status_t eng_cuda_q4_run(struct cu_ctx *c, const struct cu_q4 *q, const struct eng_buf *bias,
-                             struct eng_mat x, struct eng_mat y, const struct eng_mat *tmp,
-                             bool y_f32, int32_t m, int32_t *words, struct inf_err *err)
+/* eng_cuda_q4_run on x as the GEMM takes it: q's own columns (x already
+ * gathered for a weight with a column order). sc_used: bytes at the front
+ * of the scratch region the caller holds (the gathered x). */
+static inf_status_t q4_run(struct cu_ctx *c, const struct cu_q4 *q, const struct eng_buf *bias,
+                           struct eng_mat x, struct eng_mat y, const struct eng_mat *tmp,
+                           bool y_f32, int32_t m, int32_t *words, size_t sc_used,
+                           struct inf_err *err)
 {
     const int32_t n = q->pub.n, k = q->pub.k, ny = tmp ? n / 2 : n;
     if (words)
@@ -197,7 +233,7 @@ inf_status_t eng_cuda_q4_run(struct cu_ctx *c, const struct cu_q4 *q, const stru
         (large || k % 8 != 0 || ((m == 1 || x.ld == k) && (uintptr_t)dptr(x, 2) % 16 != 0))) {
         /* where the GEMM cannot give SiLU·mul itself: through tmp, the same
          * bits */
-        inf_status_t s = eng_cuda_q4_run(c, q, bias, x, *tmp, NULL, false, m, NULL, err);
+        inf_status_t s = q4_run(c, q, bias, x, *tmp, NULL, false, m, NULL, sc_used, err);
         if (s != INF_OK)
             return s;
         if (tmp->ld > INT_MAX || y.ld > INT_MAX)
@@ -210,6 +246,7 @@ inf_status_t eng_cuda_q4_run(struct cu_ctx *c, const struct cu_q4 *q, const stru
     if (large)
         return q4_dequant_gemm(c, q, bias, x, y, y_f32, m, err);
     struct bump sc = scratch_of(c);
+    sc.used = sc_used;
     uint16_t *b16 = NULL;
     if (bias) {
         b16 = bump_take(&sc, (size_t)n * 2);
@@ -307,6 +344,57 @@ inf_status_t eng_cuda_q4_run(struct cu_ctx *c, const struct cu_q4 *q, const stru
     if (!words || *words < 0)
         eng_cuda_written(y.buf);
     return INF_OK;
+}
+
+/* A weight with a column order (an act-order checkpoint): x[:, perm] is
+ * gathered into the front of the scratch region, then the plain path runs
+ * on it. Rows go in chunks that take at most half the region, so the plain
+ * path keeps the other half for its own staging; m rows fit at once for
+ * every decode step (a chunk of a 14336-wide x is over 900 rows), so the
+ * words of a fixed-shape step are kept as without the gather. */
+static inf_status_t q4_run_gathered(struct cu_ctx *c, const struct cu_q4 *q,
+                                    const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
+                                    const struct eng_mat *tmp, bool y_f32, int32_t m,
+                                    int32_t *words, struct inf_err *err)
+{
+    const int32_t k = q->pub.k;
+    const size_t row_bytes = (size_t)k * 2;
+    struct bump sc = scratch_of(c);
+    size_t fit = sc.cap / 2 / row_bytes;
+    if (fit == 0)
+        return inf_err_set(err, INF_E_NOMEM, "workspace too small to gather a row of %d", k);
+    const int32_t chunk = fit < (size_t)m ? (int32_t)fit : m;
+    uint16_t *xg = bump_take(&sc, (size_t)chunk * row_bytes);
+    if (!xg)
+        return inf_err_set(err, INF_E_NOMEM, "workspace too small to gather a row of %d", k);
+    struct eng_buf gbuf = {.ptr = xg, .size = (size_t)chunk * row_bytes};
+    if (words)
+        *words = -1;
+    for (int32_t r0 = 0; r0 < m; r0 += chunk) {
+        const int32_t rows = m - r0 < chunk ? m - r0 : chunk;
+        KRN(c, krn_cuda_gather_cols((const uint16_t *)dptr(x, 2) + (int64_t)r0 * x.ld, x.ld,
+                                    q->perm, k, xg, k, rows, c->stream, lep_));
+        struct eng_mat xs = {.buf = &gbuf, .off = 0, .ld = k};
+        struct eng_mat ys = {.buf = y.buf, .off = y.off + (int64_t)r0 * y.ld, .ld = y.ld};
+        struct eng_mat ts = tmp ? *tmp : (struct eng_mat){0};
+        if (tmp)
+            ts.off += (int64_t)r0 * tmp->ld;
+        /* words only where one chunk holds every row: they are the step's */
+        inf_status_t s = q4_run(c, q, bias, xs, ys, tmp ? &ts : NULL, y_f32, rows,
+                                chunk >= m ? words : NULL, sc.used, err);
+        if (s != INF_OK)
+            return s;
+    }
+    return INF_OK;
+}
+
+inf_status_t eng_cuda_q4_run(struct cu_ctx *c, const struct cu_q4 *q, const struct eng_buf *bias,
+                             struct eng_mat x, struct eng_mat y, const struct eng_mat *tmp,
+                             bool y_f32, int32_t m, int32_t *words, struct inf_err *err)
+{
+    if (q->perm)
+        return q4_run_gathered(c, q, bias, x, y, tmp, y_f32, m, words, err);
+    return q4_run(c, q, bias, x, y, tmp, y_f32, m, words, 0, err);
 }
 
 inf_status_t eng_cuda_linear_q4(struct eng_backend *be, const struct eng_q4w *w,

@@ -145,7 +145,7 @@ static uint64_t kv_identity(const struct eng_lm_model_opts *o, const struct eng_
     h = id_float(h, c->rope_factor);
     h = id_float(h, c->rope_low_freq);
     h = id_float(h, c->rope_high_freq);
-    h = id_mix(h, (uint64_t)o->quantize << 40 | (uint64_t)o->symmetric << 32 |
+    h = id_mix(h, (uint64_t)o->quantization << 40 | (uint64_t)o->symmetric << 32 |
                       (uint32_t)o->group_size);
     for (int32_t i = 0; i < o->n_keep_fp16; i++)
         for (const char *p = o->keep_fp16[i]; *p; p++)
@@ -159,7 +159,7 @@ void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_m
 {
     *o = (struct eng_lm_model_opts){
         .dir = cfg->model_dir,
-        .quantize = cfg->quantize,
+        .quantization = cfg->quantization,
         .group_size = cfg->group_size,
         .symmetric = cfg->symmetric,
         .fuse_qkv = cfg->fuse_qkv,
@@ -183,7 +183,26 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     x->be = be;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
-    mo.quant = o->quantize ? ENG_QUANT_INT4 : ENG_QUANT_NONE;
+    switch (o->quantization) {
+    case ENG_QUANTIZATION_AUTO:
+        mo.quant = ENG_QUANT_AUTO;
+        break;
+    case ENG_QUANTIZATION_INT4:
+        mo.quant = ENG_QUANT_INT4;
+        break;
+    case ENG_QUANTIZATION_AWQ:
+        mo.quant = ENG_QUANT_AWQ;
+        break;
+    case ENG_QUANTIZATION_GPTQ:
+        mo.quant = ENG_QUANT_GPTQ;
+        break;
+    case ENG_QUANTIZATION_CT:
+        mo.quant = ENG_QUANT_CT;
+        break;
+    default:
+        mo.quant = ENG_QUANT_NONE;
+        break;
+    }
     if (o->group_size)
         mo.group_size = o->group_size < 0 ? 0 : o->group_size;
     mo.symmetric = o->symmetric;

@@ -7,9 +7,9 @@
 #include "tokenizer/tokenizer.h"
 
 struct eng_lm_model_opts {
-    const char *dir;    /* checkpoint folder */
-    bool quantize;      /* INT4 (else every weight fp32) */
-    int32_t group_size; /* 0 = the model's default, -1 = per-channel */
+    const char *dir;                    /* checkpoint folder */
+    enum eng_quantization quantization; /* engine/eng.h */
+    int32_t group_size;                 /* 0 = the model's default, -1 = per-channel */
     bool symmetric;
     bool fuse_qkv;
     const char *const *keep_fp16; /* substrings of tensor names, or fnmatch patterns */

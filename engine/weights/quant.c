@@ -50,7 +50,58 @@ void eng_q4_free(struct krn_q4_weight *w)
     free(w->q);
     free(w->scale);
     free(w->zero);
+    free(w->perm);
     memset(w, 0, sizeof *w);
+}
+
+bool eng_q4_perm_equal(const int32_t *a, const int32_t *b, int32_t k)
+{
+    if (!a || !b)
+        return a == b;
+    return memcmp(a, b, (size_t)k * sizeof *a) == 0;
+}
+
+inf_status_t eng_q4_concat(const struct krn_q4_weight *parts, int32_t np, struct krn_q4_weight *out,
+                           struct inf_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (np <= 0)
+        return inf_err_set(err, INF_E_INVALID, "no INT4 weights to stack");
+    const struct krn_q4_weight *p0 = &parts[0];
+    int64_t n = 0;
+    bool sym = true;
+    for (int32_t i = 0; i < np; i++) {
+        const struct krn_q4_weight *p = &parts[i];
+        if (p->k != p0->k || p->kp != p0->kp || p->group != p0->group ||
+            !eng_q4_perm_equal(p->perm, p0->perm, p0->k))
+            return inf_err_set(err, INF_E_INVALID,
+                               "INT4 weights to stack differ (k %d/%d, kp %d/%d, group %d/%d or "
+                               "their column order)",
+                               p->k, p0->k, p->kp, p0->kp, p->group, p0->group);
+        n += p->n;
+        sym = sym && p->symmetric;
+    }
+    if (n > INT32_MAX)
+        return inf_err_set(err, INF_E_INVALID, "stacked INT4 weight of %lld rows", (long long)n);
+    inf_status_t st = eng_q4_alloc((int32_t)n, p0->k, p0->kp, p0->group, sym, out, err);
+    if (st != INF_OK)
+        return st;
+    if (p0->perm && !(out->perm = malloc((size_t)p0->k * sizeof *out->perm))) {
+        eng_q4_free(out);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory stacking INT4 weights");
+    }
+    if (p0->perm)
+        memcpy(out->perm, p0->perm, (size_t)p0->k * sizeof *out->perm);
+    size_t qrow = (size_t)p0->kp / 2, grow = (size_t)krn_q4_groups(p0);
+    int64_t r0 = 0;
+    for (int32_t i = 0; i < np; i++) {
+        const struct krn_q4_weight *p = &parts[i];
+        memcpy(out->q + (size_t)r0 * qrow, p->q, (size_t)p->n * qrow);
+        memcpy(out->scale + (size_t)r0 * grow, p->scale, (size_t)p->n * grow * 2);
+        memcpy(out->zero + (size_t)r0 * grow, p->zero, (size_t)p->n * grow * 2);
+        r0 += p->n;
+    }
+    return INF_OK;
 }
 
 inf_status_t eng_q4_quantize(const float *w, int32_t n, int32_t k, int32_t group, bool symmetric,
@@ -212,13 +263,14 @@ void eng_q4_dequantize(const struct krn_q4_weight *w, float *out)
 {
     for (int32_t r = 0; r < w->n; r++)
         for (int32_t c = 0; c < w->k; c++)
-            out[(int64_t)r * w->k + c] = eng_q4_dequant_at(w, r, c);
+            out[(int64_t)r * w->k + (w->perm ? w->perm[c] : c)] = eng_q4_dequant_at(w, r, c);
 }
 
 size_t eng_q4_bytes(const struct krn_q4_weight *w)
 {
     size_t ng = (size_t)w->n * (size_t)krn_q4_groups(w);
-    return (size_t)w->n * (size_t)(w->kp / 2) + 2 * ng * sizeof(uint16_t);
+    return (size_t)w->n * (size_t)(w->kp / 2) + 2 * ng * sizeof(uint16_t) +
+           (w->perm ? (size_t)w->k * sizeof(int32_t) : 0);
 }
 
 /* The tiles of one repack, shared by the threads of eng_q4_gemm_repack. */

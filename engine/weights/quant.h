@@ -72,14 +72,29 @@ inf_status_t eng_q4_gemm_repack(const struct krn_q4_weight *w,
 inf_status_t eng_q4_alloc(int32_t n, int32_t k, int32_t kp, int32_t group, bool symmetric,
                           struct krn_q4_weight *out, struct inf_err *err);
 
-/* Release what eng_q4_quantize / eng_q4_alloc allocated and zero *w.
- * NULL and an already-freed weight are no-ops. */
+/* Release what eng_q4_quantize / eng_q4_alloc allocated (and w->perm, which
+ * a weight owns like its codes) and zero *w. NULL and an already-freed
+ * weight are no-ops. */
 void eng_q4_free(struct krn_q4_weight *w);
+
+/* True when a and b read their input columns in the same order (both NULL,
+ * or the same k values). */
+bool eng_q4_perm_equal(const int32_t *a, const int32_t *b, int32_t k);
+
+/* Stack parts[0..np) (each [n_i][k], the same k, kp, group and perm) along
+ * N into *out, allocated here: the rows of a fused q/k/v or gate/up linear.
+ * out is symmetric when every part is; it gets its own copy of the perm.
+ * Errors: INF_E_INVALID (the parts differ in k, kp, group or perm),
+ * INF_E_NOMEM. */
+inf_status_t eng_q4_concat(const struct krn_q4_weight *parts, int32_t np, struct krn_q4_weight *out,
+                           struct inf_err *err);
 
 /* W[row][col] as stored: (code - zero) * scale, in fp32, 0 <= col < kp. */
 float eng_q4_dequant_at(const struct krn_q4_weight *w, int32_t row, int32_t col);
 
-/* Dequantize the logical matrix into out[n][k] (the padding is dropped). */
+/* Dequantize the logical matrix into out[n][k] (the padding is dropped),
+ * in the caller's column order: stored column i of a weight with a perm
+ * lands in column perm[i]. */
 void eng_q4_dequantize(const struct krn_q4_weight *w, float *out);
 
 /* Bytes of host memory held by the canonical form. */

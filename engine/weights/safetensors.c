@@ -787,6 +787,34 @@ inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64
     return INF_OK;
 }
 
+inf_status_t eng_st_read_i32(const struct eng_st_tensor *t, int64_t first, int64_t n, int32_t *dst,
+                             struct inf_err *err)
+{
+    if (t->dtype != ENG_DT_I32 && t->dtype != ENG_DT_I64)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "%s: tensor '%.80s' is %s, not I32 or I64",
+                           t->file, t->name, eng_dtype_name(t->dtype));
+    if (first < 0 || n < 0 || first > t->numel || n > t->numel - first)
+        return inf_err_set(err, INF_E_RANGE,
+                           "%s: tensor '%.80s': elements [%lld, +%lld) outside its %lld", t->file,
+                           t->name, (long long)first, (long long)n, (long long)t->numel);
+    const unsigned char *src =
+        (const unsigned char *)t->data + (size_t)first * eng_dtype_size(t->dtype);
+    if (t->dtype == ENG_DT_I32) {
+        if (n > 0)
+            memcpy(dst, src, (size_t)n * 4);
+        return INF_OK;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v;
+        memcpy(&v, src + 8 * i, 8);
+        if (v < INT32_MIN || v > INT32_MAX)
+            return inf_err_set(err, INF_E_RANGE, "%s: tensor '%.80s': element %lld is %lld",
+                               t->file, t->name, (long long)(first + i), (long long)v);
+        dst[i] = (int32_t)v;
+    }
+    return INF_OK;
+}
+
 void eng_st_prefetch(const struct eng_st_tensor *t)
 {
     if (!t || t->nbytes == 0)

@@ -68,6 +68,14 @@ inf_status_t eng_st_read_f32(const struct eng_st_tensor *t, int64_t first, int64
 inf_status_t eng_st_read_f16(const struct eng_st_tensor *t, int64_t first, int64_t n, uint16_t *dst,
                              struct inf_err *err);
 
+/* Copy elements [first, first + n) of an integer tensor (I32, or I64 whose
+ * values fit an int32) into dst: the packed codes and zero points of INT4
+ * checkpoints, g_idx, weight_shape. INF_E_UNSUPPORTED for other dtypes,
+ * INF_E_RANGE out of bounds or for an I64 value beyond int32 (naming the
+ * file, the tensor and the element). */
+inf_status_t eng_st_read_i32(const struct eng_st_tensor *t, int64_t first, int64_t n, int32_t *dst,
+                             struct inf_err *err);
+
 /* Ask the kernel to start reading t's bytes from the file now (a hint, in
  * the background), so a later read does not wait for the disk. Thread: any. */
 void eng_st_prefetch(const struct eng_st_tensor *t);

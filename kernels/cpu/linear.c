@@ -279,6 +279,14 @@ void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const floa
     linear_tiles(W_Q4, w, w->k, bias, x, ldx, y, ldy, m, n0, n1);
 }
 
+void krn_cpu_gather_cols(const float *x, int64_t ldx, const int32_t *perm, int32_t k, float *xg,
+                         int64_t ldg, int32_t m)
+{
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t i = 0; i < k; i++)
+            xg[r * ldg + i] = x[r * ldx + perm[i]];
+}
+
 HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
                             int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {

@@ -1,9 +1,11 @@
 /*
- * activation.cu — SiLU·mul, fp16/fp32 conversions and bias adds
- * (kernels/activation_cuda.h).
+ * activation.cu — SiLU·mul, fp16/fp32 conversions, bias adds and the column
+ * gather of act-order activations (kernels/activation_cuda.h).
  * Mapping  grid-stride loops over (row, column) pairs, consecutive threads on
- *          consecutive columns (coalesced for any row stride).
- *          SiLU·mul is launched with programmatic dependent launch (sm_90).
+ *          consecutive columns (coalesced for any row stride; the gather's
+ *          reads follow perm, its writes are coalesced).
+ *          SiLU·mul and the gather are launched with programmatic dependent
+ *          launch (sm_90).
  * Numerics fp32 arithmetic, precise expf, one rounding to fp16 at the end.
  * Arch     any.
  */
@@ -31,6 +33,24 @@ __global__ void silu_mul_kernel(const __half *gate, int64_t ldg, /* [m][dim] */
         int64_t r = i / dim, c = i % dim, cin = GLU ? (c / 8) * 16 + c % 8 : c;
         float g = __half2float(gate[r * ldg + cin]), u = __half2float(up[r * ldu + cin]);
         out[r * ldo + c] = __float2half_rn(krncuda::silu_mul(g, u));
+    }
+}
+
+/* The gather runs between a row kernel and the INT4 GEMM it feeds, so it
+ * enters as the row kernels do (kernels/cuda/launch.cuh): the GEMM behind
+ * it may launch and load its first weight stages while it runs. */
+__global__ void gather_cols_kernel(const __half *x, int64_t ldx, /* [m][>= k] */
+                                   const int32_t *perm,          /* [k], values < k */
+                                   int32_t k,                    /* columns */
+                                   __half *out, int64_t ldo,     /* [m][k] */
+                                   int32_t m)
+{
+    krncuda::pdl_enter(krncuda::pdl_early(m));
+    const int64_t n = (int64_t)m * k;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / k, c = i % k;
+        out[r * ldo + c] = x[r * ldx + perm[c]];
     }
 }
 
@@ -113,6 +133,23 @@ extern "C" inf_status_t krn_cuda_silu_mul_glu(const uint16_t *in, int64_t ldi, u
     if (dim % 8)
         return inf_err_set(err, INF_E_INVALID, "silu_mul_glu: dim %d not a multiple of 8", dim);
     return silu_mul_launch<true>(in, ldi, in + 8, ldi, out, ldo, dim, m, stream, err);
+}
+
+extern "C" inf_status_t krn_cuda_gather_cols(const uint16_t *x, int64_t ldx, const int32_t *perm,
+                                             int32_t k, uint16_t *out, int64_t ldo, int32_t m,
+                                             void *stream, struct inf_err *err)
+{
+    KRN_CHECK_2D("gather_cols", k, m);
+    if (!x || !perm || !out || ldx < k || ldo < k)
+        return inf_err_set(err, INF_E_INVALID, "gather_cols: k %d, ldx %lld, ldo %lld", (int)k,
+                           (long long)ldx, (long long)ldo);
+    cudaError_t e = krncuda::launch_pdl(
+        gather_cols_kernel, dim3(krncuda::grid_for((int64_t)m * k, kThreads)), dim3(kThreads), 0,
+        static_cast<cudaStream_t>(stream), reinterpret_cast<const __half *>(x), ldx, perm, k,
+        reinterpret_cast<__half *>(out), ldo, m);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "gather_cols: %s", cudaGetErrorString(e));
+    return krncuda::launched("gather_cols", err);
 }
 
 extern "C" inf_status_t krn_cuda_f16_to_f32(const uint16_t *src, int64_t lds, float *dst,

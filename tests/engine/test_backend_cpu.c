@@ -1,6 +1,6 @@
 /* The CPU backend through the public wrappers of engine/backend.h: buffers,
  * INT4 linear from the canonical form (with bias, any thread count giving
- * identical bits), fp16 linear, paged attention prefill and decode over
+ * identical bits; a column order), fp16 linear, paged attention prefill and decode over
  * block tables against a naive loop, and the argument checks every backend
  * shares. */
 #include "engine/backend.h"
@@ -112,6 +112,75 @@ START_TEST(linear_q4_any_threads)
                 s += (double)deq[o * k + c] * x[r * k + c];
             ck_assert_msg(fabs(y1[r * n + o] - s) < 1e-4, "%g vs %g", y1[r * n + o], s);
         }
+    eng_q4_free(&q);
+    free(w), free(x), free(deq);
+}
+END_TEST
+
+/* A weight with a column order (an act-order checkpoint's): y[r][o] =
+ * sum_i x[r][perm[i]] * W[o][i], W as stored. Against a double loop over
+ * the stored form and perm, and against x . dequantize(W)^T in the
+ * caller's column order; 1 and 3 threads give equal bits; m above the
+ * backend's gather chunk; K not a multiple of the group (padding); a perm
+ * that repeats a column is refused. */
+START_TEST(linear_q4_column_order)
+{
+    enum { N = 24, K = 100, M = 21 };
+    float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K);
+    float y[2][M * N];
+    for (int i = 0; i < N * K; i++)
+        w[i] = urand();
+    for (int i = 0; i < M * K; i++)
+        x[i] = urand();
+    struct krn_q4_weight q;
+    ck_assert_int_eq(eng_q4_quantize(w, N, K, 32, false, &q, NULL), INF_OK);
+    q.perm = malloc(sizeof(int32_t) * K);
+    for (int i = 0; i < K; i++)
+        q.perm[i] = i;
+    for (int i = K - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)((urand() * 0.5f + 0.5f) * (float)(i + 1)) % (i + 1);
+        int32_t t = q.perm[i];
+        q.perm[i] = q.perm[j];
+        q.perm[j] = t;
+    }
+    for (int t = 0; t < 2; t++) {
+        struct eng_backend *be = cpu(t ? 3 : 1);
+        struct eng_q4w *qw;
+        ck_assert_int_eq(eng_weight_q4_create(be, &q, &qw, NULL), INF_OK);
+        struct eng_buf *bx = upload(be, x, sizeof(float) * M * K), *by;
+        ck_assert_int_eq(eng_buf_alloc(be, sizeof y[0], &by, NULL), INF_OK);
+        struct eng_mat mx = {bx, 0, K}, my = {by, 0, N};
+        ck_assert_int_eq(eng_op_linear_q4(be, qw, NULL, mx, my, false, M, NULL), INF_OK);
+        ck_assert_int_eq(eng_buf_download(be, by, 0, y[t], sizeof y[t], NULL), INF_OK);
+        if (t == 1) { /* a column twice, one never: refused */
+            struct eng_q4w *bad;
+            struct inf_err err;
+            int32_t keep = q.perm[7];
+            q.perm[7] = q.perm[8];
+            ck_assert_int_eq(eng_weight_q4_create(be, &q, &bad, &err), INF_E_INVALID);
+            ck_assert_ptr_nonnull(strstr(err.msg, "perm[8]"));
+            q.perm[7] = keep;
+        }
+        eng_weight_q4_destroy(be, qw);
+        eng_buf_free(be, bx);
+        eng_buf_free(be, by);
+        eng_backend_destroy(be);
+    }
+    ck_assert_int_eq(memcmp(y[0], y[1], sizeof y[0]), 0);
+    float *deq = malloc(sizeof(float) * N * K);
+    eng_q4_dequantize(&q, deq); /* in x's column order */
+    double worst = 0;
+    for (int r = 0; r < M; r++)
+        for (int o = 0; o < N; o++) {
+            double a = 0, b = 0;
+            for (int i = 0; i < K; i++) {
+                a += (double)eng_q4_dequant_at(&q, o, i) * x[r * K + q.perm[i]];
+                b += (double)deq[o * K + i] * x[r * K + i];
+            }
+            ck_assert_msg(fabs(y[0][r * N + o] - a) < 1e-4, "%g vs %g", y[0][r * N + o], a);
+            worst = fmax(worst, fabs(a - b));
+        }
+    ck_assert_msg(worst < 1e-9, "dequantize and perm disagree by %g", worst);
     eng_q4_free(&q);
     free(w), free(x), free(deq);
 }
@@ -450,6 +519,7 @@ int main(void)
     TCase *t = tcase_create("ops");
     tcase_add_test(t, buffers_round_trip);
     tcase_add_test(t, linear_q4_any_threads);
+    tcase_add_test(t, linear_q4_column_order);
     tcase_add_test(t, linear_fp16_and_embedding);
     tcase_add_test(t, attention_prefill_and_decode);
     tcase_add_test(t, rows_ops_through_wrappers);

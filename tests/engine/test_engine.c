@@ -576,7 +576,7 @@ static eng_engine_t *open_cpu_budget(int32_t max_batch, int64_t kv_tokens, int32
     cfg.max_batched_tokens = budget;
     cfg.max_model_len = 160;
     cfg.kv_cache_tokens = kv_tokens;
-    cfg.quantize = true;
+    cfg.quantization = ENG_QUANTIZATION_INT4;
     cfg.group_size = 32;
     cfg.fuse_qkv = true;
     cfg.max_queue = 64;
@@ -825,7 +825,7 @@ START_TEST(cpu_model_keep_fp16_names)
     const char *keep[2] = {"lm_head", "model.layers.1.mlp.*"};
     struct eng_lm_model_opts o = {
         .dir = model_dir,
-        .quantize = true,
+        .quantization = ENG_QUANTIZATION_INT4,
         .group_size = 32,
         .fuse_qkv = false,
         .keep_fp16 = keep,

@@ -2,7 +2,8 @@
  * shapes match config.json, values are finite and scaled as documented,
  * activations stay in range through every layer of a reference forward
  * pass written here, output is deterministic, and tokenizer.json is a
- * consistent byte-level BPE. Runs the tool from INT4SERVE_BUILD_DIR. */
+ * consistent byte-level BPE; --format writes the INT4 formats' tensors.
+ * Runs the tool from INT4SERVE_BUILD_DIR. */
 #include "engine/weights/model_config.h"
 #include "engine/weights/safetensors.h"
 #include "tokenizer/tokenizer.h"
@@ -696,6 +697,60 @@ START_TEST(refuses_bad_shapes)
 }
 END_TEST
 
+/* --format: the INT4 formats' tensors in place of each linear's weight,
+ * the rest in f16, quantization_config in config.json (gptq also in
+ * quantize_config.json), sharded too, the same bytes from the same seed;
+ * option mistakes refused before anything is written. The values
+ * themselves are checked by tests/engine/test_packed.c. */
+START_TEST(packed_formats)
+{
+    ck_assert_int_eq(
+        mkmodel("g", "--format", "gptq-actorder", "--group-size", "32", "--shards", "3", NULL), 0);
+    ck_assert_int_eq(
+        mkmodel("g2", "--format", "gptq-actorder", "--group-size", "32", "--shards", "3", NULL), 0);
+    eng_st_t *st;
+    struct inf_err err;
+    ck_assert_int_eq(eng_st_open(dir_of("g"), &st, &err), INF_OK);
+    ck_assert_ptr_null(eng_st_find(st, "model.layers.0.self_attn.q_proj.weight"));
+    const struct eng_st_tensor *t = eng_st_find(st, "model.layers.5.mlp.down_proj.qweight");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, ENG_DT_I32);
+    ck_assert_int_eq(t->shape[0], 768 / 8);
+    ck_assert_int_eq(t->shape[1], 288);
+    t = eng_st_find(st, "model.layers.5.mlp.down_proj.scales");
+    ck_assert_int_eq(t->shape[0], 768 / 32);
+    ck_assert_ptr_nonnull(eng_st_find(st, "model.layers.0.self_attn.v_proj.g_idx"));
+    ck_assert_int_eq(eng_st_find(st, "model.embed_tokens.weight")->dtype, ENG_DT_F16);
+    eng_st_close(st);
+    char p[600], q[600];
+    snprintf(p, sizeof p, "%s/config.json", dir_of("g"));
+    json_t *cfg = json_load_file(p, 0, NULL);
+    json_t *qc = json_object_get(cfg, "quantization_config");
+    ck_assert_str_eq(json_string_value(json_object_get(qc, "quant_method")), "gptq");
+    ck_assert(json_is_true(json_object_get(qc, "desc_act")));
+    ck_assert_int_eq(json_integer_value(json_object_get(qc, "group_size")), 32);
+    json_decref(cfg);
+    snprintf(p, sizeof p, "%s/quantize_config.json", dir_of("g"));
+    ck_assert_int_eq(access(p, F_OK), 0);
+    for (int i = 1; i <= 3; i++) {
+        snprintf(p, sizeof p, "%s/model-%05d-of-00003.safetensors", dir_of("g"), i);
+        snprintf(q, sizeof q, "%s/model-%05d-of-00003.safetensors", dir_of("g2"), i);
+        ck_assert_msg(same_file(p, q), "shard %d differs between runs", i);
+    }
+    /* refused: an unknown format or group, symmetric AWQ, gptq_v2 outside
+     * gptq, and shapes the format cannot store (AWQ: 288 % 128) */
+    ck_assert_int_ne(mkmodel("x", "--format", "exl2", NULL), 0);
+    ck_assert_int_ne(mkmodel("x", "--format", "gptq", "--group-size", "48", NULL), 0);
+    ck_assert_int_ne(mkmodel("x", "--format", "awq", "--symmetric", NULL), 0);
+    ck_assert_int_ne(mkmodel("x", "--format", "ct", "--checkpoint-format", "gptq_v2", NULL), 0);
+    ck_assert_int_ne(mkmodel("x", "--format", "awq", "--group-size", "128", NULL), 0);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir_of("x"));
+    ck_assert_int_eq(access(p, F_OK), -1);
+    snprintf(p, sizeof p, "%s/config.json", dir_of("x"));
+    ck_assert_int_eq(access(p, F_OK), -1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("mkmodel");
@@ -713,6 +768,7 @@ static Suite *suite(void)
     tcase_add_test(tc, deterministic_from_seed);
     tcase_add_test(tc, copied_tokenizer);
     tcase_add_test(tc, refuses_bad_shapes);
+    tcase_add_test(tc, packed_formats);
     suite_add_tcase(s, tc);
     return s;
 }

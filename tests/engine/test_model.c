@@ -816,7 +816,7 @@ START_TEST(scheduler_lm_adapter)
                              .backend = ENG_BACKEND_CPU,
                              .threads = 2,
                              .max_batched_tokens = 64,
-                             .quantize = false,
+                             .quantization = ENG_QUANTIZATION_NONE,
                              .fuse_qkv = true};
     struct eng_lm lm;
     struct inf_err err = {0};

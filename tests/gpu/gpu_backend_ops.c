@@ -14,7 +14,8 @@
  *   attention prefill and decode                            <= 3e-3
  * Each output is poisoned (0xff bytes: fp16 NaN) before the op, so an
  * element the GPU forgets to write fails the check. Shapes cover M = 1 and
- * larger M, strided views, K not a multiple of the group, GQA, head_dim 48,
+ * larger M, strided views, K not a multiple of the group, act-order weights
+ * (a column order: x gathered before the GEMM), GQA, head_dim 48,
  * 64, 128 and 256, several sequences of different lengths spanning several
  * KV blocks with shuffled block tables, a prefill chunk on top of existing
  * KV, and decode over 3000 positions with one or two sequences (few row
@@ -343,6 +344,25 @@ static void test_gather(int32_t dim, int32_t rows, int32_t m)
     free(idx);
 }
 
+/* While set, test_linear_q4 and test_linear_q4_glu give their weights a
+ * random column order (kernels/q4.h perm, an act-order checkpoint's): both
+ * backends then read x[:, perm]. */
+static bool g_perm;
+
+static void maybe_perm(struct krn_q4_weight *q)
+{
+    if (!g_perm)
+        return;
+    q->perm = malloc((size_t)q->k * sizeof *q->perm);
+    for (int32_t i = 0; i < q->k; i++)
+        q->perm[i] = i;
+    for (int32_t i = q->k - 1; i > 0; i--) {
+        int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = q->perm[i];
+        q->perm[i] = q->perm[j];
+        q->perm[j] = t;
+    }
+}
+
 /* INT4 linear; x_pad / y_pad add columns to the row strides (strided views). */
 static void test_linear_q4(int32_t m, int32_t n, int32_t k, int32_t group, bool sym, bool bias,
                            int32_t x_pad, int32_t y_pad)
@@ -351,6 +371,7 @@ static void test_linear_q4(int32_t m, int32_t n, int32_t k, int32_t group, bool 
     float *wv = frand((int64_t)n * k, -1, 1);
     struct krn_q4_weight q;
     DIE_IF(eng_q4_quantize(wv, n, k, group, sym, &q, &err), "quantize");
+    maybe_perm(&q);
     struct eng_q4w *wc, *wg;
     DIE_IF(eng_weight_q4_create(g_cpu, &q, &wc, &err), "cpu q4");
     DIE_IF(eng_weight_q4_create(g_gpu, &q, &wg, &err), "gpu q4");
@@ -372,8 +393,9 @@ static void test_linear_q4(int32_t m, int32_t n, int32_t k, int32_t group, bool 
                             (struct eng_mat){y.g, 0, ldy}, false, m, &err),
            "gpu linear_q4");
     char what[128];
-    snprintf(what, sizeof what, "linear_q4 m %d n %d k %d g %d %s%s%s", m, n, k, group,
-             sym ? "sym" : "asym", bias ? " bias" : "", x_pad || y_pad ? " strided" : "");
+    snprintf(what, sizeof what, "linear_q4 m %d n %d k %d g %d %s%s%s%s", m, n, k, group,
+             sym ? "sym" : "asym", bias ? " bias" : "", x_pad || y_pad ? " strided" : "",
+             g_perm ? " perm" : "");
     compare_view(what, &y, 0, ldy, m, n, 3e-3);
     pair_free(&x);
     pair_free(&y);
@@ -459,6 +481,7 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
     float *wv = frand((int64_t)n * k, -1, 1);
     struct krn_q4_weight q;
     DIE_IF(eng_q4_quantize(wv, n, k, group, sym, &q, &err), "quantize");
+    maybe_perm(&q);
     struct eng_q4w *wc, *wg, *wglu;
     DIE_IF(eng_weight_q4_create(g_cpu, &q, &wc, &err), "cpu q4");
     DIE_IF(eng_weight_q4_create(g_gpu, &q, &wg, &err), "gpu q4");
@@ -496,8 +519,8 @@ static void test_linear_q4_glu(int32_t m, int32_t dim, int32_t k, int32_t group,
                                 &err),
            "gpu linear_q4_glu");
     char what[128];
-    snprintf(what, sizeof what, "linear_q4_glu m %d dim %d k %d g %d %s%s", m, dim, k, group,
-             sym ? "sym" : "asym", x_pad || o_pad ? " strided" : "");
+    snprintf(what, sizeof what, "linear_q4_glu m %d dim %d k %d g %d %s%s%s", m, dim, k, group,
+             sym ? "sym" : "asym", x_pad || o_pad ? " strided" : "", g_perm ? " perm" : "");
     compare_view(what, &out, 0, ldo, m, dim, 3e-3);
     /* bit for bit the unfused GPU path (the padding columns are never written) */
     uint16_t *h1 = malloc((size_t)m * ldo * 2), *h2 = malloc((size_t)m * ldo * 2);
@@ -1426,6 +1449,23 @@ int main(void)
     test_linear_q4_glu(64, 512, 288, 32, true, 8, 24);
     test_linear_q4_glu(7, 256, 100, 32, false, 0, 0);
     test_linear_q4_glu(1000, 1024, 512, 128, false, 0, 8);
+    /* act-order weights (a column order): x gathered before the GEMM, at
+     * M = 1 and 16, strided x, K not a multiple of the group, the
+     * dequantized path (M >= 896), rows in two gather chunks (a 4096-wide
+     * row of x gathers at most 3584 rows into the default workspace), the
+     * GLU op and its fixed-shape step */
+    g_perm = true;
+    test_linear_q4(1, 768, 288, 128, false, false, 0, 0);
+    test_linear_q4(16, 384, 288, 64, false, false, 24, 40);
+    test_linear_q4(37, 2816, 512, 128, true, true, 0, 0);
+    test_linear_q4(520, 300, 100, 32, false, true, 0, 0);
+    test_linear_q4(1300, 1024, 4096, 128, false, true, 8, 16);
+    test_linear_q4(5000, 256, 4096, 128, false, false, 0, 0);
+    test_linear_q4_glu(1, 2752, 4096, 128, false, 0, 0);
+    test_linear_q4_glu(33, 2752, 4096, 64, false, 0, 0);
+    test_linear_q4_glu(7, 256, 100, 32, false, 0, 0);
+    test_linear_q4_glu(1000, 1024, 512, 128, false, 0, 8);
+    g_perm = false;
     /* the fused halves of a layer: inside a fixed-shape step of at most 16
      * rows the linears on weights of 256 tiles or more hand their sums over
      * as fixed-point words (q/k/v to the decode attention, o and down to

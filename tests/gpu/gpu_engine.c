@@ -252,7 +252,7 @@ static struct eng_config base_cfg(const char *dir, enum eng_backend_kind kind, i
     cfg.model_dir = dir;
     cfg.max_batch = max_batch;
     cfg.max_model_len = max_model_len;
-    cfg.quantize = true;
+    cfg.quantization = ENG_QUANTIZATION_INT4;
     cfg.group_size = 128;
     cfg.fuse_qkv = true;
     return cfg;

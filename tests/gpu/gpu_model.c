@@ -23,6 +23,12 @@
  *      near-tie); later tokens are not compared (their contexts differ);
  *    - at most 1 of the 3 sequences differs at all.
  *    Each accepted near-tie is printed (sequence, step, margin, difference).
+ * INT4 checkpoints (AutoAWQ gemm, GPTQ act-order asymmetric and symmetric,
+ * compressed-tensors with q/k/v biases) take the same three checks: the
+ * model as loaded from them (repacked, act-order activations gathered
+ * before each GEMM, inside the decode graphs too) on the GPU against the
+ * CPU, whose logprobs tests/engine/test_packed.c holds to those of a
+ * 16-bit checkpoint of the dequantized weights within 1e-4.
  * Checkpoints: argv[1..] as "name=DIR", else made into a temporary folder
  * with int4serve-mkmodel from $INT4SERVE_MKMODEL or
  * $INT4SERVE_BUILD_DIR/tools/mkmodel. Prints "SKIPPED: no GPU" without a GPU. */
@@ -464,7 +470,7 @@ int main(int argc, char **argv)
     const char *names[8], *dirs[8];
     int32_t nm = 0;
     char tmp[] = "/tmp/int4serve-gpu-model-XXXXXX";
-    static char made[3][600];
+    static char made[7][600];
     if (argc > 1) {
         for (int i = 1; i < argc && nm < 8; i++) {
             char *eq = strchr(argv[i], '=');
@@ -486,15 +492,23 @@ int main(int argc, char **argv)
             fprintf(stderr, "FATAL: mkdtemp\n");
             return 2;
         }
-        static const char *const pn[3] = {"tiny", "small", "tiny-qwen2"};
-        static const char *const args[3] = {"--preset tiny", "--preset small",
-                                            "--preset tiny --arch qwen2 --rope-llama3 --tie "
-                                            "--kv-heads 2"};
-        for (int i = 0; i < 3; i++) {
-            char cmd[1400];
+        static const char *const pn[] = {"tiny",     "small",         "tiny-qwen2",
+                                         "tiny-awq", "tiny-gptq-act", "tiny-gptq-act-sym",
+                                         "tiny-ct"};
+        static const char *const args[] = {
+            "--preset tiny",
+            "--preset small",
+            "--preset tiny --arch qwen2 --rope-llama3 --tie --kv-heads 2",
+            "--preset tiny --format awq --group-size 32",
+            "--preset tiny --format gptq-actorder --group-size 128",
+            "--preset small --format gptq-actorder --group-size 64 --symmetric",
+            "--preset tiny --arch qwen2 --kv-heads 2 --format ct --group-size 64"};
+        for (int i = 0; i < (int)(sizeof pn / sizeof pn[0]); i++) {
+            char cmd[8192];
             snprintf(made[i], sizeof made[i], "%s/%s", tmp, pn[i]);
-            snprintf(cmd, sizeof cmd, "'%s' %s --out '%s' > /dev/null", mk, args[i], made[i]);
-            if (system(cmd) != 0) {
+            const int len =
+                snprintf(cmd, sizeof cmd, "'%s' %s --out '%s' > /dev/null", mk, args[i], made[i]);
+            if (len < 0 || (size_t)len >= sizeof cmd || system(cmd) != 0) {
                 fprintf(stderr, "FATAL: %s failed\n", cmd);
                 return 2;
             }

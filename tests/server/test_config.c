@@ -106,7 +106,7 @@ START_TEST(documented_defaults)
     ck_assert_int_eq(cfg.max_model_len, 0);
     ck_assert_int_eq(cfg.kv_cache_tokens, 0);
     ck_assert(cfg.gpu_memory_utilization == 0.90);
-    ck_assert_str_eq(cfg.quantization, "int4");
+    ck_assert_str_eq(cfg.quantization, "auto");
     ck_assert_int_eq(cfg.group_size, 128);
     ck_assert(!cfg.symmetric);
     ck_assert_uint_eq(cfg.keep_fp16.n, 2);

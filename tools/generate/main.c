@@ -2,7 +2,8 @@
  * (or the CUDA backend with --backend cuda).
  *
  *   int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N
- *       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]
+ *       [--quantization auto|int4|awq|gptq|compressed-tensors|none] [--group-size G]
+ *       [--symmetric] [--no-fuse]
  *       [--threads T] [--dump-logits FILE] [--batch B] [--backend cpu|cuda]
  *       [--device N]
  *
@@ -41,7 +42,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT)\n"
                "       --max-tokens N\n"
-               "       [--quantization none|int4] [--group-size G] [--symmetric] [--no-fuse]\n"
+               "       [--quantization auto|int4|awq|gptq|compressed-tensors|none]\n"
+               "       [--group-size G] [--symmetric] [--no-fuse]\n"
                "       [--threads T] [--dump-logits FILE] [--batch B] [--backend cpu|cuda]\n"
                "       [--device N]\n"
                "Greedy generation on the CPU backend (or GPU N with --backend cuda); prints\n"
@@ -201,8 +203,17 @@ int main(int argc, char **argv)
                 mo.quant = ENG_QUANT_NONE;
             else if (strcmp(optarg, "int4") == 0)
                 mo.quant = ENG_QUANT_INT4;
+            else if (strcmp(optarg, "auto") == 0)
+                mo.quant = ENG_QUANT_AUTO;
+            else if (strcmp(optarg, "awq") == 0)
+                mo.quant = ENG_QUANT_AWQ;
+            else if (strcmp(optarg, "gptq") == 0)
+                mo.quant = ENG_QUANT_GPTQ;
+            else if (strcmp(optarg, "compressed-tensors") == 0)
+                mo.quant = ENG_QUANT_CT;
             else {
-                fprintf(stderr, "int4serve-generate: --quantization must be none or int4\n");
+                fprintf(stderr, "int4serve-generate: --quantization must be auto, int4, awq, "
+                                "gptq, compressed-tensors or none\n");
                 return 2;
             }
             break;

@@ -18,12 +18,20 @@
  * Each chunk of 65536 values of a tensor has its own random stream seeded
  * from (--seed, tensor index, chunk index), so chunks are generated on every
  * core, while a writer thread writes the batch before, and the bytes do not
- * depend on the thread count. */
+ * depend on the thread count.
+ *
+ * --format awq | gptq | gptq-actorder | ct writes an INT4 checkpoint
+ * instead (tools/mkmodel/packed.h): the same float weights of every linear
+ * layer quantized and stored as that format stores them, everything else
+ * (embeddings, norms, lm_head, biases) in --dtype (default f16), and the
+ * format's quantization_config in config.json (gptq also writes it to
+ * quantize_config.json, as AutoGPTQ does). */
 #include "common/inf.h"
 #include "engine/weights/model_config.h"
 #include "engine/par.h"
 #include "engine/weights/safetensors_write.h"
 #include "tools/mkmodel/bpe.h"
+#include "tools/mkmodel/packed.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -49,6 +57,7 @@ struct opts {
     bool dtype_set;
     uint64_t seed;
     int32_t shards;
+    struct mk_quant quant; /* --format, --group-size, --symmetric, --checkpoint-format */
 };
 
 struct preset {
@@ -259,9 +268,55 @@ static void writer_submit(struct writer *wr, const unsigned char *d, size_t n)
     pthread_mutex_unlock(&wr->mu);
 }
 
+/* A linear layer's weight ("..._proj.weight"): its module name in layer
+ * (the name without ".weight"); false for every other tensor. */
+static bool linear_layer(const struct spec *sp, char *layer, size_t cap)
+{
+    size_t len = strlen(sp->name);
+    if (sp->ndim != 2 || len < 13 || strcmp(sp->name + len - 12, "_proj.weight") != 0)
+        return false;
+    snprintf(layer, cap, "%.*s", (int)(len - 7), sp->name);
+    return true;
+}
+
+/* Generate tensor i's values in fp32 into buf (numel of them). */
+static void gen_f32(eng_par_t *par, const struct spec *sp, int32_t i, uint64_t seed, int64_t numel,
+                    float *buf)
+{
+    struct gen_job job = {.sp = sp,
+                          .tensor = i,
+                          .seed = seed,
+                          .dt = ENG_DT_F32,
+                          .numel = numel,
+                          .c0 = 0,
+                          .out = (unsigned char *)buf};
+    eng_par_run(par, (numel + CHUNK - 1) / CHUNK, 1, gen_chunks, &job);
+}
+
+/* Whether q's format can store every linear layer of c (before anything
+ * is written). */
+static inf_status_t check_format(const struct eng_model_config *c, const struct mk_quant *q,
+                                 struct inf_err *err)
+{
+    if (q->fmt == MK_FP)
+        return INF_OK;
+    struct spec *sp = calloc(3 + 12 * (size_t)c->n_layers, sizeof *sp);
+    if (!sp)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    int32_t n = build_specs(c, sp);
+    inf_status_t st = INF_OK;
+    char layer[96];
+    for (int32_t i = 0; i < n && st == INF_OK; i++)
+        if (linear_layer(&sp[i], layer, sizeof layer))
+            st = mk_packed_check(q, layer, sp[i].shape[0], sp[i].shape[1], err);
+    free(sp);
+    return st;
+}
+
 static inf_status_t write_weights(const char *dir, const struct eng_model_config *c,
                                   enum eng_dtype dt, uint64_t seed, int32_t shards,
-                                  uint64_t *total_bytes, struct inf_err *err)
+                                  const struct mk_quant *q, uint64_t *total_bytes,
+                                  struct inf_err *err)
 {
     size_t max_specs = 3 + 12 * (size_t)c->n_layers;
     struct spec *sp = calloc(max_specs, sizeof *sp);
@@ -281,9 +336,16 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
     if ((st = eng_par_create(0, &par, err)) != INF_OK ||
         (st = eng_st_writer_create(dir, shards, &wr.w, err)) != INF_OK)
         goto out;
-    for (int32_t i = 0; i < n; i++)
-        if ((st = eng_st_writer_add(wr.w, sp[i].name, dt, sp[i].ndim, sp[i].shape, err)) != INF_OK)
+    for (int32_t i = 0; i < n; i++) {
+        char layer[96];
+        if (q->fmt != MK_FP && linear_layer(&sp[i], layer, sizeof layer)) {
+            if ((st = mk_packed_declare(wr.w, q, layer, sp[i].shape[0], sp[i].shape[1], err)))
+                goto out;
+        } else if ((st = eng_st_writer_add(wr.w, sp[i].name, dt, sp[i].ndim, sp[i].shape, err)) !=
+                   INF_OK) {
             goto out;
+        }
+    }
     if (pthread_create(&wr.th, NULL, writer_run, &wr) != 0) {
         st = inf_err_set(err, INF_E_NOMEM, "cannot start the writer thread");
         goto out;
@@ -294,6 +356,22 @@ static inf_status_t write_weights(const char *dir, const struct eng_model_config
     for (int32_t i = 0; i < n && st == INF_OK; i++) {
         int64_t numel = sp[i].shape[0] * (sp[i].ndim == 2 ? sp[i].shape[1] : 1);
         int64_t n_chunks = (numel + CHUNK - 1) / CHUNK;
+        char layer[96];
+        if (q->fmt != MK_FP && linear_layer(&sp[i], layer, sizeof layer)) {
+            /* the whole matrix, then its packed tensors, written here while
+             * the writer thread is idle */
+            float *wf = malloc((size_t)numel * sizeof *wf);
+            if (!wf) {
+                st = inf_err_set(err, INF_E_NOMEM, "out of memory for %s", sp[i].name);
+                break;
+            }
+            gen_f32(par, &sp[i], i, seed, numel, wf);
+            if ((st = writer_wait(&wr)) == INF_OK)
+                st = mk_packed_write(wr.w, q, layer, wf, sp[i].shape[0], sp[i].shape[1], seed, err);
+            free(wf);
+            *total_bytes += (uint64_t)numel / 2;
+            continue;
+        }
         for (int64_t b0 = 0; b0 < n_chunks; b0 += BATCH_CHUNKS) {
             int64_t b1 = b0 + BATCH_CHUNKS < n_chunks ? b0 + BATCH_CHUNKS : n_chunks;
             struct gen_job job = {.sp = &sp[i],
@@ -502,6 +580,12 @@ static void usage(FILE *f)
             "  --seed N             random seed (default 1)\n"
             "  --shards N           write N shards and model.safetensors.index.json\n"
             "  --tokenizer FILE     copy this tokenizer.json instead of the built-in one\n"
+            "  --format F           fp (default) | awq | gptq | gptq-actorder | ct: an INT4\n"
+            "                       checkpoint in that format (other tensors --dtype, f16)\n"
+            "  --group-size G       INT4 group along K: 32, 64, 128 (default), 256, ...;\n"
+            "                       -1 per output channel\n"
+            "  --symmetric          symmetric INT4 (gptq, gptq-actorder, ct)\n"
+            "  --checkpoint-format gptq | gptq_v2   qzeros as zero - 1 (default) or zero\n"
             "The built-in tokenizer is a byte-level BPE of up to %d merges; vocab_size\n"
             "defaults to its size rounded up to a multiple of 8 (a copied tokenizer's\n"
             "size exactly: max id + 1). The 7b/8b presets keep their real vocab_size.\n",
@@ -525,6 +609,7 @@ int main(int argc, char **argv)
                      .rope_llama3 = -1,
                      .seed = 1,
                      .shards = 0,
+                     .quant = {.fmt = MK_FP, .group = 128},
                      .hidden = -1,
                      .intermediate = -1,
                      .layers = -1,
@@ -553,6 +638,10 @@ int main(int argc, char **argv)
         O_SEED,
         O_SHARDS,
         O_TOK,
+        O_FORMAT,
+        O_GROUP,
+        O_SYM,
+        O_CKFMT,
         O_HELP
     };
     static const struct option longopts[] = {
@@ -574,6 +663,10 @@ int main(int argc, char **argv)
         {"seed", 1, 0, O_SEED},
         {"shards", 1, 0, O_SHARDS},
         {"tokenizer", 1, 0, O_TOK},
+        {"format", 1, 0, O_FORMAT},
+        {"group-size", 1, 0, O_GROUP},
+        {"symmetric", 0, 0, O_SYM},
+        {"checkpoint-format", 1, 0, O_CKFMT},
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -658,6 +751,36 @@ int main(int argc, char **argv)
         case O_TOK:
             o.tokenizer = optarg;
             break;
+        case O_FORMAT:
+            if (!mk_format_parse(optarg, &o.quant.fmt)) {
+                fprintf(stderr, "int4serve-mkmodel: --format must be fp, awq, gptq, "
+                                "gptq-actorder or ct\n");
+                return 2;
+            }
+            break;
+        case O_GROUP: {
+            char *end;
+            long g = strtol(optarg, &end, 10);
+            if (*end || !(g == -1 || g == 32 || g == 64 || g == 128 || g == 256 ||
+                          (g > 256 && g % 256 == 0 && g <= 65536))) {
+                fprintf(stderr, "int4serve-mkmodel: --group-size must be 32, 64, 128, 256, a "
+                                "multiple of 256 or -1\n");
+                return 2;
+            }
+            o.quant.group = (int32_t)g;
+            break;
+        }
+        case O_SYM:
+            o.quant.sym = true;
+            break;
+        case O_CKFMT:
+            if (strcmp(optarg, "gptq") != 0 && strcmp(optarg, "gptq_v2") != 0) {
+                fprintf(stderr, "int4serve-mkmodel: --checkpoint-format must be gptq or "
+                                "gptq_v2\n");
+                return 2;
+            }
+            o.quant.v2 = strcmp(optarg, "gptq_v2") == 0;
+            break;
         case O_HELP:
             usage(stdout);
             return 0;
@@ -701,7 +824,19 @@ int main(int argc, char **argv)
     DEF(rope_llama3);
 #undef DEF
     if (!o.dtype_set)
-        o.dtype = p->dtype;
+        o.dtype = o.quant.fmt != MK_FP ? ENG_DT_F16 : p->dtype;
+    o.quant.sdtype = o.dtype;
+    if (o.quant.sym && o.quant.fmt != MK_GPTQ && o.quant.fmt != MK_GPTQ_ACT &&
+        o.quant.fmt != MK_CT) {
+        fprintf(stderr, "int4serve-mkmodel: --symmetric needs --format gptq, gptq-actorder or ct "
+                        "(AutoAWQ's gemm layers always have zero points)\n");
+        return 2;
+    }
+    if (o.quant.v2 && o.quant.fmt != MK_GPTQ && o.quant.fmt != MK_GPTQ_ACT) {
+        fprintf(stderr, "int4serve-mkmodel: --checkpoint-format needs --format gptq or "
+                        "gptq-actorder\n");
+        return 2;
+    }
     if (!kv_given && o.kv_heads > o.heads)
         o.kv_heads = o.heads; /* --heads below the preset's KV heads */
     if (o.shards < 0 || o.shards > 99999) {
@@ -749,9 +884,22 @@ int main(int argc, char **argv)
     inf_status_t st = ctext ? eng_model_config_parse(ctext, strlen(ctext), &cfg, &err)
                             : inf_err_set(&err, INF_E_NOMEM, "out of memory");
     free(ctext);
+    if (st == INF_OK)
+        st = check_format(&cfg, &o.quant, &err);
     if (st != INF_OK) {
         json_decref(cj);
         goto fail;
+    }
+    if (o.quant.fmt != MK_FP) {
+        json_t *qc = mk_quant_config(&o.quant);
+        if (o.quant.fmt == MK_GPTQ || o.quant.fmt == MK_GPTQ_ACT) {
+            if (dump(json_deep_copy(qc), o.out, "quantize_config.json", &err)) {
+                json_decref(qc);
+                json_decref(cj);
+                goto fail;
+            }
+        }
+        json_object_set_new(cj, "quantization_config", qc);
     }
     if (dump(cj, o.out, "config.json", &err))
         goto fail;
@@ -776,7 +924,8 @@ int main(int argc, char **argv)
         goto fail;
 
     uint64_t t0 = inf_now_ns(), bytes = 0;
-    if (write_weights(o.out, &cfg, o.dtype, o.seed, o.shards > 0 ? o.shards : 1, &bytes, &err))
+    if (write_weights(o.out, &cfg, o.dtype, o.seed, o.shards > 0 ? o.shards : 1, &o.quant, &bytes,
+                      &err))
         goto fail;
     double secs = (double)(inf_now_ns() - t0) * 1e-9;
     printf("%s: %s hidden %d, intermediate %d, layers %d, heads %d/%d, head_dim %d, vocab %d "
