@@ -139,7 +139,7 @@ struct eng_upload {
 };
 
 /* The attention half of a decoder layer, from its normalized input to the
- * next norm (the slot attn_block; engine/backend.c composes it from the
+ * next norm (the slot attn_block; engine/blocks.c composes it from the
  * plain ops where a backend has none, and that composition is the
  * definition):
  *   qkv = xn . Wqkv^T (+ bias)      one fused linear, or q, k and v apart
@@ -315,7 +315,7 @@ struct eng_backend_iface {
                                 struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
     /* Optional fused slots: a decoder layer's two halves (struct
      * eng_attn_block, struct eng_mlp_block), called by the model where it
-     * knows which layer it runs. NULL: engine/backend.c composes the plain
+     * knows which layer it runs. NULL: engine/blocks.c composes the plain
      * ops. A backend's slot gives the composition's results (a device
      * backend within its arithmetic's rounding). */
     inf_status_t (*attn_block)(struct eng_backend *be, const struct eng_attn_block *p,

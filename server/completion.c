@@ -88,8 +88,8 @@ struct prep_prompt {
 
 static tok_tokenizer_t *server_tok(struct srv_server *s)
 {
-    /* The engine's accessor hands out its tokenizer; encode runs on the loop
-     * thread only, which the tokenizer allows concurrently with decodes. */
+    /* The engine's tokenizer: encode and decode are safe from several
+     * threads at once (the worker pool's and the loop's). */
     return eng_engine_tokenizer(s->eng);
 }
 
