@@ -526,8 +526,13 @@ void eng_graph_finish(struct eng_backend *be);
  * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a
  * pthread pool owned by the backend; the calling thread takes part and
  * every op has finished when it returns. Errors: INF_E_NOMEM, INF_E_INVALID. */
+struct eng_comm; /* engine/tp/comm.h */
 struct eng_backend_cpu_opts {
     int32_t n_threads;
+    /* A tensor-parallel rank's communicator (the local kind), which its
+     * all_reduce sums over; NULL: a group of one (all_reduce leaves x as it
+     * is). It must outlive the backend. */
+    struct eng_comm *comm;
 };
 inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
                                     struct eng_backend **out, struct inf_err *err);

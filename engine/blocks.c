@@ -35,7 +35,8 @@ static inf_status_t attn_block_check(const struct eng_attn_block *p, struct inf_
         lin = lin_ok(p->qkv[0], qd, p->dim) && lin_ok(p->qkv[1], kvd, p->dim) &&
               lin_ok(p->qkv[2], kvd, p->dim) && !p->qkv[0]->glu && !p->qkv[1]->glu &&
               !p->qkv[2]->glu;
-    if (!lin || !lin_ok(p->o, p->dim, qd) || p->o->glu)
+    if (!lin || p->o_lead < 0 || p->o_lead > a->out.off || !lin_ok(p->o, p->dim, p->o_lead + qd) ||
+        p->o->glu)
         return inf_err_set(err, INF_E_INVALID,
                            "attn_block: q/k/v or o linear does not match %d heads of %d",
                            a->n_heads, hd);

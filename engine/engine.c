@@ -19,6 +19,9 @@
 #include "engine/weights/model_config.h"
 #include "engine/sched/scheduler_impl.h"
 #include "engine/sched/scheduler_lm.h"
+#include "engine/tp/comm.h"
+#include "engine/tp/group.h"
+#include "engine/tp/shard.h"
 #include "tokenizer/tokenizer.h"
 
 #include <pthread.h>
@@ -27,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum msg_kind { MSG_SUBMIT, MSG_CANCEL, MSG_WAKE };
 
@@ -313,6 +317,19 @@ tok_tokenizer_t *eng_engine_tokenizer(const eng_engine_t *eng)
 }
 
 /* ---- lifetime -------------------------------------------------------------------------- */
+/* Release the ranks' backends, then their communicators (comms may be NULL). */
+static void free_ranks(struct eng_backend **bes, eng_comm_t **comms, int32_t n)
+{
+    for (int32_t r = 0; r < n; r++) {
+        eng_backend_destroy(bes[r]);
+        bes[r] = NULL;
+    }
+    for (int32_t r = 0; comms && r < n; r++) {
+        eng_comm_destroy(comms[r]);
+        comms[r] = NULL;
+    }
+}
+
 /* KV bytes per token: K and V of every layer in the backend's KV dtype. */
 static int64_t kv_bytes_per_token(const struct eng_model_config *mc, const struct eng_backend *be)
 {
@@ -320,23 +337,54 @@ static int64_t kv_bytes_per_token(const struct eng_model_config *mc, const struc
            (int64_t)eng_act_size(be->kv_dtype);
 }
 
-/* The backend cfg->backend names. Adding a backend is a case here. */
-static inf_status_t make_backend(const struct eng_config *cfg, struct eng_backend **out,
-                                 struct inf_err *err)
+/* The backend cfg->backend names, for rank `rank` of tp (comm: its
+ * communicator; NULL at tp 1). Adding a backend is a case here. */
+static inf_status_t make_backend(const struct eng_config *cfg, int32_t rank, int32_t tp,
+                                 eng_comm_t *comm, struct eng_backend **out, struct inf_err *err)
 {
     if (cfg->backend == ENG_BACKEND_CPU) {
-        struct eng_backend_cpu_opts bo = {.n_threads = cfg->threads};
+        /* the ranks of a group share the cores (unless threads is set) */
+        int32_t threads = cfg->threads;
+        if (threads == 0 && tp > 1) {
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            threads = cores > tp ? (int32_t)(cores / tp) : 1;
+        }
+        struct eng_backend_cpu_opts bo = {.n_threads = threads, .comm = comm};
         return eng_backend_cpu_create(&bo, out, err);
     }
     /* cuda: one GPU, devices[0] (eng_backend_cuda_create answers
      * INF_E_UNSUPPORTED in a build without CUDA). */
-    if (cfg->tp > 1)
+    (void)rank;
+    if (tp > 1)
         return inf_err_set(err, INF_E_UNSUPPORTED,
-                           "tp: tensor parallelism is not implemented yet (tp = %d)", cfg->tp);
+                           "tp: tensor parallelism on the cuda backend is not implemented yet "
+                           "(tp = %d; the cpu backend runs it)",
+                           tp);
     struct eng_backend_cuda_opts co = {
         .device = cfg->n_devices > 0 && cfg->devices ? cfg->devices[0] : 0,
     };
     return eng_backend_cuda_create(&co, out, err);
+}
+
+/* The backends of the ranks: one at tp 1; at tp > 1 a group's, each with its
+ * communicator (engine/tp/comm.h). On error nothing is left made. */
+static inf_status_t make_ranks(const struct eng_config *cfg, const struct eng_model_config *mc,
+                               int32_t tp, struct eng_backend **bes, eng_comm_t **comms,
+                               struct inf_err *err)
+{
+    inf_status_t st = INF_OK;
+    if (tp > 1) {
+        struct eng_tp_shape shape;
+        if ((st = eng_tp_shape_of(mc->n_heads, mc->n_kv_heads, mc->intermediate, 0, tp, &shape,
+                                  err)) ||
+            (st = eng_comm_local_create(tp, 0, comms, err)))
+            return st;
+    }
+    for (int32_t r = 0; r < tp && st == INF_OK; r++)
+        st = make_backend(cfg, r, tp, tp > 1 ? comms[r] : NULL, &bes[r], err);
+    if (st != INF_OK)
+        free_ranks(bes, tp > 1 ? comms : NULL, tp);
+    return st;
 }
 
 /* The automatic KV size on a host backend: room for max_batch full sequences
@@ -400,17 +448,22 @@ static int32_t default_step_budget(int32_t max_batch, int32_t backend_tokens)
 static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
 {
     struct eng_config *cfg = &eng->cfg;
-    struct eng_backend *be = NULL;
+    struct eng_backend *bes[ENG_TP_MAX] = {0};
+    eng_comm_t *comms[ENG_TP_MAX] = {0};
     struct eng_model_config mc;
     inf_status_t st;
     if (!cfg->model_dir || !*cfg->model_dir)
         return inf_err_set(err, INF_E_INVALID, "model: a model folder is required");
+    const int32_t tp = cfg->tp > 1 ? cfg->tp : 1;
+    if (tp > ENG_TP_MAX)
+        return inf_err_set(err, INF_E_INVALID, "tp: at most %d ranks, got %d", ENG_TP_MAX, tp);
     st = eng_model_config_load(cfg->model_dir, &mc, err);
     if (st != INF_OK)
         return st;
-    st = make_backend(cfg, &be, err);
+    st = make_ranks(cfg, &mc, tp, bes, comms, err);
     if (st != INF_OK)
         return st;
+    struct eng_backend *be = bes[0];
     if (cfg->max_batched_tokens == 0) {
         cfg->max_batched_tokens = default_step_budget(cfg->max_batch, be->step_tokens);
         if (be->step_tokens > 0)
@@ -442,14 +495,15 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
         goto fail_be;
     struct eng_lm_model_opts lo;
     eng_lm_model_opts_from_config(cfg, &lo);
-    st = eng_lm_model_create(&lo, be, &eng->lm, err);
+    st = tp > 1 ? eng_tp_group_create(&lo, bes, comms, tp, &eng->lm, err)
+                : eng_lm_model_create(&lo, be, &eng->lm, err);
     if (st != INF_OK)
         goto fail_tok;
     if (device_plan) {
         /* The pool itself is allocated by the scheduler's kv_reserve. */
         st = plan_device_kv(cfg, be, &mc, &cfg->kv_cache_tokens, err);
         if (st != INF_OK) {
-            eng->lm.destroy(eng->lm.self); /* frees be too */
+            eng->lm.destroy(eng->lm.self); /* frees the backends too */
             tok_destroy(eng->tok);
             eng->tok = NULL;
             return st;
@@ -469,7 +523,7 @@ fail_tok:
     tok_destroy(eng->tok);
     eng->tok = NULL;
 fail_be:
-    eng_backend_destroy(be);
+    free_ranks(bes, tp > 1 ? comms : NULL, tp);
     return st;
 }
 

@@ -64,15 +64,18 @@ static inf_status_t plan(struct eng_model *m, const struct eng_batch *b, int32_t
 static struct eng_attn_params attn_params(eng_model_t *m, int32_t n_slots, int32_t max_blocks)
 {
     const struct eng_model_config *c = &m->cfg;
-    int32_t hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, qkvw = qd + 2 * kvd;
-    return (struct eng_attn_params){.n_heads = c->n_heads,
-                                    .n_kv_heads = c->n_kv_heads,
+    /* this rank's heads (all of them at tp 1) */
+    const struct eng_tp_shape *tp = &m->tp;
+    int32_t hd = c->head_dim, qd = tp->n_heads * hd, kvd = tp->n_kv_heads * hd,
+            qkvw = qd + 2 * kvd;
+    return (struct eng_attn_params){.n_heads = tp->n_heads,
+                                    .n_kv_heads = tp->n_kv_heads,
                                     .head_dim = hd,
                                     .scale = 1.0f / sqrtf((float)hd),
                                     .q = mat(m->qkv, 0, qkvw),
                                     .k = mat(m->qkv, qd, qkvw),
                                     .v = mat(m->qkv, qd + kvd, qkvw),
-                                    .out = mat(m->att, 0, qd),
+                                    .out = mat(m->att, m->att_lead, m->att_lead + qd),
                                     .pos = m->pos,
                                     .block_table = m->bt,
                                     .n_slots = n_slots,
@@ -91,7 +94,8 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
 {
     const struct eng_model_config *c = &m->cfg;
     struct eng_backend *be = m->be;
-    const int32_t H = c->hidden, I = c->intermediate, L = c->n_layers;
+    const int32_t H = c->hidden, I = m->tp.inter, L = c->n_layers;
+    const bool reduce = m->tp.size > 1; /* o and down are row-parallel shards */
     const struct eng_mat x = mat(m->x, 0, H), xn = mat(m->xn, 0, H), d = mat(m->d, 0, H);
     inf_status_t s;
     if ((s = eng_op_embedding(be, m->embed, m->embed_dt, c->vocab, H, m->tok, x, T, err)) ||
@@ -108,16 +112,18 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
                                 .seq_pre = m->seq_pre,
                                 .n_pre = n_pre,
                                 .d = d,
-                                .eps = c->rms_eps};
+                                .eps = c->rms_eps,
+                                .all_reduce = reduce};
     struct eng_mlp_block mb = {.m = T,
                                .dim = H,
                                .inter = I,
                                .x = x,
                                .xn = xn,
                                .gu_out = mat(m->gu, 0, 2 * I),
-                               .h = mat(m->h, 0, I),
+                               .h = mat(m->h, m->h_lead, m->h_lead + I),
                                .d = d,
-                               .eps = c->rms_eps};
+                               .eps = c->rms_eps,
+                               .all_reduce = reduce};
     for (int32_t l = 0; l < L; l++) {
         struct layer *ly = &m->layers[l];
         ab.n_qkv = ly->n_qkv;
@@ -125,6 +131,8 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
         for (int i = 0; i < 3; i++)
             ab.qkv[i] = &ly->qkv[i].lin;
         ab.o = &ly->o.lin;
+        ab.o_lead = ly->o.lead;
+        mb.down_lead = ly->down.lead;
         ab.attn.k_cache = ly->k_cache;
         ab.attn.v_cache = ly->v_cache;
         ab.norm = ly->mlp_norm;
@@ -233,7 +241,8 @@ static inf_status_t decode_graph(eng_model_t *m, const struct eng_batch *b, int3
             break;
         s = body(m, &ap, B, n_dec, 0, &e2);
         if (s == INF_OK)
-            s = eng_op_linear(be, &m->lm_head.lin, lx, lo, true, B, &e2);
+            s = m->opts.no_logits ? INF_OK
+                                  : eng_op_linear(be, &m->lm_head.lin, lx, lo, true, B, &e2);
         if (!record)
             break;
         if (s == INF_OK) {
@@ -322,9 +331,22 @@ static inf_status_t logits_chunk(eng_model_t *m, int32_t r0, int32_t nr, struct 
                          err);
 }
 
+inf_status_t eng_model_forward_hidden(eng_model_t *m, const struct eng_batch *b,
+                                      struct inf_err *err)
+{
+    int32_t n_lr = 0;
+    bool in_lo = false;
+    inf_status_t s = forward_hidden(m, b, &n_lr, &in_lo, err);
+    /* the step's end, so that a failure on its device shows in this call */
+    int32_t word = 0;
+    return s != INF_OK ? s : eng_buf_download(m->be, m->tok, 0, &word, sizeof word, err);
+}
+
 inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float *logits,
                                struct inf_err *err)
 {
+    if (m->opts.no_logits)
+        return inf_err_set(err, INF_E_INVALID, "forward: this model computes no logits");
     const struct eng_model_config *c = &m->cfg;
     int32_t n_lr = 0;
     bool in_lo = false;

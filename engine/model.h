@@ -74,6 +74,17 @@ struct eng_model_opts {
      * (0, the default: one per usable core); the loaded model is the same
      * bytes whatever the count. */
     int32_t load_threads;
+    /* Tensor parallelism: this model is rank tp_rank of tp_size (0 and 1:
+     * the whole model). A rank holds its shard of every linear, quantized
+     * whole first (engine/tp/shard.h): q/k/v and gate/up by heads and
+     * rows, o and down by columns, summed over the group by the backend's
+     * all_reduce after them; norms, embedding and lm_head whole. Its KV
+     * pools hold its KV heads only. Every rank runs the same steps at once
+     * (engine/tp/group.h). */
+    int32_t tp_rank, tp_size;
+    /* No lm_head: the step stops at the final norm (ranks other than the
+     * first of a group, whose logits nobody reads). */
+    bool no_logits;
 };
 
 /* Defaults: AUTO (INT4), group 128, asymmetric, fused, default patterns. */
@@ -129,6 +140,18 @@ const struct eng_layer_info *eng_model_layer_info(const eng_model_t *m, int32_t 
  * be reserved (n_kv_blocks > 0 at load, or eng_model_kv_reserve). */
 inf_status_t eng_model_forward(eng_model_t *m, const struct eng_batch *b, float *logits,
                                struct inf_err *err);
+
+/* The same step up to the final norm, the KV written and no logits, waited
+ * for: what a tensor-parallel rank other than the first runs (its opts'
+ * no_logits; eng_model_forward refuses such a model). Errors: those of
+ * eng_model_forward. */
+inf_status_t eng_model_forward_hidden(eng_model_t *m, const struct eng_batch *b,
+                                      struct inf_err *err);
+
+/* The rank's part of the model: its query and KV heads and MLP rows
+ * (everything at tp 1). */
+struct eng_tp_shape;
+const struct eng_tp_shape *eng_model_tp_shape(const eng_model_t *m);
 
 /* True when the backend samples on the device (eng_model_forward_sample). */
 bool eng_model_can_sample(const eng_model_t *m);

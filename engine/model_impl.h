@@ -16,6 +16,7 @@
  * (decode and prefill runs), logit rows [T], block table (grows). */
 #include "engine/model.h"
 #include "engine/par.h"
+#include "engine/tp/shard.h"
 #include "engine/weights/qconfig.h"
 
 #include <stdbool.h>
@@ -29,6 +30,7 @@ struct lin {
     struct eng_linear lin;
     int32_t info;    /* index into m->info */
     bool w_borrowed; /* tied lm_head: lin.w is the embedding table */
+    int32_t lead;    /* a row-parallel shard's leading zero columns (engine/tp/shard.h) */
 };
 
 struct layer {
@@ -56,6 +58,11 @@ struct eng_model {
     struct eng_backend *be;
     enum load_mode mode;
     struct eng_qcfg qcfg; /* the checkpoint's quantization (LOAD_PACKED) */
+    /* this rank's part of the model (the whole model at tp 1), and the
+     * columns before the attention output and the MLP's h that the
+     * row-parallel shards read as zeros (the largest lead of any layer) */
+    struct eng_tp_shape tp;
+    int32_t att_lead, h_lead;
     bool fused;
     /* projections asked to fuse that an INT4 checkpoint does not let stack
      * (column orders or groups that differ): how many groups, the first */

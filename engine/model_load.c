@@ -91,8 +91,10 @@ static enum eng_wdtype fp_wdt(const struct eng_model *m)
 struct src {
     const struct eng_st_tensor *t[3];
     int32_t rows[3];
+    int64_t row0[3]; /* the first row of tensor t[i] taken (a rank's rows) */
     int32_t np;
     int32_t k;
+    int32_t ld, c0; /* the tensors' columns (0: k) and the first one taken */
     const struct krn_q4_weight *q4;
 };
 
@@ -102,9 +104,17 @@ static const struct eng_st_tensor *src_row(const struct src *s, int64_t r, int64
     int32_t i = 0;
     while (i < s->np - 1 && r >= s->rows[i])
         r -= s->rows[i++];
-    *first = r * s->k;
+    *first = (s->row0[i] + r) * (s->ld ? s->ld : s->k) + s->c0;
     return s->t[i];
 }
+
+/* What a rank takes of one linear (engine/tp/shard.h): rows of each part
+ * (column-parallel), or columns [c0, c1) (row-parallel); NULL: all of it. */
+struct shard {
+    bool cols;
+    struct eng_rows rows[3];
+    int32_t c0, c1;
+};
 
 /* Work shared by the load threads over the rows of one weight: convert each
  * row from the checkpoint and quantize it (q set) or store it as fp16 / fp32
@@ -255,12 +265,29 @@ static inf_status_t q4_to_backend(struct eng_model *m, const struct krn_q4_weigh
 
 /* Quantize and repack (or upload as fp) the rows of src, [n][k], as linear
  * `name`; a src already INT4 (src->q4) is repacked as it is. */
+/* A row-parallel rank's columns [sh->c0, sh->c1) of the canonical weight
+ * *q, in place (its lead recorded in l); q unchanged without sh. */
+static inf_status_t q4_take_cols(const struct shard *sh, struct krn_q4_weight *q, struct lin *l,
+                                 struct inf_err *err)
+{
+    if (!sh || !sh->cols)
+        return INF_OK;
+    struct krn_q4_weight part;
+    inf_status_t s = eng_q4_take_cols(q, sh->c0, sh->c1, &part, &l->lead, err);
+    if (s != INF_OK)
+        return s;
+    eng_q4_free(q);
+    *q = part;
+    return INF_OK;
+}
+
 static inf_status_t make_linear(struct eng_model *m, const char *name, const struct src *src,
-                                int32_t n, const float *bias, bool keep, struct lin *l,
-                                struct inf_err *err)
+                                int32_t n, const float *bias, bool keep, const struct shard *sh,
+                                struct lin *l, struct inf_err *err)
 {
     inf_status_t s;
     int32_t k = src->k;
+    const bool split_k = sh && sh->cols;
     struct eng_layer_info *inf = add_info(m);
     if (!inf)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for layer records");
@@ -271,15 +298,34 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
     inf->n = n;
     inf->k = k;
     if (src->q4 && !keep) {
-        s = q4_to_backend(m, src->q4, bias, l, err);
+        /* a row-parallel shard of an INT4 checkpoint's layer: src->q4 is
+         * the caller's, so the columns are cut from a copy */
+        struct krn_q4_weight cut;
+        memset(&cut, 0, sizeof cut);
+        const struct krn_q4_weight *q = src->q4;
+        if (split_k && q->perm)
+            return inf_err_set(err, INF_E_UNSUPPORTED,
+                               "%s: an act-order (g_idx) layer split by columns across "
+                               "tensor-parallel ranks is not supported",
+                               name);
+        if (split_k) {
+            if ((s = eng_q4_take_cols(q, sh->c0, sh->c1, &cut, &l->lead, err)))
+                return s;
+            q = &cut;
+        }
+        s = q4_to_backend(m, q, bias, l, err);
         inf->quantized = true;
         inf->from_ckpt = true;
-        inf->act_order = src->q4->perm != NULL;
-        inf->kp = src->q4->kp;
-        inf->group = src->q4->group;
+        inf->act_order = q->perm != NULL;
+        inf->k = l->lin.k = q->k;
+        inf->kp = q->kp;
+        inf->group = q->group;
+        eng_q4_free(&cut);
         if (s != INF_OK)
             return s;
     } else if (m->mode == LOAD_RTN && !src->q4 && !keep) {
+        /* quantized whole (a row-parallel rank's rows span all of K), then
+         * the rank's columns taken: every tp computes tp 1's model */
         int32_t group = m->opts.group_size, kp = eng_q4_padded_k(k, group);
         struct krn_q4_weight q;
         if ((s = eng_q4_alloc(n, k, kp, group == 0 ? kp : group, m->opts.symmetric, &q, err)))
@@ -289,8 +335,11 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
         s = rows_convert(m, &j, n, err);
         m->t_quantize += secs_since(t0);
         if (s == INF_OK)
+            s = q4_take_cols(sh, &q, l, err);
+        if (s == INF_OK)
             s = q4_to_backend(m, &q, bias, l, err);
         inf->quantized = true;
+        inf->k = l->lin.k = q.k;
         inf->kp = q.kp;
         inf->group = q.group;
         eng_q4_free(&q);
@@ -300,12 +349,33 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
         l->lin.glu = false;
         l->lin.wdt = fp_wdt(m);
         inf->fp_dtype = l->lin.wdt;
-        inf->kp = k;
         uint64_t t0 = inf_now_ns();
-        s = src->q4 ? upload_dequantized(m, src->q4, l->lin.wdt, &l->lin.w, err)
-                    : upload_fp(m, src, n, l->lin.wdt, &l->lin.w, err);
-        if (src->q4)
+        if (src->q4) {
+            /* a row-parallel shard keeps its lead zero columns: the
+             * dequantized lead is 0 as the INT4 one would be */
+            struct krn_q4_weight cut;
+            memset(&cut, 0, sizeof cut);
+            const struct krn_q4_weight *q = src->q4;
+            if (split_k && (s = eng_q4_take_cols(q, sh->c0, sh->c1, &cut, &l->lead, err)))
+                return s;
+            if (split_k)
+                q = &cut;
+            inf->k = l->lin.k = q->k;
+            s = upload_dequantized(m, q, l->lin.wdt, &l->lin.w, err);
+            eng_q4_free(&cut);
             m->t_upload += secs_since(t0);
+        } else {
+            /* a row-parallel rank's columns, straight from the checkpoint */
+            struct src cut = *src;
+            if (split_k) {
+                cut.ld = src->ld ? src->ld : src->k;
+                cut.c0 = src->c0 + sh->c0;
+                cut.k = sh->c1 - sh->c0;
+            }
+            inf->k = l->lin.k = cut.k;
+            s = upload_fp(m, &cut, n, l->lin.wdt, &l->lin.w, err);
+        }
+        inf->kp = inf->k;
         if (s != INF_OK)
             return s;
     }
@@ -334,13 +404,20 @@ static bool can_stack(const struct krn_q4_weight *q, int32_t np)
  * are packed alike (can_stack), else kept apart. */
 static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
                                const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
-                               bool with_bias, const char *fused_name, bool glu, struct lin *l,
-                               int32_t *n_lin, struct inf_err *err)
+                               bool with_bias, const char *fused_name, bool glu,
+                               const struct shard *sh, struct lin *l, int32_t *n_lin,
+                               struct inf_err *err)
 {
-    int64_t total = 0;
-    for (int32_t i = 0; i < np; i++)
-        total += rows[i];
-    float *b = with_bias ? malloc((size_t)total * sizeof(float)) : NULL;
+    /* a column-parallel rank's rows of each part (all of them otherwise) */
+    struct eng_rows take[3];
+    int64_t total = 0, full = 0;
+    for (int32_t i = 0; i < np; i++) {
+        take[i] = sh && !sh->cols ? sh->rows[i] : (struct eng_rows){0, rows[i]};
+        total += take[i].count;
+        full += rows[i];
+    }
+    const struct shard *cols = sh && sh->cols ? sh : NULL;
+    float *b = with_bias ? malloc((size_t)full * sizeof(float)) : NULL;
     inf_status_t s = INF_OK;
     char names[3][256];
     const char *name_ptrs[4];
@@ -363,6 +440,12 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         if (packed[i]) {
             uint64_t t0 = inf_now_ns();
             s = eng_q4_from_checkpoint(st, mod, &lq, rows[i], k, m->par, &q[i], err);
+            if (s == INF_OK && take[i].count != rows[i]) {
+                struct krn_q4_weight part;
+                s = eng_q4_take_rows(&q[i], &take[i], 1, &part, err);
+                eng_q4_free(&q[i]);
+                q[i] = part;
+            }
             m->t_quantize += secs_since(t0);
             if (s != INF_OK)
                 goto done;
@@ -373,14 +456,17 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
             if ((s = eng_st_read_f32(all.t[i], 0, 0, NULL, err))) /* a float dtype */
                 goto done;
         }
-        all.rows[i] = rows[i];
+        all.rows[i] = take[i].count;
+        all.row0[i] = take[i].first;
         if (with_bias) {
             snprintf(bn, sizeof bn, "%s.%s.bias", prefix, parts[i]);
             s = read_tensor(st, bn, rows[i], 0, b + r0, err);
             if (s != INF_OK)
                 goto done;
+            /* the rank's rows, packed after the parts before it */
+            memmove(b + r0, b + r0 + take[i].first, (size_t)take[i].count * sizeof *b);
         }
-        r0 += rows[i];
+        r0 += take[i].count;
     }
     bool fuse = m->fused && np > 1;
     if (fuse && n_packed > 0 && (n_packed < np || !can_stack(q, np))) {
@@ -405,19 +491,20 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         if (n_packed > 0)
             one.q4 = np == 1 ? &q[0] : &fq;
         s = make_linear(m, lname, n_packed > 0 ? &one : &all, (int32_t)total, b,
-                        keep_fp(m, name_ptrs, np + 1), &l[0], err);
+                        keep_fp(m, name_ptrs, np + 1), cols, &l[0], err);
         eng_q4_free(&fq);
     } else {
         r0 = 0;
         for (int32_t i = 0; i < np && s == INF_OK; i++) {
             char lname[320];
-            struct src one = {.t = {all.t[i]}, .rows = {rows[i]}, .np = 1, .k = k};
+            struct src one = {
+                .t = {all.t[i]}, .rows = {take[i].count}, .row0 = {take[i].first}, .np = 1, .k = k};
             if (packed[i])
                 one = (struct src){.k = k, .q4 = &q[i]};
             snprintf(lname, sizeof lname, "%s.%s", prefix, parts[i]);
-            s = make_linear(m, lname, &one, rows[i], b ? b + r0 : NULL,
-                            keep_fp(m, &name_ptrs[i], 1), &l[i], err);
-            r0 += rows[i];
+            s = make_linear(m, lname, &one, take[i].count, b ? b + r0 : NULL,
+                            keep_fp(m, &name_ptrs[i], 1), cols, &l[i], err);
+            r0 += take[i].count;
         }
     }
 done:
@@ -428,7 +515,8 @@ done:
 }
 
 static inf_status_t load_single(struct eng_model *m, const eng_st_t *st, const char *prefix,
-                                int32_t n, int32_t k, struct lin *l, struct inf_err *err)
+                                int32_t n, int32_t k, const struct shard *sh, struct lin *l,
+                                struct inf_err *err)
 {
     const char *parts[1] = {""};
     char base[128], last[64];
@@ -437,7 +525,7 @@ static inf_status_t load_single(struct eng_model *m, const eng_st_t *st, const c
     snprintf(base, sizeof base, "%.*s", (int)(dot - prefix), prefix);
     snprintf(last, sizeof last, "%s", dot + 1);
     parts[0] = last;
-    return load_group(m, st, base, parts, &n, 1, k, false, NULL, false, l, NULL, err);
+    return load_group(m, st, base, parts, &n, 1, k, false, NULL, false, sh, l, NULL, err);
 }
 
 static inf_status_t load_norm(struct eng_model *m, const eng_st_t *st, const char *name,
@@ -508,7 +596,7 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
         return INF_OK;
     }
     if (m->cfg.tie_embeddings)
-        return make_linear(m, "lm_head (tied)", &emb, V, NULL, false, &m->lm_head, err);
+        return make_linear(m, "lm_head (tied)", &emb, V, NULL, false, NULL, &m->lm_head, err);
     struct eng_qlayer lq;
     if (m->mode == LOAD_PACKED && eng_qcfg_layer(&m->qcfg, "lm_head", &lq)) {
         /* a GPTQ lm_head (GPTQModel's lm_head = true): INT4 as stored, or
@@ -517,7 +605,7 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
         if ((s = eng_q4_from_checkpoint(st, "lm_head", &lq, V, H, m->par, &q, err)))
             return s;
         struct src packed = {.k = H, .q4 = &q};
-        s = make_linear(m, "lm_head", &packed, V, NULL, keep, &m->lm_head, err);
+        s = make_linear(m, "lm_head", &packed, V, NULL, keep, NULL, &m->lm_head, err);
         eng_q4_free(&q);
         return s;
     }
@@ -525,7 +613,7 @@ static inf_status_t load_embed_and_head(struct eng_model *m, const eng_st_t *st,
     if ((s = eng_st_require(st, "lm_head.weight", 2, shape, &head.t[0], err)))
         return s;
     eng_st_prefetch(head.t[0]);
-    return make_linear(m, "lm_head", &head, V, NULL, keep, &m->lm_head, err);
+    return make_linear(m, "lm_head", &head, V, NULL, keep, NULL, &m->lm_head, err);
 }
 
 static void log_padding(const struct eng_model *m)
@@ -653,6 +741,21 @@ static int32_t lo_rows(const struct eng_model *m)
     return m->graph_rows > LOGIT_ROWS ? m->graph_rows : LOGIT_ROWS;
 }
 
+/* The columns before a row-parallel shard's input are read as zeros and
+ * never written: zero the buffer once (when it has such columns). */
+static inf_status_t zero_leads(struct eng_model *m, struct eng_buf *b, int64_t bytes,
+                               int32_t lead, struct inf_err *err)
+{
+    if (lead == 0)
+        return INF_OK;
+    void *z = calloc(1, (size_t)bytes);
+    if (!z)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory zeroing an activation buffer");
+    inf_status_t s = eng_buf_upload(m->be, b, 0, z, (size_t)bytes, err);
+    free(z);
+    return s;
+}
+
 static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
 {
     const struct eng_model_config *c = &m->cfg;
@@ -661,15 +764,19 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
     plan_graphs(m);
     if (m->graph_rows > T)
         T = m->graph_rows; /* a padded bucket needs its rows */
-    int64_t qkvw = (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const struct eng_tp_shape *tp = &m->tp;
+    int64_t qkvw = (int64_t)(tp->n_heads + 2 * tp->n_kv_heads) * c->head_dim;
+    int64_t attw = m->att_lead + (int64_t)tp->n_heads * c->head_dim, hw = m->h_lead + tp->inter;
     inf_status_t s;
     if ((s = alloc_act(m, &m->x, T * c->hidden, es, err)) ||
         (s = alloc_act(m, &m->xn, T * c->hidden, es, err)) ||
         (s = alloc_act(m, &m->d, T * c->hidden, es, err)) ||
         (s = alloc_act(m, &m->qkv, T * qkvw, es, err)) ||
-        (s = alloc_act(m, &m->att, T * c->n_heads * c->head_dim, es, err)) ||
-        (s = alloc_act(m, &m->gu, T * 2 * c->intermediate, es, err)) ||
-        (s = alloc_act(m, &m->h, T * c->intermediate, es, err)) ||
+        (s = alloc_act(m, &m->att, T * attw, es, err)) ||
+        (s = alloc_act(m, &m->gu, T * 2 * tp->inter, es, err)) ||
+        (s = alloc_act(m, &m->h, T * hw, es, err)) ||
+        (s = zero_leads(m, m->att, T * attw * (int64_t)es, m->att_lead, err)) ||
+        (s = zero_leads(m, m->h, T * hw * (int64_t)es, m->h_lead, err)) ||
         (s = alloc_act(m, &m->lx, (int64_t)LOGIT_ROWS * c->hidden, es, err)) ||
         (s = alloc_act(m, &m->lo, (int64_t)lo_rows(m) * c->vocab, 4, err)) ||
         (s = alloc_act(m, &m->tok, T, 4, err)) || (s = alloc_act(m, &m->pos, T, 4, err)) ||
@@ -729,7 +836,7 @@ inf_status_t eng_model_kv_reserve(eng_model_t *m, int32_t n_blocks, struct inf_e
     if (n_blocks <= 0)
         return inf_err_set(err, INF_E_INVALID, "KV blocks must be > 0, got %d", n_blocks);
     kv_free(m);
-    size_t pool = (size_t)n_blocks * ENG_KV_BLOCK * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+    size_t pool = (size_t)n_blocks * ENG_KV_BLOCK * (size_t)m->tp.n_kv_heads * (size_t)c->head_dim *
                   eng_act_size(m->be->kv_dtype);
     for (int32_t l = 0; l < c->n_layers; l++) {
         inf_status_t s;
@@ -782,6 +889,9 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         s = inf_err_set(err, INF_E_UNSUPPORTED, "head_dim %d is not supported", c->head_dim);
         goto fail;
     }
+    if ((s = eng_tp_shape_of(c->n_heads, c->n_kv_heads, c->intermediate, o.tp_rank,
+                             o.tp_size > 0 ? o.tp_size : 1, &m->tp, err)))
+        goto fail;
     m->rope = (struct eng_rope_params){.theta = c->rope_theta,
                                        .llama3 = c->rope_llama3,
                                        .factor = c->rope_factor,
@@ -800,8 +910,18 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         s = inf_err_set(err, INF_E_NOMEM, "out of memory for layers");
         goto fail;
     }
-    int32_t H = c->hidden, I = c->intermediate, qd = c->n_heads * c->head_dim,
-            kvd = c->n_kv_heads * c->head_dim;
+    int32_t H = c->hidden, I = c->intermediate, hd = c->head_dim, qd = c->n_heads * hd,
+            kvd = c->n_kv_heads * hd;
+    /* a rank's part of each linear (engine/tp/shard.h): q/k/v by heads,
+     * gate/up by rows, o and down by the columns those make */
+    const struct eng_tp_shape *tp = &m->tp;
+    const bool split = tp->size > 1;
+    const struct shard sh_qkv = {.rows = {{tp->h0 * hd, tp->n_heads * hd},
+                                          {tp->kv0 * hd, tp->n_kv_heads * hd},
+                                          {tp->kv0 * hd, tp->n_kv_heads * hd}}},
+                       sh_o = {.cols = true, .c0 = tp->h0 * hd, .c1 = (tp->h0 + tp->n_heads) * hd},
+                       sh_gu = {.rows = {{tp->i0, tp->inter}, {tp->i0, tp->inter}}},
+                       sh_down = {.cols = true, .c0 = tp->i0, .c1 = tp->i0 + tp->inter};
     for (int32_t l = 0; l < c->n_layers; l++) {
         struct layer *L = &m->layers[l];
         char pre[96], nm[128];
@@ -818,18 +938,20 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
         if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", false,
-                            L->qkv, &L->n_qkv, err)))
+                            split ? &sh_qkv : NULL, L->qkv, &L->n_qkv, err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.o_proj", pre);
-        if ((s = load_single(m, st, nm, H, qd, &L->o, err)))
+        if ((s = load_single(m, st, nm, H, qd, split ? &sh_o : NULL, &L->o, err)))
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
-        if ((s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true, L->gu,
-                            &L->n_gu, err)))
+        if ((s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true,
+                            split ? &sh_gu : NULL, L->gu, &L->n_gu, err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.down_proj", pre);
-        if ((s = load_single(m, st, nm, H, I, &L->down, err)))
+        if ((s = load_single(m, st, nm, H, I, split ? &sh_down : NULL, &L->down, err)))
             goto fail;
+        m->att_lead = L->o.lead > m->att_lead ? L->o.lead : m->att_lead;
+        m->h_lead = L->down.lead > m->h_lead ? L->down.lead : m->h_lead;
     }
     if ((s = load_norm(m, st, "model.norm.weight", &m->final_norm, err)) ||
         (s = load_embed_and_head(m, st, err)))
@@ -913,6 +1035,11 @@ void eng_model_destroy(eng_model_t *m)
 const struct eng_model_config *eng_model_config(const eng_model_t *m)
 {
     return &m->cfg;
+}
+
+const struct eng_tp_shape *eng_model_tp_shape(const eng_model_t *m)
+{
+    return &m->tp;
 }
 
 int32_t eng_model_max_tokens(const eng_model_t *m)

@@ -92,7 +92,8 @@ const struct srv_config_key srv_config_keys[] = {
      .help = "GPU ordinals for the cuda backend: [0, 1] or \"0,1\""},
     {.section = "engine", .name = "tp", .type = SRV_CFG_INT, .offset = OFF(tp),
      .min = 1, .max = 16, .def = "1", .flag = "--tp",
-     .help = "tensor-parallel ranks (cuda backend), one per device"},
+     .help = "tensor-parallel ranks: on the cuda backend one per device of engine.devices; on "
+             "the cpu backend threads of this process sharing the cores"},
     {.section = "engine", .name = "threads", .type = SRV_CFG_INT, .offset = OFF(threads),
      .min = 0, .max = 1024, .def = "0", .flag = "--threads",
      .help = "CPU backend threads; 0: one per core"},
@@ -753,14 +754,20 @@ inf_status_t srv_config_finish(struct srv_config *cfg, struct inf_err *err)
         cfg->served_model_name = name;
         set_origin(cfg, srv_config_key_find("server.served_model_name"), "from model.model");
     }
-    if (cfg->tp > 1 && strcmp(cfg->backend, "cuda") != 0) {
+    const bool cuda = strcmp(cfg->backend, "cuda") == 0;
+    if (cfg->tp > 1 && strcmp(cfg->backend, "mock") == 0) {
         bad = srv_config_key_find("engine.tp");
-        why_set(why, "tensor parallelism (%lld ranks) needs backend \"cuda\", not \"%s\"",
-                (long long)cfg->tp, cfg->backend);
-    } else if (strcmp(cfg->backend, "cuda") == 0 && (size_t)cfg->tp > cfg->devices.n) {
+        why_set(why, "tensor parallelism (%lld ranks) needs backend \"cpu\" or \"cuda\", not "
+                     "\"mock\"",
+                (long long)cfg->tp);
+    } else if (cuda && (size_t)cfg->tp > cfg->devices.n) {
         bad = srv_config_key_find("engine.tp");
         why_set(why, "%lld ranks need as many devices, engine.devices lists %zu",
                 (long long)cfg->tp, cfg->devices.n);
+    } else if (cuda && cfg->devices.n > (size_t)cfg->tp) {
+        bad = srv_config_key_find("engine.devices");
+        why_set(why, "lists %zu devices, but engine.tp = %lld uses %lld of them", cfg->devices.n,
+                (long long)cfg->tp, (long long)cfg->tp);
     } else if (cfg->max_batched_tokens != 0 && cfg->max_batched_tokens < cfg->max_batch) {
         bad = srv_config_key_find("engine.max_batched_tokens");
         why_set(why, "must be at least engine.max_batch (%lld), got %lld",

@@ -10,6 +10,7 @@
  * results do not depend on the thread count or on the batch. */
 #define INF_LOG_MODULE "eng"
 #include "engine/backend.h"
+#include "engine/tp/comm.h"
 #include "engine/batch.h"
 #include "engine/par.h"
 #include "kernels/activation.h"
@@ -49,6 +50,7 @@ static void pool_run(eng_par_t *par, task_fn fn, void *ctx, int32_t n_tasks)
 
 /* ---- backend state -------------------------------------------------------- */
 struct cpu_ctx {
+    struct eng_comm *comm; /* a tensor-parallel rank's, or NULL */
     eng_par_t *par;
     int32_t n_threads; /* the pool's threads, the caller included */
     float *scratch;      /* attention scores: [4 * n_threads][scratch_len] */
@@ -545,6 +547,17 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
     return INF_OK;
 }
 
+/* Sum over the rank's group (engine/tp/comm.h), in rank order: every rank
+ * holds the same bits; a backend of no group is a group of one. */
+static inf_status_t cpu_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim,
+                                   int32_t m, struct inf_err *err)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (!c->comm)
+        return INF_OK;
+    return eng_comm_all_reduce_f32(c->comm, fptr(x), x.ld, m, dim, err);
+}
+
 /* ---- table ------------------------------------------------------------------ */
 static void cpu_destroy(struct eng_backend *be)
 {
@@ -575,7 +588,7 @@ static const struct eng_backend_iface cpu_iface = {
     .attn_decode = cpu_attn,
     .silu_mul = cpu_silu_mul,
     .rows_gather = cpu_rows_gather,
-    .all_reduce = NULL,
+    .all_reduce = cpu_all_reduce,
 };
 
 inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
@@ -600,6 +613,7 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
     }
     /* a thread that could not be started leaves the pool smaller */
     c->n_threads = eng_par_size(c->par);
+    c->comm = opts ? opts->comm : NULL;
     be->iface = &cpu_iface;
     be->act_dtype = ENG_ACT_F32;
     be->kv_dtype = ENG_ACT_F32;

@@ -13,26 +13,25 @@
 struct model_lm {
     struct eng_backend *be;
     eng_model_t *m;
-    char **keep; /* keep_fp16 as fnmatch patterns, alive as long as the model */
-    int32_t n_keep;
+    struct eng_lm_keep keep; /* alive as long as the model */
 };
 
-static void free_keep(struct model_lm *x)
+void eng_lm_keep_fini(struct eng_lm_keep *k)
 {
-    for (int32_t i = 0; i < x->n_keep; i++)
-        free(x->keep[i]);
-    free(x->keep);
-    x->keep = NULL;
-    x->n_keep = 0;
+    for (int32_t i = 0; i < k->n; i++)
+        free(k->p[i]);
+    free(k->p);
+    k->p = NULL;
+    k->n = 0;
 }
 
 /* The configuration names layers by substring ("lm_head"); the model matches
  * fnmatch(3) patterns over full tensor names. A name without glob characters
  * becomes "*name*"; a pattern is kept as it is. */
-static inf_status_t make_keep(struct model_lm *x, const char *const *names, int32_t n)
+static inf_status_t make_keep(struct eng_lm_keep *k, const char *const *names, int32_t n)
 {
-    x->keep = calloc((size_t)n, sizeof *x->keep);
-    if (!x->keep)
+    k->p = calloc((size_t)n, sizeof *k->p);
+    if (!k->p)
         return INF_E_NOMEM;
     for (int32_t i = 0; i < n; i++) {
         size_t len = strlen(names[i]);
@@ -47,7 +46,7 @@ static inf_status_t make_keep(struct model_lm *x, const char *const *names, int3
             p[len + 1] = '*';
             p[len + 2] = '\0';
         }
-        x->keep[x->n_keep++] = p;
+        k->p[k->n++] = p;
     }
     return INF_OK;
 }
@@ -105,7 +104,7 @@ static void model_destroy(void *self)
         return;
     eng_model_destroy(x->m);
     eng_backend_destroy(x->be);
-    free_keep(x);
+    eng_lm_keep_fini(&x->keep);
     free(x);
 }
 
@@ -173,14 +172,11 @@ void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_m
     };
 }
 
-inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,
-                                 struct eng_lm *lm, struct inf_err *err)
+inf_status_t eng_lm_model_load(const struct eng_lm_model_opts *o, struct eng_backend *be,
+                               int32_t tp_rank, int32_t tp_size, struct eng_lm_keep *keep,
+                               eng_model_t **out, struct inf_err *err)
 {
-    inf_status_t st;
-    struct model_lm *x = calloc(1, sizeof *x);
-    if (!x)
-        return inf_err_set(err, INF_E_NOMEM, "out of memory");
-    x->be = be;
+    *out = NULL;
     struct eng_model_opts mo;
     eng_model_opts_default(&mo);
     switch (o->quantization) {
@@ -208,12 +204,12 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     mo.symmetric = o->symmetric;
     mo.fuse_qkv = o->fuse_qkv;
     if (o->n_keep_fp16 > 0) {
-        if (make_keep(x, o->keep_fp16, o->n_keep_fp16) != INF_OK) {
-            st = inf_err_set(err, INF_E_NOMEM, "out of memory");
-            goto fail;
+        if (make_keep(keep, o->keep_fp16, o->n_keep_fp16) != INF_OK) {
+            eng_lm_keep_fini(keep);
+            return inf_err_set(err, INF_E_NOMEM, "out of memory");
         }
-        mo.keep_fp16 = (const char *const *)x->keep;
-        mo.n_keep_fp16 = x->n_keep;
+        mo.keep_fp16 = (const char *const *)keep->p;
+        mo.n_keep_fp16 = keep->n;
     }
     mo.max_tokens = o->max_tokens;
     mo.n_kv_blocks = o->kv_blocks;
@@ -223,21 +219,46 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
         mo.max_slots = o->max_batch;
         mo.max_seq_blocks = (o->max_model_len + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
     }
-    st = eng_model_load(o->dir, x->be, &mo, &x->m, err);
+    mo.tp_rank = tp_rank;
+    mo.tp_size = tp_size;
+    mo.no_logits = tp_rank > 0;
+    inf_status_t st = eng_model_load(o->dir, be, &mo, out, err);
     if (st != INF_OK)
-        goto fail;
+        eng_lm_keep_fini(keep);
+    return st;
+}
 
-    const struct eng_model_config *c = eng_model_config(x->m);
-    memset(lm, 0, sizeof *lm);
-    lm->self = x;
-    lm->name = eng_backend_name(x->be);
+void eng_lm_describe(struct eng_lm *lm, const struct eng_lm_model_opts *o, const eng_model_t *m,
+                     const struct eng_backend *be, int32_t tp_size)
+{
+    const struct eng_model_config *c = eng_model_config(m);
+    lm->name = eng_backend_name(be);
     lm->vocab = c->vocab;
     lm->max_len = c->max_pos;
     lm->bos_id = c->bos_id;
+    lm->n_eos = 0;
     for (int32_t i = 0; i < c->n_eos && lm->n_eos < ENG_LM_MAX_EOS; i++)
         if (c->eos_ids[i] >= 0 && c->eos_ids[i] < c->vocab)
             lm->eos_ids[lm->n_eos++] = c->eos_ids[i];
-    lm->kv_id = kv_identity(o, c, x->be);
+    /* a group's sums are taken in another order than one rank's */
+    lm->kv_id = id_mix(kv_identity(o, c, be), (uint64_t)(tp_size > 1 ? tp_size : 1));
+}
+
+inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,
+                                 struct eng_lm *lm, struct inf_err *err)
+{
+    struct model_lm *x = calloc(1, sizeof *x);
+    if (!x)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory");
+    x->be = be;
+    inf_status_t st = eng_lm_model_load(o, be, 0, 1, &x->keep, &x->m, err);
+    if (st != INF_OK) {
+        free(x);
+        return st;
+    }
+    memset(lm, 0, sizeof *lm);
+    lm->self = x;
+    eng_lm_describe(lm, o, x->m, be, 1);
     lm->kv_reserve = model_kv_reserve;
     lm->forward = model_forward;
     /* Backends that sample on the device return only token ids and logprobs. */
@@ -249,11 +270,6 @@ inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_b
     }
     lm->destroy = model_destroy;
     return INF_OK;
-
-fail:
-    free_keep(x);
-    free(x);
-    return st;
 }
 
 const struct eng_model *eng_lm_model(const struct eng_lm *lm)

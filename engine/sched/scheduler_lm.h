@@ -34,6 +34,27 @@ void eng_lm_model_opts_from_config(const struct eng_config *cfg, struct eng_lm_m
 struct eng_backend;
 inf_status_t eng_lm_model_create(const struct eng_lm_model_opts *o, struct eng_backend *be,
                                  struct eng_lm *lm, struct inf_err *err);
+/* fnmatch(3) patterns made from keep_fp16's names, alive as long as the
+ * model that reads them. */
+struct eng_lm_keep {
+    char **p;
+    int32_t n;
+};
+void eng_lm_keep_fini(struct eng_lm_keep *k);
+
+/* The model of o onto be, as rank tp_rank of tp_size (0, 1: the whole
+ * model; a rank other than the first computes no logits); the patterns go
+ * into *keep (released with eng_lm_keep_fini after the model, and by this
+ * call on error). Errors: those of eng_model_load. */
+typedef struct eng_model eng_model_t;
+inf_status_t eng_lm_model_load(const struct eng_lm_model_opts *o, struct eng_backend *be,
+                               int32_t tp_rank, int32_t tp_size, struct eng_lm_keep *keep,
+                               eng_model_t **out, struct inf_err *err);
+/* lm's description of model m on be (name, vocabulary, length, BOS/EOS,
+ * kv_id for a group of tp_size ranks); its ops are the caller's. */
+void eng_lm_describe(struct eng_lm *lm, const struct eng_lm_model_opts *o, const eng_model_t *m,
+                     const struct eng_backend *be, int32_t tp_size);
+
 /* The model behind an lm made by eng_lm_model_create (for inspection). */
 struct eng_model;
 const struct eng_model *eng_lm_model(const struct eng_lm *lm);

@@ -9,18 +9,20 @@
 #include "engine/tp/comm.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct group {
     int32_t size;
     int32_t refs; /* handles alive */
-    size_t cap;   /* floats per slot */
-    float **slot; /* [size][cap] */
+    size_t *cap;  /* [size] floats of each slot */
+    float **slot; /* [size][cap[r]]: rank r's rows of a collective */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int32_t arrived;
     uint64_t generation;
+    bool aborted;
 };
 
 struct eng_comm {
@@ -33,6 +35,7 @@ static void group_free(struct group *g)
     for (int32_t r = 0; r < g->size; r++)
         free(g->slot[r]);
     free(g->slot);
+    free(g->cap);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g);
@@ -47,13 +50,15 @@ inf_status_t eng_comm_local_create(int32_t size, size_t max_floats, eng_comm_t *
     if (!g)
         return inf_err_set(err, INF_E_NOMEM, "out of memory for a communicator");
     g->size = size;
-    g->cap = max_floats;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     g->slot = calloc((size_t)size, sizeof *g->slot);
-    bool ok = g->slot != NULL;
-    for (int32_t r = 0; ok && r < size; r++)
-        ok = (g->slot[r] = malloc((max_floats ? max_floats : 1) * sizeof(float))) != NULL;
+    g->cap = calloc((size_t)size, sizeof *g->cap);
+    bool ok = g->slot && g->cap;
+    for (int32_t r = 0; ok && r < size && max_floats; r++) {
+        ok = (g->slot[r] = malloc(max_floats * sizeof(float))) != NULL;
+        g->cap[r] = ok ? max_floats : 0;
+    }
     int32_t made = 0;
     for (; ok && made < size; made++) {
         eng_comm_t *c = calloc(1, sizeof *c);
@@ -68,10 +73,13 @@ inf_status_t eng_comm_local_create(int32_t size, size_t max_floats, eng_comm_t *
     if (!ok) {
         for (int32_t r = 0; r < made; r++)
             free(ranks[r]);
-        if (g->slot)
+        if (g->slot && g->cap) {
             group_free(g);
-        else
+        } else {
+            free(g->slot);
+            free(g->cap);
             free(g);
+        }
         return inf_err_set(err, INF_E_NOMEM, "out of memory for a communicator of %d ranks", size);
     }
     g->refs = size;
@@ -108,15 +116,34 @@ void eng_comm_barrier(eng_comm_t *c)
         return;
     pthread_mutex_lock(&g->mu);
     const uint64_t gen = g->generation;
-    if (++g->arrived == g->size) {
+    if (g->aborted) {
+        /* nobody waits for the others any more */
+    } else if (++g->arrived == g->size) {
         g->arrived = 0;
         g->generation++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        while (g->generation == gen)
+        while (g->generation == gen && !g->aborted)
             pthread_cond_wait(&g->cv, &g->mu);
     }
     pthread_mutex_unlock(&g->mu);
+}
+
+void eng_comm_abort(eng_comm_t *c)
+{
+    struct group *g = c->g;
+    pthread_mutex_lock(&g->mu);
+    g->aborted = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static bool aborted(struct group *g)
+{
+    pthread_mutex_lock(&g->mu);
+    const bool a = g->aborted;
+    pthread_mutex_unlock(&g->mu);
+    return a;
 }
 
 inf_status_t eng_comm_all_reduce_f32(eng_comm_t *c, float *x, int64_t ld, int32_t m, int32_t cols,
@@ -126,16 +153,25 @@ inf_status_t eng_comm_all_reduce_f32(eng_comm_t *c, float *x, int64_t ld, int32_
     if (m < 0 || cols < 0 || (m > 1 && ld < cols))
         return inf_err_set(err, INF_E_INVALID, "all_reduce: %d rows of %d at stride %lld", m, cols,
                            (long long)ld);
-    /* every rank sees the same sizes, so every rank answers the same */
-    if ((size_t)m * (size_t)cols > g->cap)
-        return inf_err_set(err, INF_E_TOOBIG, "all_reduce of %d x %d exceeds the group's %zu", m,
-                           cols, g->cap);
     if (g->size == 1 || m == 0 || cols == 0)
         return INF_OK;
+    /* A rank's slot is read by the others only between the two barriers of
+     * a collective, so each rank grows its own before it writes. */
+    const size_t need = (size_t)m * (size_t)cols;
+    if (need > g->cap[c->rank]) {
+        float *p = realloc(g->slot[c->rank], need * sizeof *p);
+        if (!p)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for an all-reduce of %d x %d", m,
+                               cols);
+        g->slot[c->rank] = p;
+        g->cap[c->rank] = need;
+    }
     float *mine = g->slot[c->rank];
     for (int32_t r = 0; r < m; r++)
         memcpy(mine + (size_t)r * cols, x + r * ld, (size_t)cols * sizeof(float));
     eng_comm_barrier(c);
+    if (aborted(g))
+        return inf_err_set(err, INF_E_INTERNAL, "the tensor-parallel group was aborted");
     for (int32_t r = 0; r < m; r++) {
         float *row = x + r * ld;
         for (int32_t j = 0; j < cols; j++) {
@@ -146,5 +182,6 @@ inf_status_t eng_comm_all_reduce_f32(eng_comm_t *c, float *x, int64_t ld, int32_
         }
     }
     eng_comm_barrier(c);
-    return INF_OK;
+    return aborted(g) ? inf_err_set(err, INF_E_INTERNAL, "the tensor-parallel group was aborted")
+                      : INF_OK;
 }

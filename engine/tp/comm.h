@@ -26,9 +26,9 @@ extern "C" {
 typedef struct eng_comm eng_comm_t;
 
 /* A group of size ranks sharing host memory; ranks[r] is rank r's handle.
- * max_floats: the largest collective (elements) the group will run; a
- * larger one answers INF_E_TOOBIG. Errors: INF_E_INVALID (size < 1),
- * INF_E_NOMEM. On error no handle is made. */
+ * max_floats: room taken now for collectives of that many elements (a
+ * rank's room grows when a larger one comes). Errors: INF_E_INVALID (size
+ * < 1), INF_E_NOMEM. On error no handle is made. */
 inf_status_t eng_comm_local_create(int32_t size, size_t max_floats, eng_comm_t **ranks,
                                    struct inf_err *err);
 
@@ -41,13 +41,19 @@ int32_t eng_comm_size(const eng_comm_t *c);
 
 /* x[r][j] summed over the group for rows r < m of cols floats at row stride
  * ld (host memory), in place, on every rank. Every rank must call it with
- * the same m and cols. Errors: INF_E_TOOBIG (m * cols above max_floats:
- * every rank gets it, nothing is summed). */
+ * the same m and cols. Errors: INF_E_NOMEM (no room for the rows: the
+ * caller aborts the group), INF_E_INTERNAL (the group was aborted). */
 inf_status_t eng_comm_all_reduce_f32(eng_comm_t *c, float *x, int64_t ld, int32_t m, int32_t cols,
                                      struct inf_err *err);
 
-/* Wait until every rank of the group reached this call. */
+/* Wait until every rank of the group reached this call (or the group was
+ * aborted). */
 void eng_comm_barrier(eng_comm_t *c);
+
+/* Abort the group: every collective in flight or to come returns
+ * INF_E_INTERNAL on every rank, so that a rank that failed leaves no other
+ * waiting. Thread: any. */
+void eng_comm_abort(eng_comm_t *c);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include "engine/weights/quant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void set_code(struct krn_q4_weight *w, int32_t row, int32_t col, int code)
@@ -38,6 +39,14 @@ inf_status_t eng_q4_take_rows(const struct krn_q4_weight *w, const struct eng_ro
     inf_status_t st = eng_q4_alloc((int32_t)rows, w->k, w->kp, w->group, w->symmetric, out, err);
     if (st != INF_OK)
         return st;
+    /* the rows read their input columns as w's do */
+    if (w->perm) {
+        if (!(out->perm = malloc((size_t)w->k * sizeof *out->perm))) {
+            eng_q4_free(out);
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for a shard");
+        }
+        memcpy(out->perm, w->perm, (size_t)w->k * sizeof *out->perm);
+    }
     const size_t qrow = (size_t)w->kp / 2, grow = (size_t)krn_q4_groups(w) * 2;
     int64_t at = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -60,6 +69,8 @@ inf_status_t eng_q4_take_cols(const struct krn_q4_weight *w, int32_t c0, int32_t
     if (c0 < 0 || c1 <= c0 || c1 > w->k)
         return inf_err_set(err, INF_E_INVALID, "columns %d..%d outside a weight of %d", c0, c1,
                            w->k);
+    if (w->perm) /* its stored columns are not the input's */
+        return inf_err_set(err, INF_E_UNSUPPORTED, "a column range of an act-order weight");
     const bool channel = krn_q4_groups(w) == 1;
     const int32_t ld = channel ? 0 : c0 % w->group, start = c0 - ld, k = ld + (c1 - c0);
     const int32_t kp = channel ? (k + 1) / 2 * 2 : (k + w->group - 1) / w->group * w->group;
@@ -78,5 +89,35 @@ inf_status_t eng_q4_take_cols(const struct krn_q4_weight *w, int32_t c0, int32_t
         }
     }
     *lead = ld;
+    return INF_OK;
+}
+
+inf_status_t eng_tp_shape_of(int32_t n_heads, int32_t n_kv_heads, int32_t inter, int32_t rank,
+                             int32_t size, struct eng_tp_shape *out, struct inf_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (size < 1 || rank < 0 || rank >= size)
+        return inf_err_set(err, INF_E_INVALID, "tp: rank %d of %d", rank, size);
+    if (n_heads % size)
+        return inf_err_set(err, INF_E_INVALID,
+                           "tp = %d does not divide the model's %d attention heads", size, n_heads);
+    if (n_kv_heads % size && size % n_kv_heads)
+        return inf_err_set(err, INF_E_INVALID,
+                           "tp = %d neither divides the model's %d KV heads nor is a multiple of "
+                           "them",
+                           size, n_kv_heads);
+    if (inter % size)
+        return inf_err_set(err, INF_E_INVALID,
+                           "tp = %d does not divide the model's intermediate size %d", size, inter);
+    out->rank = rank;
+    out->size = size;
+    out->n_heads = n_heads / size;
+    out->h0 = rank * out->n_heads;
+    /* fewer KV heads than ranks: each is replicated on size / n_kv_heads
+     * ranks, whose query heads all read it */
+    out->n_kv_heads = n_kv_heads >= size ? n_kv_heads / size : 1;
+    out->kv0 = n_kv_heads >= size ? rank * out->n_kv_heads : rank * n_kv_heads / size;
+    out->inter = inter / size;
+    out->i0 = rank * out->inter;
     return INF_OK;
 }

@@ -1,14 +1,16 @@
 /* The local communicator (engine/tp/comm.h): an all-reduce over threads gives
  * every rank the sum in rank order, bit for bit the same on all ranks and
  * equal to a plain loop; strided rows keep their padding; many collectives
- * in a row reuse the slots safely; sizes over the group's capacity are
- * refused on every rank; a group of one is a no-op. */
+ * in a row reuse the slots safely; a collective larger than the room taken
+ * at creation grows it; an aborted group lets no rank wait; a group of one
+ * is a no-op. */
 #include "engine/tp/comm.h"
 
 #include <check.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { M = 5, COLS = 37, LD = 41, ROUNDS = 300 };
 
@@ -59,8 +61,18 @@ static void *run(void *arg)
                 }
             }
     }
-    struct inf_err err;
-    j->big = eng_comm_all_reduce_f32(j->c, j->x, LD, M + 1000, COLS, &err);
+    /* a larger collective than the room taken at creation: the room grows */
+    static float big[(M + 40) * COLS];
+    for (int i = 0; i < (M + 40) * COLS; i++)
+        big[i] = 0; /* every rank writes its own copy below */
+    float *mine = malloc(sizeof big);
+    for (int i = 0; i < (M + 40) * COLS; i++)
+        mine[i] = (float)(eng_comm_rank(j->c) + 1);
+    j->big = eng_comm_all_reduce_f32(j->c, mine, COLS, M + 40, COLS, NULL);
+    for (int i = 0; i < (M + 40) * COLS && j->big == INF_OK; i++)
+        if (mine[i] != (float)(g_size * (g_size + 1) / 2))
+            j->big = INF_E_INTERNAL;
+    free(mine);
     return NULL;
 }
 
@@ -83,7 +95,7 @@ START_TEST(all_reduce_over_threads)
             pthread_join(th[r], NULL);
             ck_assert_msg(jobs[r].bad_rounds == 0, "size %d rank %d: %d rounds wrong", size, r,
                           jobs[r].bad_rounds);
-            ck_assert_int_eq(jobs[r].big, INF_E_TOOBIG);
+            ck_assert_int_eq(jobs[r].big, INF_OK);
         }
         for (int r = 0; r < size; r++)
             eng_comm_destroy(ranks[r]);
@@ -106,6 +118,32 @@ START_TEST(bad_arguments)
 }
 END_TEST
 
+static void *wait_reduce(void *arg)
+{
+    eng_comm_t *c = arg;
+    float x[4] = {0};
+    return (void *)(intptr_t)eng_comm_all_reduce_f32(c, x, 4, 1, 4, NULL);
+}
+
+/* Rank 1 waits in a collective rank 0 never reaches; the abort lets it out. */
+START_TEST(abort_frees_the_waiting)
+{
+    eng_comm_t *ranks[2];
+    ck_assert_int_eq(eng_comm_local_create(2, 0, ranks, NULL), INF_OK);
+    pthread_t th;
+    pthread_create(&th, NULL, wait_reduce, ranks[1]);
+    usleep(20000);
+    eng_comm_abort(ranks[0]);
+    void *ret;
+    pthread_join(th, &ret);
+    ck_assert_int_eq((int)(intptr_t)ret, INF_E_INTERNAL);
+    float x[4] = {0};
+    ck_assert_int_eq(eng_comm_all_reduce_f32(ranks[0], x, 4, 1, 4, NULL), INF_E_INTERNAL);
+    eng_comm_destroy(ranks[0]);
+    eng_comm_destroy(ranks[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("comm");
@@ -113,6 +151,7 @@ int main(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, all_reduce_over_threads);
     tcase_add_test(t, bad_arguments);
+    tcase_add_test(t, abort_frees_the_waiting);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

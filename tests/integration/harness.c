@@ -141,6 +141,13 @@ static bool spawn(struct it_server *s, const char *const *extra)
         argv[n++] = "--set";
         argv[n++] = "testing.mock_device_sampling=true";
     }
+    /* a suite run against a tensor-parallel group (tests/integration's
+     * CMake: the cpu suite again at tp 2) */
+    const char *tp = getenv("INT4SERVE_IT_TP");
+    if (tp && *tp && strcmp(it_backend, "mock") != 0) {
+        argv[n++] = "--tp";
+        argv[n++] = tp;
+    }
     for (int i = 0; i < g_n_hooks; i++) {
         argv[n++] = "--set";
         argv[n++] = g_hooks[i];

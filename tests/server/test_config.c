@@ -359,14 +359,21 @@ START_TEST(cross_key_checks)
                               "engine.max_batch (512), got 256");
     srv_config_fini(&cfg);
     setup();
+    /* the cpu backend runs any tp (the model's heads decide at load) */
     ck_assert_int_eq(srv_config_set(&cfg, "tp", "2", "--tp", &err), INF_OK);
+    ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_OK);
+    ck_assert_int_eq(srv_config_set(&cfg, "backend", "mock", "--backend", &err), INF_OK);
     ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_E_INVALID);
     ck_assert_str_eq(err.msg, "--tp: key 'engine.tp': tensor parallelism (2 ranks) needs backend "
-                              "\"cuda\", not \"cpu\"");
+                              "\"cpu\" or \"cuda\", not \"mock\"");
     ck_assert_int_eq(srv_config_set(&cfg, "backend", "cuda", "--backend", &err), INF_OK);
     ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_E_INVALID);
     ck_assert_str_eq(err.msg, "--tp: key 'engine.tp': 2 ranks need as many devices, "
                               "engine.devices lists 1");
+    ck_assert_int_eq(srv_config_set(&cfg, "devices", "0,1,2", "--devices", &err), INF_OK);
+    ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_E_INVALID);
+    ck_assert_str_eq(err.msg, "--devices: key 'engine.devices': lists 3 devices, but engine.tp = "
+                              "2 uses 2 of them");
     ck_assert_int_eq(srv_config_set(&cfg, "devices", "0,1", "--devices", &err), INF_OK);
     ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_OK);
     ck_assert_int_eq(srv_config_set(&cfg, "model", "/srv/models/llama-3-8b//", "--model", &err),

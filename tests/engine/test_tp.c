@@ -1,0 +1,222 @@
+/* Tensor parallelism on the CPU backend (engine/tp/): a group of 2 and of 4
+ * ranks against the whole model on one backend, for a model of 8 query
+ * heads, 2 KV heads (replicated at tp 4) and an MLP of 1408 rows (352 a
+ * rank at tp 4: the shards of down cut groups of 128), INT4 (group 128,
+ * quantized whole, then sharded) and fp32, fused and not, with Qwen2's
+ * q/k/v biases: the teacher-forced logprobs of a 40-token prompt within
+ * 1e-3 and 24 greedy ids identical; and the group's refusals (a tp the
+ * heads do not divide). */
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/sched/scheduler_lm.h"
+#include "engine/tp/comm.h"
+#include "engine/tp/group.h"
+#include "test_model_util.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PROMPT = 40, NEW = 24, VOCAB = 256, MAX_BLOCKS = 8 };
+
+static char dir[256];
+
+static void make(const char *arch)
+{
+    const struct tm_spec sp = {.arch = arch,
+                               .hidden = 256,
+                               .intermediate = 1408,
+                               .layers = 2,
+                               .heads = 8,
+                               .kv_heads = 2,
+                               .vocab = VOCAB,
+                               .rope_theta = 10000.0f,
+                               .dtype = ENG_DT_F32,
+                               .seed = 23};
+    snprintf(dir, sizeof dir, "/tmp/int4serve-tp-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(tm_write(dir, &sp), 0);
+}
+
+/* The model of dir as an lm of tp ranks (1: the whole model). */
+static void open_lm(int32_t tp, bool int4, bool fused, struct eng_lm *lm)
+{
+    struct eng_lm_model_opts o = {.dir = dir,
+                                  .quantization =
+                                      int4 ? ENG_QUANTIZATION_INT4 : ENG_QUANTIZATION_NONE,
+                                  .group_size = 128,
+                                  .fuse_qkv = fused,
+                                  .max_tokens = 64};
+    struct inf_err err = {0};
+    if (tp == 1) {
+        struct eng_backend *be;
+        struct eng_backend_cpu_opts bo = {.n_threads = 1};
+        ck_assert_int_eq(eng_backend_cpu_create(&bo, &be, &err), INF_OK);
+        ck_assert_msg(eng_lm_model_create(&o, be, lm, &err) == INF_OK, "%s", err.msg);
+    } else {
+        eng_comm_t *comms[4];
+        struct eng_backend *bes[4];
+        ck_assert_int_eq(eng_comm_local_create(tp, 0, comms, &err), INF_OK);
+        for (int32_t r = 0; r < tp; r++) {
+            struct eng_backend_cpu_opts bo = {.n_threads = 1, .comm = comms[r]};
+            ck_assert_int_eq(eng_backend_cpu_create(&bo, &bes[r], &err), INF_OK);
+        }
+        ck_assert_msg(eng_tp_group_create(&o, bes, comms, tp, lm, &err) == INF_OK, "%s", err.msg);
+    }
+    ck_assert_int_eq(lm->kv_reserve(lm->self, MAX_BLOCKS, &err), INF_OK);
+}
+
+/* A prompt's teacher-forced log-softmax rows [PROMPT][VOCAB], then NEW greedy
+ * ids. */
+static void run(struct eng_lm *lm, double *lp, int32_t *ids)
+{
+    int32_t tok[PROMPT], pos[PROMPT], slot[PROMPT], bt[MAX_BLOCKS];
+    uint8_t want[PROMPT];
+    for (int32_t t = 0; t < PROMPT; t++) {
+        tok[t] = (t * 37 + 5) % VOCAB;
+        pos[t] = t;
+        slot[t] = 0;
+        want[t] = 1;
+    }
+    for (int32_t b = 0; b < MAX_BLOCKS; b++)
+        bt[b] = MAX_BLOCKS - 1 - b; /* blocks out of order */
+    float *logits = malloc((size_t)PROMPT * VOCAB * sizeof *logits);
+    struct eng_batch b = {.n_tokens = PROMPT,
+                          .tokens = tok,
+                          .pos = pos,
+                          .slot = slot,
+                          .want_logits = want,
+                          .n_logits = PROMPT,
+                          .block_table = bt,
+                          .n_slots = 1,
+                          .max_blocks = MAX_BLOCKS};
+    struct inf_err err = {0};
+    ck_assert_msg(lm->forward(lm->self, &b, logits, &err) == INF_OK, "%s", err.msg);
+    for (int32_t t = 0; t < PROMPT; t++) {
+        const float *row = logits + (int64_t)t * VOCAB;
+        double mx = row[0], sum = 0;
+        for (int32_t v = 1; v < VOCAB; v++)
+            mx = row[v] > mx ? row[v] : mx;
+        for (int32_t v = 0; v < VOCAB; v++)
+            sum += exp(row[v] - mx);
+        for (int32_t v = 0; v < VOCAB; v++)
+            lp[(int64_t)t * VOCAB + v] = row[v] - mx - log(sum);
+    }
+    int32_t next = 0, p = PROMPT;
+    const float *last = logits + (int64_t)(PROMPT - 1) * VOCAB;
+    for (int32_t v = 1; v < VOCAB; v++)
+        next = last[v] > last[next] ? v : next;
+    for (int32_t i = 0; i < NEW; i++) {
+        ids[i] = next;
+        uint8_t one = 1;
+        struct eng_batch d = {.n_tokens = 1,
+                              .tokens = &next,
+                              .pos = &p,
+                              .slot = slot,
+                              .want_logits = &one,
+                              .n_logits = 1,
+                              .block_table = bt,
+                              .n_slots = 1,
+                              .max_blocks = MAX_BLOCKS};
+        ck_assert_msg(lm->forward(lm->self, &d, logits, &err) == INF_OK, "%s", err.msg);
+        int32_t best = 0;
+        for (int32_t v = 1; v < VOCAB; v++)
+            best = logits[v] > logits[best] ? v : best;
+        next = best;
+        p++;
+    }
+    free(logits);
+}
+
+static void compare(bool int4, bool fused)
+{
+    double *ref = malloc((size_t)PROMPT * VOCAB * sizeof *ref),
+           *got = malloc((size_t)PROMPT * VOCAB * sizeof *got);
+    int32_t ref_ids[NEW], ids[NEW];
+    struct eng_lm lm;
+    open_lm(1, int4, fused, &lm);
+    run(&lm, ref, ref_ids);
+    lm.destroy(lm.self);
+    for (int32_t tp = 2; tp <= 4; tp *= 2) {
+        open_lm(tp, int4, fused, &lm);
+        run(&lm, got, ids);
+        lm.destroy(lm.self);
+        double worst = 0;
+        for (int64_t i = 0; i < (int64_t)PROMPT * VOCAB; i++)
+            worst = fabs(got[i] - ref[i]) > worst ? fabs(got[i] - ref[i]) : worst;
+        ck_assert_msg(worst <= 1e-3, "tp %d %s%s: logprobs differ by %g", tp,
+                      int4 ? "int4" : "fp32", fused ? "" : " unfused", worst);
+        for (int32_t i = 0; i < NEW; i++)
+            ck_assert_msg(ids[i] == ref_ids[i], "tp %d %s: greedy id %d is %d, want %d", tp,
+                          int4 ? "int4" : "fp32", i, ids[i], ref_ids[i]);
+    }
+    free(ref);
+    free(got);
+}
+
+START_TEST(llama_int4)
+{
+    make("llama");
+    compare(true, true);
+    compare(true, false);
+    tm_rmdir(dir);
+}
+END_TEST
+
+START_TEST(llama_fp32)
+{
+    make("llama");
+    compare(false, true);
+    tm_rmdir(dir);
+}
+END_TEST
+
+START_TEST(qwen2_biases)
+{
+    make("qwen2");
+    compare(true, true);
+    tm_rmdir(dir);
+}
+END_TEST
+
+START_TEST(refused)
+{
+    make("llama");
+    struct eng_lm_model_opts o = {
+        .dir = dir, .quantization = ENG_QUANTIZATION_INT4, .group_size = 128, .max_tokens = 64};
+    struct inf_err err = {0};
+    eng_comm_t *comms[3];
+    struct eng_backend *bes[3];
+    ck_assert_int_eq(eng_comm_local_create(3, 0, comms, &err), INF_OK);
+    for (int32_t r = 0; r < 3; r++) {
+        struct eng_backend_cpu_opts bo = {.n_threads = 1, .comm = comms[r]};
+        ck_assert_int_eq(eng_backend_cpu_create(&bo, &bes[r], &err), INF_OK);
+    }
+    struct eng_lm lm;
+    ck_assert_int_eq(eng_tp_group_create(&o, bes, comms, 3, &lm, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "tp = 3 does not divide the model's 8 attention heads"));
+    for (int32_t r = 0; r < 3; r++) {
+        eng_backend_destroy(bes[r]);
+        eng_comm_destroy(comms[r]);
+    }
+    tm_rmdir(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tp");
+    TCase *t = tcase_create("cpu");
+    tcase_set_timeout(t, 240);
+    tcase_add_test(t, llama_int4);
+    tcase_add_test(t, llama_fp32);
+    tcase_add_test(t, qwen2_biases);
+    tcase_add_test(t, refused);
+    suite_add_tcase(s, t);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
