@@ -561,6 +561,11 @@ struct eng_backend_cuda_opts {
     int32_t device;         /* CUDA device ordinal */
     size_t workspace_bytes; /* scratch for strided copies, conversions and split
                                attention; 0 = 64 MiB */
+    /* A tensor-parallel rank's communicator (engine/tp/comm.h): NCCL on the
+     * devices, or the local kind through host memory (ranks that share a
+     * GPU; not inside a recorded graph); NULL: a group of one. It must
+     * outlive the backend. */
+    struct eng_comm *comm;
 };
 inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
                                      struct eng_backend **out, struct inf_err *err);

@@ -352,18 +352,23 @@ static inf_status_t make_backend(const struct eng_config *cfg, int32_t rank, int
         struct eng_backend_cpu_opts bo = {.n_threads = threads, .comm = comm};
         return eng_backend_cpu_create(&bo, out, err);
     }
-    /* cuda: one GPU, devices[0] (eng_backend_cuda_create answers
+    /* cuda: rank r on devices[r] (eng_backend_cuda_create answers
      * INF_E_UNSUPPORTED in a build without CUDA). */
-    (void)rank;
-    if (tp > 1)
-        return inf_err_set(err, INF_E_UNSUPPORTED,
-                           "tp: tensor parallelism on the cuda backend is not implemented yet "
-                           "(tp = %d; the cpu backend runs it)",
-                           tp);
     struct eng_backend_cuda_opts co = {
-        .device = cfg->n_devices > 0 && cfg->devices ? cfg->devices[0] : 0,
+        .device = cfg->n_devices > rank && cfg->devices ? cfg->devices[rank] : 0,
+        .comm = comm,
     };
     return eng_backend_cuda_create(&co, out, err);
+}
+
+/* Whether the ranks' devices are all different (a GPU each). */
+static bool devices_distinct(const struct eng_config *cfg, int32_t tp)
+{
+    for (int32_t a = 0; a < tp; a++)
+        for (int32_t b = a + 1; b < tp; b++)
+            if (cfg->n_devices > b && cfg->devices[a] == cfg->devices[b])
+                return false;
+    return cfg->n_devices >= tp;
 }
 
 /* The backends of the ranks: one at tp 1; at tp > 1 a group's, each with its
@@ -376,9 +381,23 @@ static inf_status_t make_ranks(const struct eng_config *cfg, const struct eng_mo
     if (tp > 1) {
         struct eng_tp_shape shape;
         if ((st = eng_tp_shape_of(mc->n_heads, mc->n_kv_heads, mc->intermediate, 0, tp, &shape,
-                                  err)) ||
-            (st = eng_comm_local_create(tp, 0, comms, err)))
+                                  err)))
             return st;
+        /* a GPU each: NCCL; ranks that share a GPU (or no NCCL): host memory */
+        const bool nccl = cfg->backend == ENG_BACKEND_CUDA && devices_distinct(cfg, tp);
+        st = nccl ? eng_comm_nccl_create(tp, cfg->devices, comms, err)
+                  : eng_comm_local_create(tp, 0, comms, err);
+        if (st == INF_E_UNSUPPORTED && nccl) {
+            inf_log(WARN, "tp: %s; the ranks communicate through host memory", err ? err->msg : "");
+            inf_err_clear(err);
+            st = eng_comm_local_create(tp, 0, comms, err);
+        }
+        if (st != INF_OK)
+            return st;
+        inf_log(INFO, "tensor parallelism: %d ranks on the %s backend, %s", tp,
+                cfg->backend == ENG_BACKEND_CUDA ? "cuda" : "cpu",
+                eng_comm_on_device(comms[0]) ? "NCCL between the GPUs"
+                                             : "all-reduce in host memory");
     }
     for (int32_t r = 0; r < tp && st == INF_OK; r++)
         st = make_backend(cfg, r, tp, tp > 1 ? comms[r] : NULL, &bes[r], err);
@@ -399,8 +418,8 @@ static inf_status_t make_ranks(const struct eng_config *cfg, const struct eng_mo
  * total (cudaMemGetInfo), less a headroom, capped at max_batch full
  * sequences. Answers the capacity in tokens (a multiple of ENG_KV_BLOCK). */
 static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_backend *be,
-                                   const struct eng_model_config *mc, int64_t *tokens,
-                                   struct inf_err *err)
+                                   const struct eng_model_config *mc, int32_t tp,
+                                   int64_t *tokens, struct inf_err *err)
 {
     size_t free_b = 0, total_b = 0;
     inf_status_t st = eng_backend_mem_info(be, &free_b, &total_b, err);
@@ -411,7 +430,19 @@ static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_back
     double budget = util * (double)total_b - used - (double)KV_DEVICE_HEADROOM;
     if (budget > (double)free_b - (double)KV_DEVICE_HEADROOM)
         budget = (double)free_b - (double)KV_DEVICE_HEADROOM;
+    /* A rank keeps its KV heads only; ranks that share the first rank's
+     * GPU share its budget. */
     int64_t per_tok = kv_bytes_per_token(mc, be);
+    if (tp > 1) {
+        struct eng_tp_shape sh;
+        if (eng_tp_shape_of(mc->n_heads, mc->n_kv_heads, mc->intermediate, 0, tp, &sh, NULL) ==
+            INF_OK)
+            per_tok = per_tok / mc->n_kv_heads * sh.n_kv_heads;
+        int32_t sharing = 0;
+        for (int32_t r = 0; r < tp; r++)
+            sharing += cfg->n_devices > r && cfg->devices[r] == cfg->devices[0];
+        budget /= sharing > 0 ? sharing : 1;
+    }
     int64_t t = budget > 0 ? (int64_t)(budget / (double)per_tok) : 0;
     int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
     if (t > want)
@@ -501,7 +532,7 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
         goto fail_tok;
     if (device_plan) {
         /* The pool itself is allocated by the scheduler's kv_reserve. */
-        st = plan_device_kv(cfg, be, &mc, &cfg->kv_cache_tokens, err);
+        st = plan_device_kv(cfg, be, &mc, tp, &cfg->kv_cache_tokens, err);
         if (st != INF_OK) {
             eng->lm.destroy(eng->lm.self); /* frees the backends too */
             tok_destroy(eng->tok);

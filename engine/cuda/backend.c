@@ -8,6 +8,7 @@
 #ifdef INT4SERVE_HAVE_CUDA
 
 #include "engine/cuda/cuda_impl.h"
+#include "engine/tp/comm.h"
 #include "kernels/activation_cuda.h"
 #include "kernels/embedding_cuda.h"
 
@@ -372,6 +373,67 @@ inf_status_t eng_cuda_download_wait(struct eng_backend *be, int slot, void *dst,
     return bad_flag(c, *(const int32_t *)c->land[slot], err);
 }
 
+inf_status_t eng_cuda_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
+                                 struct inf_err *err)
+{
+    struct cu_ctx *c = ctx_of(be);
+    ENTER(c);
+    if (!c->comm || m == 0)
+        return INF_OK; /* a group of one */
+    if (eng_comm_on_device(c->comm)) {
+        /* NCCL on the stream: one contiguous block, capturable */
+        if (m > 1 && x.ld != dim)
+            return inf_err_set(err, INF_E_UNSUPPORTED, "all_reduce: rows of %d at stride %lld", dim,
+                               (long long)x.ld);
+        struct inf_err ne = {0};
+        inf_status_t st =
+            eng_comm_all_reduce_f16_dev(c->comm, dptr(x, 2), (size_t)m * dim, c->stream, &ne);
+        if (st == INF_E_DEVICE)
+            return eng_cuda_fail(c, "NCCL", ne.msg, err);
+        if (st != INF_OK)
+            return inf_err_set(err, st, "%s", ne.msg);
+        eng_cuda_written(x.buf);
+        return INF_OK;
+    }
+    /* Through host memory: ranks that share a GPU (tests), or a build
+     * without NCCL. It synchronizes, so a step with it is not recorded. */
+    if (c->capturing)
+        return inf_err_set(err, INF_E_UNSUPPORTED,
+                           "an all-reduce through host memory while recording a graph");
+    const size_t n = (size_t)m * (size_t)dim;
+    if (n > c->ar_cap) {
+        uint16_t *h = realloc(c->ar_h16, n * sizeof *h);
+        if (h)
+            c->ar_h16 = h;
+        float *f = h ? realloc(c->ar_f32, n * sizeof *f) : NULL;
+        if (f)
+            c->ar_f32 = f;
+        if (!h || !f)
+            return inf_err_set(err, INF_E_NOMEM, "out of memory for an all-reduce of %zu", n);
+        c->ar_cap = n;
+    }
+    CU(c,
+       cudaMemcpy2DAsync(c->ar_h16, (size_t)dim * 2, dptr(x, 2), (size_t)x.ld * 2, (size_t)dim * 2,
+                         (size_t)m, cudaMemcpyDeviceToHost, c->stream),
+       "all-reduce download");
+    CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
+    for (size_t i = 0; i < n; i++)
+        c->ar_f32[i] = inf_f16_to_f32(c->ar_h16[i]);
+    inf_status_t st = eng_comm_all_reduce_f32(c->comm, c->ar_f32, dim, m, dim, err);
+    if (st != INF_OK)
+        return st;
+    for (size_t i = 0; i < n; i++)
+        c->ar_h16[i] = inf_f32_to_f16(c->ar_f32[i]);
+    CU(c,
+       cudaMemcpy2DAsync(dptr(x, 2), (size_t)x.ld * 2, c->ar_h16, (size_t)dim * 2, (size_t)dim * 2,
+                         (size_t)m, cudaMemcpyHostToDevice, c->stream),
+       "all-reduce upload");
+    /* the host rows are reused by the next call */
+    CU(c, cudaStreamSynchronize(c->stream), "stream synchronize");
+    eng_cuda_written(x.buf);
+    return INF_OK;
+}
+
 inf_status_t eng_cuda_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
                                struct inf_err *err)
 {
@@ -414,6 +476,8 @@ static void ctx_free(struct cu_ctx *c)
     free(c->h_list);
     free(c->h_ints);
     free(c->h_vals);
+    free(c->ar_h16);
+    free(c->ar_f32);
     free(c);
 }
 
@@ -446,7 +510,7 @@ static const struct eng_backend_iface cuda_iface = {
     .rows_gather = eng_cuda_rows_gather,
     .attn_block = eng_cuda_attn_block,
     .mlp_block = eng_cuda_mlp_block,
-    .all_reduce = NULL,
+    .all_reduce = eng_cuda_all_reduce,
     .mem_info = eng_cuda_mem_info,
     .sample_reserve = eng_cuda_sample_reserve,
     .sample = eng_cuda_sample,
@@ -512,6 +576,7 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     }
     c->device = dev;
     c->sms = prop.multiProcessorCount;
+    c->comm = opts ? opts->comm : NULL;
     CU(c, cudaSetDevice(dev), "cudaSetDevice");
     CU(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream");
     cublasStatus_t bs = cublasCreate(&c->blas);

@@ -189,6 +189,12 @@ struct cu_ctx {
     int32_t *h_ints;
     float *h_vals;
     size_t h_lists_cap;
+    /* tensor parallelism: the rank's communicator (NULL: one rank), and the
+     * host rows of an all-reduce through host memory (the local kind) */
+    struct eng_comm *comm;
+    uint16_t *ar_h16;
+    float *ar_f32;
+    size_t ar_cap; /* elements */
     /* decode graphs: the recording in progress, the recorded buckets */
     bool capturing;
     int32_t n_graphs;
@@ -379,6 +385,8 @@ inf_status_t eng_cuda_download_start(struct eng_backend *be, const struct eng_bu
                                      size_t bytes, int slot, struct inf_err *err);
 inf_status_t eng_cuda_download_wait(struct eng_backend *be, int slot, void *dst,
                                     struct inf_err *err);
+inf_status_t eng_cuda_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
+                                 struct inf_err *err);
 inf_status_t eng_cuda_mem_info(struct eng_backend *be, size_t *free_bytes, size_t *total_bytes,
                                struct inf_err *err);
 

@@ -6,7 +6,7 @@
  * rank holds the same bits), and all meet again before a slot may be
  * written by the next collective. */
 #define INF_LOG_MODULE "eng"
-#include "engine/tp/comm.h"
+#include "engine/tp/comm_impl.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -23,11 +23,7 @@ struct group {
     int32_t arrived;
     uint64_t generation;
     bool aborted;
-};
-
-struct eng_comm {
-    struct group *g;
-    int32_t rank;
+    struct eng_comm **members; /* [size]: the ranks' handles (NULL once released) */
 };
 
 static void group_free(struct group *g)
@@ -36,6 +32,7 @@ static void group_free(struct group *g)
         free(g->slot[r]);
     free(g->slot);
     free(g->cap);
+    free(g->members);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g);
@@ -54,7 +51,8 @@ inf_status_t eng_comm_local_create(int32_t size, size_t max_floats, eng_comm_t *
     pthread_cond_init(&g->cv, NULL);
     g->slot = calloc((size_t)size, sizeof *g->slot);
     g->cap = calloc((size_t)size, sizeof *g->cap);
-    bool ok = g->slot && g->cap;
+    g->members = calloc((size_t)size, sizeof *g->members);
+    bool ok = g->slot && g->cap && g->members;
     for (int32_t r = 0; ok && r < size && max_floats; r++) {
         ok = (g->slot[r] = malloc(max_floats * sizeof(float))) != NULL;
         g->cap[r] = ok ? max_floats : 0;
@@ -68,16 +66,19 @@ inf_status_t eng_comm_local_create(int32_t size, size_t max_floats, eng_comm_t *
         }
         c->g = g;
         c->rank = made;
+        c->device = -1;
         ranks[made] = c;
+        g->members[made] = c;
     }
     if (!ok) {
         for (int32_t r = 0; r < made; r++)
             free(ranks[r]);
-        if (g->slot && g->cap) {
+        if (g->slot && g->cap && g->members) {
             group_free(g);
         } else {
             free(g->slot);
             free(g->cap);
+            free(g->members);
             free(g);
         }
         return inf_err_set(err, INF_E_NOMEM, "out of memory for a communicator of %d ranks", size);
@@ -91,6 +92,11 @@ void eng_comm_destroy(eng_comm_t *c)
     if (!c)
         return;
     struct group *g = c->g;
+    pthread_mutex_lock(&g->mu);
+    g->members[c->rank] = NULL;
+    pthread_mutex_unlock(&g->mu);
+    if (c->fini)
+        c->fini(c);
     free(c);
     pthread_mutex_lock(&g->mu);
     const bool last = --g->refs == 0;
@@ -133,9 +139,20 @@ void eng_comm_abort(eng_comm_t *c)
 {
     struct group *g = c->g;
     pthread_mutex_lock(&g->mu);
+    /* every rank's device collectives, whichever rank failed */
+    for (int32_t r = 0; r < g->size && !g->aborted; r++)
+        if (g->members[r] && g->members[r]->abort)
+            g->members[r]->abort(g->members[r]);
     g->aborted = true;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+}
+
+static bool aborted(struct group *g);
+
+bool eng_comm_aborted(const eng_comm_t *c)
+{
+    return aborted(c->g);
 }
 
 static bool aborted(struct group *g)
@@ -150,6 +167,8 @@ inf_status_t eng_comm_all_reduce_f32(eng_comm_t *c, float *x, int64_t ld, int32_
                                      struct inf_err *err)
 {
     struct group *g = c->g;
+    if (c->nccl)
+        return inf_err_set(err, INF_E_INVALID, "all_reduce: host rows on a device communicator");
     if (m < 0 || cols < 0 || (m > 1 && ld < cols))
         return inf_err_set(err, INF_E_INVALID, "all_reduce: %d rows of %d at stride %lld", m, cols,
                            (long long)ld);

@@ -16,6 +16,7 @@
  * meet inside the collectives. */
 #include "common/inf.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,8 +53,24 @@ void eng_comm_barrier(eng_comm_t *c);
 
 /* Abort the group: every collective in flight or to come returns
  * INF_E_INTERNAL on every rank, so that a rank that failed leaves no other
- * waiting. Thread: any. */
+ * waiting (a device group's collectives are aborted too). Thread: any. */
 void eng_comm_abort(eng_comm_t *c);
+bool eng_comm_aborted(const eng_comm_t *c);
+
+/* ---- NCCL (engine/tp/nccl.c; builds with NCCL) --------------------------------
+ * A group over the GPUs devices[0..size), one NCCL communicator a rank
+ * made in this process (ncclCommInitAll), never with NVLink multicast
+ * (NCCL_NVLS_ENABLE=0). Errors: INF_E_UNSUPPORTED (a build without NCCL),
+ * INF_E_DEVICE naming the devices and NCCL's message. */
+inf_status_t eng_comm_nccl_create(int32_t size, const int32_t *devices, eng_comm_t **ranks,
+                                  struct inf_err *err);
+/* True for a group whose collectives run on the devices (NCCL). */
+bool eng_comm_on_device(const eng_comm_t *c);
+/* x [n] fp16 on the rank's device summed over the group in place, queued on
+ * stream (capturable in a CUDA graph). Errors: INF_E_DEVICE (NCCL's
+ * message), INF_E_INTERNAL (the group was aborted). */
+inf_status_t eng_comm_all_reduce_f16_dev(eng_comm_t *c, void *x, size_t n, void *stream,
+                                         struct inf_err *err);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum job { JOB_NONE, JOB_FORWARD, JOB_KV, JOB_STOP };
+enum job { JOB_NONE, JOB_FORWARD, JOB_SAMPLE, JOB_KV, JOB_STOP };
 
 struct rank {
     struct group *g;
@@ -37,6 +37,10 @@ struct group {
     enum job job;
     const struct eng_batch *b;
     int32_t n_blocks;
+    /* JOB_SAMPLE: rank 0 samples on its device */
+    const struct eng_sample_row *rows;
+    int32_t n_rows;
+    struct eng_sample_out *out;
     bool failed; /* a job failed: the group answers every later one so */
     struct inf_err fail;
 };
@@ -49,6 +53,10 @@ static void run_job(struct group *g, struct rank *rk, float *logits)
     switch (g->job) {
     case JOB_FORWARD:
         st = rk->r == 0 ? eng_model_forward(rk->m, g->b, logits, &e)
+                        : eng_model_forward_hidden(rk->m, g->b, &e);
+        break;
+    case JOB_SAMPLE:
+        st = rk->r == 0 ? eng_model_forward_sample(rk->m, g->b, g->rows, g->n_rows, g->out, &e)
                         : eng_model_forward_hidden(rk->m, g->b, &e);
         break;
     case JOB_KV:
@@ -134,6 +142,18 @@ static inf_status_t group_forward(void *self, const struct eng_batch *b, float *
     return run_all(g, JOB_FORWARD, logits, err);
 }
 
+static inf_status_t group_forward_sample(void *self, const struct eng_batch *b,
+                                         const struct eng_sample_row *rows, int32_t n_rows,
+                                         struct eng_sample_out *out, struct inf_err *err)
+{
+    struct group *g = self;
+    g->b = b;
+    g->rows = rows;
+    g->n_rows = n_rows;
+    g->out = out;
+    return run_all(g, JOB_SAMPLE, NULL, err);
+}
+
 static inf_status_t group_kv_reserve(void *self, int32_t n_blocks, struct inf_err *err)
 {
     struct group *g = self;
@@ -213,6 +233,10 @@ inf_status_t eng_tp_group_create(const struct eng_lm_model_opts *o, struct eng_b
     eng_lm_describe(lm, o, ranks[0].m, backends[0], tp);
     lm->kv_reserve = group_kv_reserve;
     lm->forward = group_forward;
+    /* rank 0 samples on its device where it can; the steps are not queued
+     * ahead (the other ranks take their token ids from the host) and the
+     * group does not warm up (its decode graphs are recorded on first use) */
+    lm->forward_sample = eng_model_can_sample(ranks[0].m) ? group_forward_sample : NULL;
     lm->destroy = group_destroy;
     for (int32_t r = 0; r < tp; r++) {
         const struct eng_tp_shape *sh = eng_model_tp_shape(ranks[r].m);
