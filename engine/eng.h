@@ -224,6 +224,8 @@ struct eng_stats {
      * of them found cached (not computed). Both 0 with prefix caching off. */
     uint64_t prefix_cache_queries_total, prefix_cache_hits_total;
     int64_t kv_blocks_cached;       /* blocks the prefix cache holds (in use or evictable) */
+    int64_t kv_capacity_tokens;     /* the KV pool, in tokens (what the engine planned) */
+    int32_t tp;                     /* tensor-parallel ranks (1: one) */
     int32_t max_running_seen;
     bool failed; /* sticky device error: /health answers 503 */
 };

@@ -113,6 +113,8 @@ static void publish_stats(eng_engine_t *eng)
     struct eng_stats st;
     eng_sched_stats(eng->sched, &st);
     st.failed = eng->failed;
+    st.kv_capacity_tokens = eng->info.kv_capacity_tokens;
+    st.tp = eng->cfg.tp > 1 ? eng->cfg.tp : 1;
     pthread_mutex_lock(&eng->stats_mu);
     eng->stats = st;
     pthread_mutex_unlock(&eng->stats_mu);

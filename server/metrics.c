@@ -86,6 +86,11 @@ char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st
                "KV cache usage, as a fraction of the blocks (1 = full).", usage);
     put_scalar(&b, "int4serve_kv_cache_blocks_used", "gauge", "KV cache blocks in use.",
                (double)st->kv_blocks_used);
+    put_scalar(&b, "int4serve_kv_cache_capacity_tokens", "gauge",
+               "KV cache capacity in tokens (every rank holds its KV heads of them).",
+               (double)st->kv_capacity_tokens);
+    put_scalar(&b, "int4serve_tensor_parallel_size", "gauge",
+               "Tensor-parallel ranks the model is split over.", st->tp > 0 ? st->tp : 1);
     put_scalar(&b, "int4serve_prompt_tokens_total", "counter", "Prompt tokens processed.",
                (double)st->prompt_tokens_total);
     put_scalar(&b, "int4serve_generation_tokens_total", "counter", "Tokens generated.",

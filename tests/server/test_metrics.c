@@ -57,7 +57,9 @@ START_TEST(test_render)
                            .steps_total = 40,
                            .batched_steps_total = 30,
                            .steps_ahead_total = 12,
-                           .max_running_seen = 4};
+                           .max_running_seen = 4,
+                           .kv_capacity_tokens = 4096,
+                           .tp = 2};
     size_t len = 0;
     char *t = srv_metrics_render(&m, &st, &len);
     ck_assert_ptr_nonnull(t);
@@ -66,6 +68,8 @@ START_TEST(test_render)
     ck_assert(has_line(t, "int4serve_num_requests_running 4"));
     ck_assert(has_line(t, "int4serve_num_requests_waiting 2"));
     ck_assert(has_line(t, "int4serve_kv_cache_usage_perc 0.25"));
+    ck_assert(has_line(t, "int4serve_kv_cache_capacity_tokens 4096"));
+    ck_assert(has_line(t, "int4serve_tensor_parallel_size 2"));
     ck_assert(has_line(t, "# TYPE int4serve_prompt_tokens_total counter"));
     ck_assert(has_line(t, "int4serve_prompt_tokens_total 1234"));
     ck_assert(has_line(t, "int4serve_generation_tokens_total 5678"));
