@@ -17,12 +17,17 @@ void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32
                       int32_t n_kv_heads, int32_t head_dim, int32_t pos, const float *k,
                       const float *v);
 
-/* One query head over positions 0..n_ctx-1 of one sequence, KV head kvh:
- * out[d] = sum_p softmax_p(scale * q . K[p]) V[p][d]. scores is scratch of
- * n_ctx floats. */
-void krn_cpu_attn_head(const float *q, const float *k_pool, const float *v_pool,
-                       const int32_t *blocks, int32_t block, int32_t n_kv_heads, int32_t head_dim,
-                       int32_t kvh, int32_t n_ctx, float scale, float *scores, float *out);
+/* Query heads [h0, h1) of one token over positions 0..n_ctx-1 of its
+ * sequence: for head h (KV head h / (n_heads / n_kv_heads)),
+ * out[h][d] = sum_p softmax_p(scale * q[h] . K[p]) V[p][d]. q and out hold
+ * the token's n_heads heads of head_dim; scores is scratch of
+ * (h1 - h0) * n_ctx floats. The positions are walked once for all the
+ * heads, reading each pool row's heads in one sweep; every head's result is
+ * the same whatever range it is computed in. */
+void krn_cpu_attn_heads(const float *q, const float *k_pool, const float *v_pool,
+                        const int32_t *blocks, int32_t block, int32_t n_heads, int32_t n_kv_heads,
+                        int32_t head_dim, int32_t h0, int32_t h1, int32_t n_ctx, float scale,
+                        float *scores, float *out);
 
 #ifdef __cplusplus
 }

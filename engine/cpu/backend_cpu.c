@@ -3,11 +3,14 @@
  * ops are split over a thread pool owned by the backend (engine/par.h; one
  * thread per core by default), the calling thread included.
  *
- * Work split: linear layers over output columns (each thread a contiguous
- * range, so it streams its own slice of the weight), row ops over rows,
- * attention over (sequence or token, head) pairs. Every output element is
- * computed by the same code in the same order whatever the split, so
- * results do not depend on the thread count or on the batch. */
+ * Work split: static, one contiguous share per thread (eng_par_each):
+ * linear layers over output columns (so each thread streams its own slice
+ * of the weight, and the same slice at every step, which then stays in its
+ * core's cache), row ops over rows, attention over tokens or, when there
+ * are few, over ranges of heads. An op too small to pay for a hand-off runs on the calling
+ * thread alone. Every output element is computed by the same code in the
+ * same order whatever the split, so results do not depend on the thread
+ * count or on the batch. */
 #define INF_LOG_MODULE "eng"
 #include "engine/backend.h"
 #include "engine/batch.h"
@@ -19,41 +22,38 @@
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* ---- tasks on the engine's thread pool -------------------------------------
- * pool_run(par, fn, ctx, n) calls fn(ctx, i) for every i < n across the
- * pool's threads and the caller (engine/par.h), and returns when all are
- * done; tasks are handed out one at a time. */
-typedef void (*task_fn)(void *ctx, int32_t i);
+/* ---- work on the backend's thread pool ------------------------------------
+ * run_each(c, par, fn, ctx) calls fn(ctx, id, n) on each of the pool's n
+ * threads (id 0 the caller) when par, else fn(ctx, 0, 1) on the caller;
+ * it returns when all are done. */
+typedef void (*each_fn)(void *ctx, int32_t id, int32_t n);
 
-struct task_job {
-    task_fn fn;
+struct each_job {
+    each_fn fn;
     void *ctx;
 };
 
-static void task_range(void *arg, int64_t i0, int64_t i1)
+static void each_tramp(void *arg, int64_t id, int64_t n)
 {
-    const struct task_job *j = arg;
-    for (int64_t i = i0; i < i1; i++)
-        j->fn(j->ctx, (int32_t)i);
-}
-
-static void pool_run(eng_par_t *par, task_fn fn, void *ctx, int32_t n_tasks)
-{
-    struct task_job j = {.fn = fn, .ctx = ctx};
-    eng_par_run(par, n_tasks, 1, task_range, &j);
+    const struct each_job *j = arg;
+    j->fn(j->ctx, (int32_t)id, (int32_t)n);
 }
 
 /* ---- backend state -------------------------------------------------------- */
 struct cpu_ctx {
     eng_par_t *par;
     int32_t n_threads; /* the pool's threads, the caller included */
-    float *scratch;      /* attention scores: [4 * n_threads][scratch_len] */
-    int64_t scratch_len; /* floats per task */
-    int32_t *rows;       /* attention row lists: [2][rows_cap] */
+    bool profile;
+    struct eng_cpu_prof prof;
+    float *scratch;        /* attention scores: [n_threads][scratch_heads][scratch_len] */
+    int64_t scratch_len;   /* positions per head */
+    int32_t scratch_heads; /* heads per thread */
+    int32_t *rows;         /* attention row lists: [2][rows_cap] */
     int32_t rows_cap;
 };
 
@@ -67,21 +67,58 @@ static struct cpu_ctx *ctx_of(struct eng_backend *be)
     return be->ctx;
 }
 
+static void run_each(struct cpu_ctx *c, bool par, each_fn fn, void *ctx)
+{
+    if (!par || c->n_threads == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    struct each_job j = {.fn = fn, .ctx = ctx};
+    eng_par_each(c->par, each_tramp, &j);
+}
+
+/* ---- profile ----------------------------------------------------------------
+ * With the profile on, every op's wall time (the hand-off included) goes to
+ * the entry of its name and weight shape. */
+static uint64_t prof_begin(const struct cpu_ctx *c)
+{
+    return c->profile ? inf_now_ns() : 0;
+}
+
+static void prof_end(struct cpu_ctx *c, uint64_t t0, const char *op, int32_t n, int32_t k)
+{
+    if (!c->profile)
+        return;
+    uint64_t dt = inf_now_ns() - t0;
+    struct eng_cpu_prof *p = &c->prof;
+    int32_t i = 0;
+    while (i < p->n_ops && !(p->ops[i].n == n && p->ops[i].k == k && !strcmp(p->ops[i].name, op)))
+        i++;
+    if (i == p->n_ops) {
+        if (i == ENG_CPU_PROF_OPS)
+            return;
+        p->n_ops++;
+        snprintf(p->ops[i].name, sizeof p->ops[i].name, "%s", op);
+        p->ops[i].n = n;
+        p->ops[i].k = k;
+    }
+    p->ops[i].calls++;
+    p->ops[i].ns += dt;
+}
+
 static float *fptr(struct eng_mat v)
 {
     return (float *)v.buf->ptr + v.off;
 }
 
-/* Split [0, n) into `parts` near-equal ranges; range i. */
-static void split(int32_t n, int32_t parts, int32_t i, int32_t *a, int32_t *b)
+/* Split [0, n) into `parts` near-equal ranges, their bounds multiples of
+ * `align` (but the last); range i. */
+static void split(int32_t n, int32_t parts, int32_t i, int32_t align, int32_t *a, int32_t *b)
 {
-    *a = (int32_t)((int64_t)n * i / parts);
-    *b = (int32_t)((int64_t)n * (i + 1) / parts);
-}
-
-static int32_t parts_for(struct cpu_ctx *c, int32_t n)
-{
-    return n < c->n_threads ? n : c->n_threads;
+    int64_t units = ((int64_t)n + align - 1) / align;
+    int64_t u0 = units * i / parts, u1 = units * (i + 1) / parts;
+    *a = (int32_t)(u0 * align < n ? u0 * align : n);
+    *b = (int32_t)(u1 * align < n ? u1 * align : n);
 }
 
 /* ---- buffers ------------------------------------------------------------- */
@@ -160,48 +197,60 @@ static void cpu_weight_q4_destroy(struct eng_backend *be, struct eng_q4w *w)
 }
 
 /* ---- linear ---------------------------------------------------------------- */
+enum lin_kind { LIN_Q4, LIN_F32, LIN_F16 };
+
 struct linear_job {
-    int32_t kind; /* 0 q4, 1 f32, 2 f16 */
+    enum lin_kind kind;
     const struct krn_cpu_q4 *q4;
     const void *w;
-    int32_t n, k, m, parts;
+    int32_t n, k, m;
     const float *bias, *x;
     float *y;
     int64_t ldx, ldy;
 };
 
-static void linear_task(void *ctx, int32_t i)
+/* Thread id's columns: bounds on multiples of 16 outputs, so no two threads
+ * write into one cache line of y. */
+static void linear_task(void *ctx, int32_t id, int32_t n_threads)
 {
-    struct linear_job *j = ctx;
+    const struct linear_job *j = ctx;
     int32_t n0, n1;
-    split(j->n, j->parts, i, &n0, &n1);
-    if (j->kind == 0)
+    split(j->n, n_threads, id, 16, &n0, &n1);
+    if (n0 >= n1)
+        return;
+    if (j->kind == LIN_Q4)
         krn_cpu_linear_q4(j->q4, j->bias, j->x, j->ldx, j->y, j->ldy, j->m, n0, n1);
-    else if (j->kind == 1)
+    else if (j->kind == LIN_F32)
         krn_cpu_linear_f32(j->w, j->k, j->bias, j->x, j->ldx, j->y, j->ldy, j->m, n0, n1);
     else
         krn_cpu_linear_f16(j->w, j->k, j->bias, j->x, j->ldx, j->y, j->ldy, j->m, n0, n1);
 }
 
-/* Enough columns per task that the pool's hand-off is amortized. */
-static int32_t linear_parts(struct cpu_ctx *c, int32_t n, int32_t m, int32_t k)
+/* Below this many multiply-adds a linear runs on the calling thread alone:
+ * a hand-off costs about a microsecond, this work a few. */
+#define LINEAR_PAR_MIN 32768
+
+static void linear_run(struct cpu_ctx *c, struct linear_job *j)
 {
-    int64_t work = (int64_t)n * m * k;
-    if (work < 65536)
-        return 1;
-    return parts_for(c, n);
+    static const char *const names[] = {"linear_q4", "linear_f32", "linear_f16"};
+    uint64_t t0 = prof_begin(c);
+    bool par = (int64_t)j->n * j->m * j->k >= LINEAR_PAR_MIN && j->n >= 32;
+    run_each(c, par, linear_task, j);
+    prof_end(c, t0, names[j->kind], j->n, j->k);
 }
 
-/* Activations are fp32 here: y_f32 asks for what every output already is. */
+/* Activations are fp32 here: y_f32 asks for what every output already is.
+ * The rows the kernel reads are x's own; a weight whose columns were
+ * reordered when it was quantized would gather x's columns into scratch
+ * here first. */
 static inf_status_t cpu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                                   const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
                                   bool y_f32, int32_t m, struct inf_err *err)
 {
     (void)err;
     (void)y_f32;
-    struct cpu_ctx *c = ctx_of(be);
     const struct cpu_q4 *q = w->impl;
-    struct linear_job j = {.kind = 0,
+    struct linear_job j = {.kind = LIN_Q4,
                            .q4 = &q->w,
                            .n = w->n,
                            .k = w->k,
@@ -211,8 +260,7 @@ static inf_status_t cpu_linear_q4(struct eng_backend *be, const struct eng_q4w *
                            .y = fptr(y),
                            .ldx = x.ld,
                            .ldy = y.ld};
-    j.parts = linear_parts(c, w->n, m, w->k);
-    pool_run(c->par, linear_task, &j, j.parts);
+    linear_run(ctx_of(be), &j);
     return INF_OK;
 }
 
@@ -223,8 +271,7 @@ static inf_status_t cpu_linear_fp(struct eng_backend *be, const struct eng_buf *
 {
     (void)err;
     (void)y_f32; /* activations are fp32 here: both outputs are the same */
-    struct cpu_ctx *c = ctx_of(be);
-    struct linear_job j = {.kind = wdt == ENG_W_F16 ? 2 : 1,
+    struct linear_job j = {.kind = wdt == ENG_W_F16 ? LIN_F16 : LIN_F32,
                            .w = w->ptr,
                            .n = n,
                            .k = k,
@@ -234,14 +281,13 @@ static inf_status_t cpu_linear_fp(struct eng_backend *be, const struct eng_buf *
                            .y = fptr(y),
                            .ldx = x.ld,
                            .ldy = y.ld};
-    j.parts = linear_parts(c, n, m, k);
-    pool_run(c->par, linear_task, &j, j.parts);
+    linear_run(ctx_of(be), &j);
     return INF_OK;
 }
 
 /* ---- embedding, norm, rope, silu, gather: row-parallel ------------------- */
 struct rows_job {
-    int32_t op, m, parts, dim, n_heads;
+    int32_t op, m, dim, n_heads;
     const void *table;
     enum eng_wdtype wdt;
     const int32_t *ids;
@@ -253,11 +299,13 @@ struct rows_job {
 
 enum { OP_EMBED, OP_NORM, OP_ROPE, OP_SILU, OP_GATHER };
 
-static void rows_task(void *ctx, int32_t i)
+static void rows_task(void *ctx, int32_t id, int32_t n_threads)
 {
-    struct rows_job *j = ctx;
+    const struct rows_job *j = ctx;
     int32_t r0, r1;
-    split(j->m, j->parts, i, &r0, &r1);
+    split(j->m, n_threads, id, 1, &r0, &r1);
+    if (r0 >= r1)
+        return;
     switch (j->op) {
     case OP_EMBED:
         if (j->wdt == ENG_W_F16)
@@ -283,9 +331,12 @@ static void rows_task(void *ctx, int32_t i)
 
 static void rows_run(struct cpu_ctx *c, struct rows_job *j)
 {
-    /* Small row ops are not worth waking the pool for. */
-    j->parts = (int64_t)j->m * j->dim < 16384 ? 1 : parts_for(c, j->m);
-    pool_run(c->par, rows_task, j, j->parts);
+    static const char *const names[] = {"embedding", "rmsnorm_add", "rope", "silu_mul",
+                                        "rows_gather"};
+    uint64_t t0 = prof_begin(c);
+    /* Small row ops are not worth a hand-off. */
+    run_each(c, (int64_t)j->m * j->dim >= 16384 && j->m > 1, rows_task, j);
+    prof_end(c, t0, names[j->op], 0, 0);
 }
 
 static inf_status_t cpu_embedding(struct eng_backend *be, const struct eng_buf *table,
@@ -394,7 +445,6 @@ struct attn_job {
     const struct eng_attn_params *p;
     struct cpu_ctx *c;
     const int32_t *seqs, *pos, *bt;
-    int32_t n_items;                  /* (token or sequence) x heads */
     int32_t n_rows;                   /* tokens covered */
     const int32_t *row_tok, *row_seq; /* per row: batch token and its sequence */
 };
@@ -407,66 +457,80 @@ static inf_status_t attn_tables(const struct eng_attn_params *p, int32_t *n_tok,
                                  p->block_table->ptr, false, n_tok, max_ctx, err);
 }
 
-static void kv_write_task(void *ctx, int32_t s)
+/* Thread id's sequences: their K/V rows into the pools. */
+static void kv_write_task(void *ctx, int32_t id, int32_t n_threads)
 {
-    struct attn_job *j = ctx;
+    const struct attn_job *j = ctx;
     const struct eng_attn_params *p = j->p;
-    int32_t t0 = j->seqs[3 * s], nt = j->seqs[3 * s + 1], slot = j->seqs[3 * s + 2];
-    const int32_t *blocks = j->bt + (int64_t)slot * p->max_blocks;
-    for (int32_t t = t0; t < t0 + nt; t++)
-        krn_cpu_kv_write(p->k_cache->ptr, p->v_cache->ptr, blocks, ENG_KV_BLOCK, p->n_kv_heads,
-                         p->head_dim, j->pos[t], fptr(p->k) + (int64_t)t * p->k.ld,
-                         fptr(p->v) + (int64_t)t * p->v.ld);
-}
-
-/* Item i: token row i / n_heads of the flattened list, head i % n_heads.
- * Task `task` owns scratch row `task` (at most ATTN_TASKS_PER_THREAD tasks
- * per thread). */
-#define ATTN_TASKS_PER_THREAD 4
-
-struct attn_task_ctx {
-    struct attn_job *j;
-    int32_t per_task;
-};
-
-static void attn_task(void *ctx, int32_t task)
-{
-    struct attn_task_ctx *tc = ctx;
-    struct attn_job *j = tc->j;
-    const struct eng_attn_params *p = j->p;
-    float *scores = j->c->scratch + (int64_t)task * j->c->scratch_len;
-    int32_t group = p->n_heads / p->n_kv_heads;
-    int32_t i0 = task * tc->per_task;
-    int32_t i1 = i0 + tc->per_task < j->n_items ? i0 + tc->per_task : j->n_items;
-    for (int32_t i = i0; i < i1; i++) {
-        int32_t row = i / p->n_heads, h = i % p->n_heads;
-        int32_t t = j->row_tok[row], s = j->row_seq[row];
-        int32_t slot = j->seqs[3 * s + 2];
-        const float *q = fptr(p->q) + (int64_t)t * p->q.ld + (int64_t)h * p->head_dim;
-        float *o = fptr(p->out) + (int64_t)t * p->out.ld + (int64_t)h * p->head_dim;
-        krn_cpu_attn_head(q, p->k_cache->ptr, p->v_cache->ptr,
-                          j->bt + (int64_t)slot * p->max_blocks, ENG_KV_BLOCK, p->n_kv_heads,
-                          p->head_dim, h / group, j->pos[t] + 1, p->scale, scores, o);
+    int32_t s0, s1;
+    split(p->n_seqs, n_threads, id, 1, &s0, &s1);
+    for (int32_t s = s0; s < s1; s++) {
+        int32_t t0 = j->seqs[3 * s], nt = j->seqs[3 * s + 1], slot = j->seqs[3 * s + 2];
+        const int32_t *blocks = j->bt + (int64_t)slot * p->max_blocks;
+        for (int32_t t = t0; t < t0 + nt; t++)
+            krn_cpu_kv_write(p->k_cache->ptr, p->v_cache->ptr, blocks, ENG_KV_BLOCK, p->n_kv_heads,
+                             p->head_dim, j->pos[t], fptr(p->k) + (int64_t)t * p->k.ld,
+                             fptr(p->v) + (int64_t)t * p->v.ld);
     }
 }
+
+/* Token row r of the flattened list, heads [h0, h1). */
+static void attn_row(const struct attn_job *j, int32_t r, int32_t h0, int32_t h1, float *scores)
+{
+    const struct eng_attn_params *p = j->p;
+    int32_t t = j->row_tok[r], slot = j->seqs[3 * j->row_seq[r] + 2];
+    krn_cpu_attn_heads(fptr(p->q) + (int64_t)t * p->q.ld, p->k_cache->ptr, p->v_cache->ptr,
+                       j->bt + (int64_t)slot * p->max_blocks, ENG_KV_BLOCK, p->n_heads,
+                       p->n_kv_heads, p->head_dim, h0, h1, j->pos[t] + 1, p->scale, scores,
+                       fptr(p->out) + (int64_t)t * p->out.ld);
+}
+
+/* With many tokens, thread id takes rows id, id + n_threads, ... with all
+ * their heads (causal prefill rows cost more as they go; interleaving
+ * evens that out); with few, every row's heads are split into one
+ * contiguous range per thread, the same at every step. Each thread owns
+ * n_heads rows of scratch. */
+static void attn_task(void *ctx, int32_t id, int32_t n_threads)
+{
+    const struct attn_job *j = ctx;
+    const int32_t H = j->p->n_heads;
+    float *scores = j->c->scratch + (int64_t)id * j->c->scratch_heads * j->c->scratch_len;
+    if (j->n_rows >= 2 * n_threads) {
+        for (int32_t r = id; r < j->n_rows; r += n_threads)
+            attn_row(j, r, 0, H, scores);
+        return;
+    }
+    int32_t h0, h1;
+    split(H, n_threads, id, 1, &h0, &h1);
+    for (int32_t r = 0; r < j->n_rows && h0 < h1; r++)
+        attn_row(j, r, h0, h1, scores);
+}
+
+/* Below this many (token, head, position) triples attention runs on the
+ * calling thread alone. */
+#define ATTN_PAR_MIN 2048
 
 static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_params *p,
                              struct inf_err *err)
 {
     struct cpu_ctx *c = ctx_of(be);
+    uint64_t t0 = prof_begin(c);
     int32_t n_tok, max_ctx;
     inf_status_t st = attn_tables(p, &n_tok, &max_ctx, err);
     if (st != INF_OK)
         return st;
     /* Scratch grows with the longest context and largest batch seen, then
      * stays: steady-state steps allocate nothing. */
-    if (max_ctx > c->scratch_len) {
-        float *s = realloc(c->scratch, (size_t)max_ctx * (size_t)c->n_threads *
-                                           ATTN_TASKS_PER_THREAD * sizeof(float));
+    if (max_ctx > c->scratch_len || p->n_heads > c->scratch_heads) {
+        int64_t len = max_ctx > c->scratch_len ? max_ctx : c->scratch_len;
+        int32_t heads = p->n_heads > c->scratch_heads ? p->n_heads : c->scratch_heads;
+        float *s =
+            realloc(c->scratch, (size_t)len * (size_t)heads * (size_t)c->n_threads * sizeof(float));
         if (!s)
             return inf_err_set(err, INF_E_NOMEM, "out of memory for attention scratch");
         c->scratch = s;
-        c->scratch_len = max_ctx;
+        c->scratch_len = len;
+        c->scratch_heads = heads;
     }
     if (n_tok > c->rows_cap) {
         int32_t *r = realloc(c->rows, (size_t)n_tok * 2 * sizeof(int32_t));
@@ -485,20 +549,18 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
                          .row_tok = rows,
                          .row_seq = rows + n_tok};
     int32_t r = 0;
+    int64_t work = 0;
     for (int32_t s = 0; s < p->n_seqs; s++)
         for (int32_t t = j.seqs[3 * s]; t < j.seqs[3 * s] + j.seqs[3 * s + 1]; t++) {
             rows[r] = t;
             rows[n_tok + r] = s;
+            work += j.pos[t] + 1;
             r++;
         }
-    j.n_items = n_tok * p->n_heads;
-    pool_run(c->par, kv_write_task, &j, p->n_seqs);
-    struct attn_task_ctx tc = {.j = &j};
-    int32_t tasks = c->n_threads * ATTN_TASKS_PER_THREAD;
-    tasks = tasks < j.n_items ? tasks : j.n_items;
-    tc.per_task = (j.n_items + tasks - 1) / tasks;
-    tasks = (j.n_items + tc.per_task - 1) / tc.per_task;
-    pool_run(c->par, attn_task, &tc, tasks);
+    /* every token's K/V is in place before any token attends */
+    run_each(c, n_tok > 64, kv_write_task, &j);
+    run_each(c, work * p->n_heads >= ATTN_PAR_MIN && (n_tok > 1 || p->n_heads > 1), attn_task, &j);
+    prof_end(c, t0, n_tok == p->n_seqs ? "attn_decode" : "attn_prefill", 0, 0);
     return INF_OK;
 }
 
@@ -559,6 +621,10 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
     be->iface = &cpu_iface;
     be->act_dtype = ENG_ACT_F32;
     be->kv_dtype = ENG_ACT_F32;
+    /* the x86-64 kernels widen fp16 weights as they load them, which costs
+     * nothing next to reading twice the bytes; the portable loop converts
+     * each one in software, so it gets them as fp32 */
+    be->f16_as_f32 = krn_cpu_isa_get() == KRN_ISA_PORTABLE;
     be->ctx = c;
     *out = be;
     return INF_OK;
@@ -572,4 +638,19 @@ int32_t eng_backend_cpu_threads(const struct eng_backend *be)
 {
     const struct cpu_ctx *c = be->ctx;
     return c->n_threads;
+}
+
+void eng_backend_cpu_profile(struct eng_backend *be, bool on)
+{
+    struct cpu_ctx *c = be->ctx;
+    memset(&c->prof, 0, sizeof c->prof);
+    c->profile = on;
+    eng_par_profile(c->par, on);
+}
+
+void eng_backend_cpu_profile_read(const struct eng_backend *be, struct eng_cpu_prof *out)
+{
+    const struct cpu_ctx *c = be->ctx;
+    *out = c->prof;
+    eng_par_stats(c->par, &out->handoffs, &out->handoff_wait_ns);
 }

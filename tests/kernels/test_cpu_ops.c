@@ -342,12 +342,19 @@ START_TEST(paged_attention_matches_naive)
         krn_cpu_kv_write(kp, vp, blocks, BLK, NKV, HD, p, K + p * row, Vv + p * row);
     /* the row of position 20 is in block blocks[1], row 4 */
     ck_assert(kp[((int64_t)2 * BLK + 4) * row + 3] == K[20 * row + 3]);
-    float scores[CTX], out[HD];
+    float scores[NH * CTX], out[NH * HD];
     for (int h = 0; h < NH; h++) {
         int kvh = h / (NH / NKV);
         for (int n_ctx = 1; n_ctx <= CTX; n_ctx += 12) {
-            krn_cpu_attn_head(q + h * HD, kp, vp, blocks, BLK, NKV, HD, kvh, n_ctx, 0.35f, scores,
-                              out);
+            /* one head alone, and the head in ranges of every size: the same bits */
+            krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h, h + 1, n_ctx, 0.35f, scores,
+                               out);
+            for (int h1 = h + 1; h1 <= NH; h1 += 2) {
+                float wide[NH * HD];
+                krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h > 0 ? h - 1 : 0, h1,
+                                   n_ctx, 0.35f, scores, wide);
+                ck_assert_int_eq(memcmp(wide + h * HD, out + h * HD, sizeof(float) * HD), 0);
+            }
             double s[CTX], mx = -1e300, sum = 0;
             for (int p = 0; p < n_ctx; p++) {
                 double d = 0;
@@ -362,8 +369,8 @@ START_TEST(paged_attention_matches_naive)
                 double a = 0;
                 for (int p = 0; p < n_ctx; p++)
                     a += s[p] / sum * Vv[p * row + kvh * HD + e];
-                ck_assert_msg(fabs(out[e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx, out[e],
-                              a);
+                ck_assert_msg(fabs(out[h * HD + e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx,
+                              out[h * HD + e], a);
             }
         }
     }
