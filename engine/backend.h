@@ -516,9 +516,10 @@ inf_status_t eng_graph_launch(struct eng_backend *be, int32_t bucket, struct inf
 void eng_graph_finish(struct eng_backend *be);
 
 /* ---- the CPU backend (engine/cpu/backend_cpu.c) ----------------------------
- * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a
- * pthread pool owned by the backend; the calling thread takes part and
- * every op has finished when it returns. Errors: INF_E_NOMEM, INF_E_INVALID. */
+ * fp32 activations and KV. n_threads 0 = one per core the process may run
+ * on. Ops run on a pthread pool owned by the backend; the calling thread
+ * takes part and every op has finished when it returns. Errors:
+ * INF_E_NOMEM, INF_E_INVALID. */
 struct eng_backend_cpu_opts {
     int32_t n_threads;
 };

@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ---- work on the backend's thread pool ------------------------------------
  * run_each(c, par, fn, ctx) calls fn(ctx, id, n) on each of the pool's n
@@ -508,7 +507,7 @@ static void attn_task(void *ctx, int32_t id, int32_t n_threads)
 
 /* Below this many (token, head, position) triples attention runs on the
  * calling thread alone. */
-#define ATTN_PAR_MIN 2048
+#define ATTN_PAR_MIN 256
 
 static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_params *p,
                              struct inf_err *err)
@@ -519,10 +518,12 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
     inf_status_t st = attn_tables(p, &n_tok, &max_ctx, err);
     if (st != INF_OK)
         return st;
-    /* Scratch grows with the longest context and largest batch seen, then
-     * stays: steady-state steps allocate nothing. */
+    /* Scratch grows with the longest context and largest batch seen, at
+     * least doubling (a decode's context grows by one position a step),
+     * then stays: steady-state steps allocate nothing. */
     if (max_ctx > c->scratch_len || p->n_heads > c->scratch_heads) {
-        int64_t len = max_ctx > c->scratch_len ? max_ctx : c->scratch_len;
+        int64_t len = max_ctx > 2 * c->scratch_len ? max_ctx : 2 * c->scratch_len;
+        len = len < 256 ? 256 : len;
         int32_t heads = p->n_heads > c->scratch_heads ? p->n_heads : c->scratch_heads;
         float *s =
             realloc(c->scratch, (size_t)len * (size_t)heads * (size_t)c->n_threads * sizeof(float));
@@ -603,10 +604,10 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
     int32_t n = opts ? opts->n_threads : 0;
     if (n < 0 || n > 1024)
         return inf_err_set(err, INF_E_INVALID, "threads must be in [0, 1024], got %d", n);
-    if (n == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n = cores > 0 ? (int32_t)(cores < 1024 ? cores : 1024) : 1;
-    }
+    /* 0: one thread per core this process may run on, which measures
+     * fastest for decode (docs/PERF.md, "CPU decode") */
+    if (n == 0)
+        n = eng_par_threads(0);
     struct eng_backend *be = calloc(1, sizeof *be);
     struct cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c)
