@@ -208,15 +208,9 @@ struct linear_job {
     int64_t ldx, ldy;
 };
 
-/* Thread id's columns: bounds on multiples of 16 outputs, so no two threads
- * write into one cache line of y. */
-static void linear_task(void *ctx, int32_t id, int32_t n_threads)
+/* Output columns [n0, n1) of j. */
+static void linear_cols(const struct linear_job *j, int32_t n0, int32_t n1)
 {
-    const struct linear_job *j = ctx;
-    int32_t n0, n1;
-    split(j->n, n_threads, id, 16, &n0, &n1);
-    if (n0 >= n1)
-        return;
     if (j->kind == LIN_Q4)
         krn_cpu_linear_q4(j->q4, j->bias, j->x, j->ldx, j->y, j->ldy, j->m, n0, n1);
     else if (j->kind == LIN_F32)
@@ -225,17 +219,54 @@ static void linear_task(void *ctx, int32_t id, int32_t n_threads)
         krn_cpu_linear_f16(j->w, j->k, j->bias, j->x, j->ldx, j->y, j->ldy, j->m, n0, n1);
 }
 
+/* Thread id's columns: bounds on multiples of 16 outputs, so no two threads
+ * write into one cache line of y. */
+static void linear_task(void *ctx, int32_t id, int32_t n_threads)
+{
+    const struct linear_job *j = ctx;
+    int32_t n0, n1;
+    split(j->n, n_threads, id, 16, &n0, &n1);
+    if (n0 < n1)
+        linear_cols(j, n0, n1);
+}
+
 /* Below this many multiply-adds a linear runs on the calling thread alone:
  * a hand-off costs about a microsecond, this work a few. */
 #define LINEAR_PAR_MIN 32768
+
+static bool linear_par(const struct linear_job *j)
+{
+    return (int64_t)j->n * j->m * j->k >= LINEAR_PAR_MIN && j->n >= 32;
+}
 
 static void linear_run(struct cpu_ctx *c, struct linear_job *j)
 {
     static const char *const names[] = {"linear_q4", "linear_f32", "linear_f16"};
     uint64_t t0 = prof_begin(c);
-    bool par = (int64_t)j->n * j->m * j->k >= LINEAR_PAR_MIN && j->n >= 32;
-    run_each(c, par, linear_task, j);
+    run_each(c, linear_par(j), linear_task, j);
     prof_end(c, t0, names[j->kind], j->n, j->k);
+}
+
+/* The job of linear l (INT4 or fp) from x into y. */
+static struct linear_job linear_job_of(const struct eng_linear *l, struct eng_mat x,
+                                       struct eng_mat y, int32_t m)
+{
+    struct linear_job j = {.n = l->n,
+                           .k = l->k,
+                           .m = m,
+                           .bias = l->bias ? l->bias->ptr : NULL,
+                           .x = fptr(x),
+                           .y = fptr(y),
+                           .ldx = x.ld,
+                           .ldy = y.ld};
+    if (l->q4) {
+        j.kind = LIN_Q4;
+        j.q4 = &((const struct cpu_q4 *)l->q4->impl)->w;
+    } else {
+        j.kind = l->wdt == ENG_W_F16 ? LIN_F16 : LIN_F32;
+        j.w = l->w->ptr;
+    }
+    return j;
 }
 
 /* Activations are fp32 here: y_f32 asks for what every output already is.
@@ -565,6 +596,52 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
     return INF_OK;
 }
 
+/* ---- the MLP half of a layer ------------------------------------------------
+ * Gate/up and SiLU*mul as one job: each thread computes gate columns
+ * [a, b) and the matching up columns [I + a, I + b) of the fused weight,
+ * then h[:, a:b] from them, so SiLU*mul runs on every thread, on outputs
+ * still in the cache of the core that made them (the plain ops give one
+ * thread all the gate columns and the other all the up columns, and SiLU*mul
+ * then pulls half of them across). Down and the norm are the plain ops.
+ * Every output of the kernels and of SiLU*mul is the same whatever range it
+ * is computed in, so the result is the composition's, bit for bit. */
+struct glu_job {
+    struct linear_job lin; /* the fused [gate; up], into gu_out */
+    int32_t inter;
+    float *h;
+    int64_t ldh;
+};
+
+static void glu_task(void *ctx, int32_t id, int32_t n_threads)
+{
+    const struct glu_job *j = ctx;
+    int32_t a, b;
+    split(j->inter, n_threads, id, 16, &a, &b);
+    if (a >= b)
+        return;
+    linear_cols(&j->lin, a, b);
+    linear_cols(&j->lin, j->inter + a, j->inter + b);
+    krn_cpu_silu_mul(j->lin.y + a, j->lin.ldy, j->lin.y + j->inter + a, j->lin.ldy, j->h + a,
+                     j->ldh, b - a, 0, j->lin.m);
+}
+
+static inf_status_t cpu_mlp_block(struct eng_backend *be, const struct eng_mlp_block *p,
+                                  struct inf_err *err)
+{
+    if (p->n_gu != 1 || p->gu[0]->glu)
+        return eng_mlp_block_compose(be, p, err);
+    struct cpu_ctx *c = ctx_of(be);
+    uint64_t t0 = prof_begin(c);
+    struct glu_job j = {.lin = linear_job_of(p->gu[0], p->xn, p->gu_out, p->m),
+                        .inter = p->inter,
+                        .h = fptr(p->h),
+                        .ldh = p->h.ld};
+    run_each(c, linear_par(&j.lin), glu_task, &j);
+    prof_end(c, t0, "gate_up_silu", j.lin.n, j.lin.k);
+    inf_status_t s = eng_op_linear(be, p->down, p->h, p->d, false, p->m, err);
+    return s ? s : eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->eps, p->xn, p->dim, p->m, err);
+}
+
 /* ---- table ------------------------------------------------------------------ */
 static void cpu_destroy(struct eng_backend *be)
 {
@@ -594,6 +671,7 @@ static const struct eng_backend_iface cpu_iface = {
     .attn_decode = cpu_attn,
     .silu_mul = cpu_silu_mul,
     .rows_gather = cpu_rows_gather,
+    .mlp_block = cpu_mlp_block,
     .all_reduce = NULL,
 };
 

@@ -431,6 +431,108 @@ START_TEST(blocks_and_uploads)
 }
 END_TEST
 
+/* The CPU backend's own mlp_block slot (gate/up and SiLU*mul as one job,
+ * column ranges shared out per thread) gives the composition of the plain
+ * ops bit for bit: INT4 and fp32 gate/up, 1 to 3 threads, intermediate
+ * sizes that split unevenly (40: 16 + 16 + 8 columns), one row and several;
+ * the fused output h is the plain ops' too. */
+START_TEST(mlp_block_slot_equals_composition)
+{
+    static const int32_t threads[] = {1, 2, 3}, inters[] = {40, 72}, ms[] = {1, 3};
+    const int32_t H = 24;
+    for (int ti = 0; ti < 3; ti++)
+        for (int ii = 0; ii < 2; ii++)
+            for (int q4 = 0; q4 < 2; q4++) {
+                struct eng_backend *be = cpu(threads[ti]);
+                const int32_t I = inters[ii];
+                struct eng_linear gu = fp_linear(be, 2 * I, H), down = fp_linear(be, H, I);
+                if (q4) {
+                    float *w = malloc(sizeof(float) * 2 * I * H);
+                    for (int i = 0; i < 2 * I * H; i++)
+                        w[i] = 0.3f * urand();
+                    struct krn_q4_weight q;
+                    ck_assert_int_eq(eng_q4_quantize(w, 2 * I, H, 32, false, &q, NULL), INF_OK);
+                    eng_buf_free(be, gu.w);
+                    gu.w = NULL;
+                    ck_assert_int_eq(eng_weight_q4_create(be, &q, &gu.q4, NULL), INF_OK);
+                    eng_q4_free(&q);
+                    free(w);
+                }
+                for (int mi = 0; mi < 2; mi++) {
+                    const int32_t m = ms[mi];
+                    struct eng_buf *x0 = frand_buf(be, (int64_t)m * H, 1.0f),
+                                   *xn0 = frand_buf(be, (int64_t)m * H, 1.0f),
+                                   *norm = frand_buf(be, H, 1.0f);
+                    float want[2][3 * 24], got[2][3 * 24], hw[3 * 72], hg[3 * 72];
+                    struct eng_buf *x, *xn, *g, *h, *d;
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &x, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &xn, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * 2 * I * 4, &g, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * I * 4, &h, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &d, NULL), INF_OK);
+                    struct eng_mat mx = {x, 0, H}, mxn = {xn, 0, H}, mg = {g, 0, 2 * I},
+                                   mh = {h, 0, I}, md = {d, 0, H};
+                    struct eng_mlp_block b = {.m = m,
+                                              .dim = H,
+                                              .inter = I,
+                                              .x = mx,
+                                              .xn = mxn,
+                                              .gu = {&gu},
+                                              .n_gu = 1,
+                                              .gu_out = mg,
+                                              .h = mh,
+                                              .down = &down,
+                                              .d = md,
+                                              .norm = norm,
+                                              .eps = 1e-5f};
+                    for (int pass = 0; pass < 2; pass++) {
+                        float xa[3 * 24];
+                        ck_assert_int_eq(eng_buf_download(be, x0, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_upload(be, x, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_download(be, xn0, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_upload(be, xn, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        /* scratch poisoned (NaN), so nothing carries over between passes */
+                        float poison[3 * 2 * 72];
+                        memset(poison, 0xff, sizeof poison);
+                        ck_assert_int_eq(
+                            eng_buf_upload(be, g, 0, poison, (size_t)m * 2 * I * 4, NULL), INF_OK);
+                        ck_assert_int_eq(eng_buf_upload(be, h, 0, poison, (size_t)m * I * 4, NULL),
+                                         INF_OK);
+                        if (pass == 0)
+                            ck_assert_int_eq(eng_mlp_block_compose(be, &b, NULL), INF_OK);
+                        else
+                            ck_assert_int_eq(eng_op_mlp_block(be, &b, NULL), INF_OK);
+                        float(*o)[3 * 24] = pass ? got : want;
+                        ck_assert_int_eq(eng_buf_download(be, x, 0, o[0], (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_download(be, xn, 0, o[1], (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(
+                            eng_buf_download(be, h, 0, pass ? hg : hw, (size_t)m * I * 4, NULL),
+                            INF_OK);
+                    }
+                    ck_assert_msg(memcmp(want[0], got[0], (size_t)m * H * 4) == 0 &&
+                                      memcmp(want[1], got[1], (size_t)m * H * 4) == 0,
+                                  "threads %d I %d q4 %d m %d: x / xn differ", threads[ti], I, q4,
+                                  m);
+                    ck_assert_msg(memcmp(hw, hg, (size_t)m * I * 4) == 0,
+                                  "threads %d I %d q4 %d m %d: h differs", threads[ti], I, q4, m);
+                    struct eng_buf *bufs[] = {x0, xn0, norm, x, xn, g, h, d};
+                    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                        eng_buf_free(be, bufs[i]);
+                }
+                eng_weight_q4_destroy(be, gu.q4);
+                eng_buf_free(be, gu.w);
+                eng_buf_free(be, down.w);
+                eng_backend_destroy(be);
+            }
+}
+END_TEST
+
 START_TEST(thread_count_checked)
 {
     struct eng_backend_cpu_opts o = {.n_threads = -1};
@@ -454,6 +556,7 @@ int main(void)
     tcase_add_test(t, attention_prefill_and_decode);
     tcase_add_test(t, rows_ops_through_wrappers);
     tcase_add_test(t, blocks_and_uploads);
+    tcase_add_test(t, mlp_block_slot_equals_composition);
     tcase_add_test(t, thread_count_checked);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
