@@ -252,6 +252,109 @@ START_TEST(attention_prefill_and_decode)
 }
 END_TEST
 
+/* Attention over long contexts (several chunks of positions) gives the same
+ * bits on 1, 2, 3 and 5 threads: a prefill of 200 tokens (rows shared out
+ * whole), then decode steps of three sequences at contexts 201, 70 and 1
+ * (chunks and heads shared out, then combined), alone and together; and
+ * the decode of a sequence equals the same token's row in a prefill. */
+static void attn_run(int threads, const float *qkv, float *out)
+{
+    enum { NH = 4, NKV = 2, HD = 16, NBLK = 40, MAXB = 14 };
+    const int qkvw = (NH + 2 * NKV) * HD, ROWS = 200 + 3 + 200;
+    struct eng_backend *be = cpu(threads);
+    int32_t bt[3 * MAXB];
+    for (int i = 0; i < 3 * MAXB; i++)
+        bt[i] = (i * 7) % NBLK; /* scattered, distinct within the first 40 */
+    int64_t pool = (int64_t)NBLK * ENG_KV_BLOCK * NKV * HD;
+    struct eng_buf *kc, *vc, *bo;
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &kc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &vc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)ROWS * NH * HD, &bo, NULL), INF_OK);
+    /* rows 0..199: slot 0 positions 0..199 (prefill); 200..202: decode of
+     * slot 0 at 200, slot 1 at 69 (after a 69-token prefill at rows
+     * 203..271), slot 2 at 0; 203..402: slot 1's and spare rows */
+    int32_t pos[403];
+    for (int i = 0; i < 200; i++)
+        pos[i] = i;
+    pos[200] = 200, pos[201] = 69, pos[202] = 0;
+    for (int i = 203; i < 403; i++)
+        pos[i] = i - 203;
+    struct eng_buf *bq = upload(be, qkv, sizeof(float) * (size_t)ROWS * qkvw);
+    struct eng_buf *bpos = upload(be, pos, sizeof pos), *bbt = upload(be, bt, sizeof bt);
+    struct eng_attn_params p = {.n_heads = NH,
+                                .n_kv_heads = NKV,
+                                .head_dim = HD,
+                                .scale = 0.25f,
+                                .q = {bq, 0, qkvw},
+                                .k = {bq, NH * HD, qkvw},
+                                .v = {bq, (NH + NKV) * HD, qkvw},
+                                .out = {bo, 0, NH * HD},
+                                .pos = bpos,
+                                .block_table = bbt,
+                                .n_slots = 3,
+                                .max_blocks = MAXB,
+                                .k_cache = kc,
+                                .v_cache = vc,
+                                .n_blocks = NBLK};
+    int32_t pre0[3] = {0, 200, 0}, pre1[3] = {203, 69, 1},
+            dec[9] = {200, 1, 0, 201, 1, 1, 202, 1, 2};
+    struct eng_buf *bs = upload(be, pre0, sizeof pre0), *bd = upload(be, dec, sizeof dec);
+    p.seqs = bs;
+    p.n_seqs = 1;
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_upload(be, bs, 0, pre1, sizeof pre1, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    p.seqs = bd;
+    p.n_seqs = 3;
+    ck_assert_int_eq(eng_op_attn_decode(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, bo, 0, out, sizeof(float) * (size_t)ROWS * NH * HD, NULL),
+                     INF_OK);
+    /* slot 1's decode alone: the same row again */
+    p.n_seqs = 1;
+    int32_t one[3] = {201, 1, 1};
+    ck_assert_int_eq(eng_buf_upload(be, bd, 0, one, sizeof one, NULL), INF_OK);
+    float again[NH * HD];
+    ck_assert_int_eq(eng_op_attn_decode(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(
+        eng_buf_download(be, bo, sizeof(float) * 201 * NH * HD, again, sizeof again, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(again, out + 201 * NH * HD, sizeof again), 0);
+    /* slot 1 as a prefill of 70 tokens whose last (row 272) is the decode
+     * row's q, k and v: its row equals the decode's */
+    int32_t pre70[3] = {203, 70, 1};
+    ck_assert_int_eq(eng_buf_upload(be, bs, 0, pre70, sizeof pre70, NULL), INF_OK);
+    p.seqs = bs;
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(
+        eng_buf_download(be, bo, sizeof(float) * 272 * NH * HD, again, sizeof again, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(again, out + 201 * NH * HD, sizeof again), 0);
+    eng_buf_free(be, kc), eng_buf_free(be, vc), eng_buf_free(be, bo), eng_buf_free(be, bq);
+    eng_buf_free(be, bpos), eng_buf_free(be, bbt), eng_buf_free(be, bs), eng_buf_free(be, bd);
+    eng_backend_destroy(be);
+}
+
+START_TEST(attention_same_bits_any_threads)
+{
+    enum { NH = 4, NKV = 2, HD = 16, ROWS = 403 };
+    const int qkvw = (NH + 2 * NKV) * HD;
+    float *qkv = malloc(sizeof(float) * ROWS * (size_t)qkvw);
+    for (int i = 0; i < ROWS * qkvw; i++)
+        qkv[i] = 1.5f * urand();
+    memcpy(qkv + 272 * qkvw, qkv + 201 * qkvw, sizeof(float) * (size_t)qkvw);
+    float *ref = malloc(sizeof(float) * ROWS * NH * HD),
+          *got = malloc(sizeof(float) * ROWS * NH * HD);
+    static const int threads[] = {1, 2, 3, 5};
+    for (int ti = 0; ti < 4; ti++) {
+        attn_run(threads[ti], qkv, ti ? got : ref);
+        if (ti)
+            for (int r = 0; r < 203; r++)
+                ck_assert_msg(
+                    memcmp(ref + r * NH * HD, got + r * NH * HD, sizeof(float) * NH * HD) == 0,
+                    "%d threads: row %d differs from 1 thread", threads[ti], r);
+    }
+    free(qkv), free(ref), free(got);
+}
+END_TEST
+
 START_TEST(rows_ops_through_wrappers)
 {
     struct eng_backend *be = cpu(2);
@@ -554,6 +657,7 @@ int main(void)
     tcase_add_test(t, linear_q4_any_threads);
     tcase_add_test(t, linear_fp16_and_embedding);
     tcase_add_test(t, attention_prefill_and_decode);
+    tcase_add_test(t, attention_same_bits_any_threads);
     tcase_add_test(t, rows_ops_through_wrappers);
     tcase_add_test(t, blocks_and_uploads);
     tcase_add_test(t, mlp_block_slot_equals_composition);

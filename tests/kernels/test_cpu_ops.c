@@ -3,7 +3,7 @@
  * repacked layout, padding, odd N, many M, and split ranges giving
  * bit-identical results; the AVX2 and AVX-512 kernels bit for bit the
  * portable loop on random shapes), RMSNorm with residual,
- * RoPE with llama3 scaling, paged attention with GQA, SiLU*mul, embeddings
+ * RoPE with llama3 scaling, paged attention with GQA in chunks, SiLU*mul, embeddings
  * and row gathers, and the fp16 conversion for every bit pattern. */
 #include "common/inf.h"
 #include "kernels/activation.h"
@@ -332,29 +332,43 @@ END_TEST
 
 START_TEST(paged_attention_matches_naive)
 {
-    enum { BLK = 16, NB = 9, NKV = 2, HD = 8, NH = 6, CTX = 37 };
+    /* 150 positions: three chunks, the last cut; scattered physical blocks */
+    enum { BLK = 16, NB = 13, NKV = 2, HD = 8, NH = 6, CTX = 150, NCH = 3, RS = HD + 2 };
     int64_t row = NKV * HD;
     float *kp = calloc((size_t)(NB * BLK * row), sizeof(float));
     float *vp = calloc((size_t)(NB * BLK * row), sizeof(float));
-    int32_t blocks[3] = {7, 2, 5}; /* scattered physical blocks */
-    float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.0);
+    int32_t blocks[10] = {7, 2, 5, 12, 0, 9, 3, 11, 1, 6};
+    float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.5);
     for (int p = 0; p < CTX; p++)
         krn_cpu_kv_write(kp, vp, blocks, BLK, NKV, HD, p, K + p * row, Vv + p * row);
     /* the row of position 20 is in block blocks[1], row 4 */
     ck_assert(kp[((int64_t)2 * BLK + 4) * row + 3] == K[20 * row + 3]);
-    float scores[NH * CTX], out[NH * HD];
-    for (int h = 0; h < NH; h++) {
-        int kvh = h / (NH / NKV);
-        for (int n_ctx = 1; n_ctx <= CTX; n_ctx += 12) {
+    float scratch[NH * (KRN_ATTN_CHUNK + NCH * RS)], out[NH * HD];
+    static const int ctxs[] = {1, 13, 64, 65, 128, 150};
+    for (int ci = 0; ci < 6; ci++) {
+        const int n_ctx = ctxs[ci], nch = krn_attn_chunks(n_ctx);
+        for (int h = 0; h < NH; h++) {
+            int kvh = h / (NH / NKV);
             /* one head alone, and the head in ranges of every size: the same bits */
-            krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h, h + 1, n_ctx, 0.35f, scores,
+            krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h, h + 1, n_ctx, 0.35f, scratch,
                                out);
             for (int h1 = h + 1; h1 <= NH; h1 += 2) {
                 float wide[NH * HD];
                 krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h > 0 ? h - 1 : 0, h1,
-                                   n_ctx, 0.35f, scores, wide);
+                                   n_ctx, 0.35f, scratch, wide);
                 ck_assert_int_eq(memcmp(wide + h * HD, out + h * HD, sizeof(float) * HD), 0);
             }
+            /* its chunks one by one, each with another range of heads, then the
+             * combine: the same bits */
+            float rec[NCH * NH * RS], scores[NH * KRN_ATTN_CHUNK], alone[HD];
+            for (int c = 0; c < nch; c++) {
+                int h0 = c % 2 ? 0 : h, p0 = c * KRN_ATTN_CHUNK;
+                int p1 = n_ctx - p0 < KRN_ATTN_CHUNK ? n_ctx : p0 + KRN_ATTN_CHUNK;
+                krn_cpu_attn_chunk(q, kp, vp, blocks, BLK, NH, NKV, HD, h0, NH, p0, p1, 0.35f,
+                                   scores, rec + (c * NH + h0) * RS, RS);
+            }
+            krn_cpu_attn_combine(rec + h * RS, NH * RS, nch, HD, alone);
+            ck_assert_int_eq(memcmp(alone, out + h * HD, sizeof alone), 0);
             double s[CTX], mx = -1e300, sum = 0;
             for (int p = 0; p < n_ctx; p++) {
                 double d = 0;
