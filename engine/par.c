@@ -1,14 +1,19 @@
 /* engine/par.c — the thread pool (engine/par.h).
  *
  * One job at a time. The owner publishes the job's fields, then bumps the
- * generation (release); workers watch the generation, run their part and
- * count themselves out of `pending`; the owner runs its own part, then
- * waits for `pending` to reach zero. A CPU decode step hands the pool a few
- * dozen jobs of tens of microseconds each, so waking a sleeping thread for
- * each (a futex round trip and a context switch, 20-50 us on a loaded
- * machine) would cost as much as the work: workers spin on the generation
- * for SPIN_NS after each job and only then sleep on the condition
- * variable, and the owner spins while the others finish. */
+ * generation (release). Each worker has a slot; it claims its slot for the
+ * new generation (a compare-and-swap of the slot's generation), runs its
+ * part and counts it out of `pending`. The owner runs its own part, then
+ * claims every slot still unclaimed and runs those parts itself: a worker
+ * that is asleep or preempted (a core taken by another process) holds
+ * nobody up, and a worker that wakes late finds its slot taken. Then the
+ * owner waits for `pending`, the parts workers claimed, to reach zero.
+ * A CPU decode step hands the pool a few dozen jobs of tens of
+ * microseconds each, so waking a sleeping thread for each (a futex round
+ * trip and a context switch, 20-50 us on a loaded machine) would cost as
+ * much as the work: workers spin on the generation for SPIN_NS after each
+ * job and only then sleep on the condition variable, and the owner spins
+ * while the others finish. */
 #define INF_LOG_MODULE "eng"
 #include "engine/par.h"
 
@@ -39,9 +44,16 @@
 
 enum job_kind { JOB_CHUNKS, JOB_EACH };
 
+/* The generation a worker's part was last claimed for, on a line of its own
+ * (claims are written by the worker and read by the owner). */
+struct slot {
+    _Alignas(64) atomic_uint_fast64_t gen;
+};
+
 struct eng_par {
     int32_t n_workers; /* threads started (the owner not counted) */
     pthread_t th[ENG_PAR_MAX];
+    struct slot *slots; /* [1 + n_workers]; 0 unused */
     /* the job of the current generation, written by the owner before it
      * bumps gen and read by the workers after they see the new gen */
     enum job_kind kind;
@@ -50,7 +62,8 @@ struct eng_par {
     int64_t n, grain;
     _Alignas(64) atomic_int_fast64_t next; /* JOB_CHUNKS: first item not handed out */
     _Alignas(64) atomic_uint_fast64_t gen;
-    _Alignas(64) atomic_int pending; /* workers still in the current generation */
+    _Alignas(64) atomic_int pending; /* claimed parts of the generation not done */
+    atomic_int claimed;              /* slots claimed in the current generation */
     atomic_int sleepers;             /* workers asleep (or about to be) on wake */
     atomic_bool stop;
     pthread_mutex_t mu;
@@ -129,6 +142,20 @@ static uint64_t wait_job(struct eng_par *p, uint64_t seen, bool spin)
     return g;
 }
 
+/* Claim slot id for generation g: false when it is taken (by the owner, or
+ * g is a generation this thread saw too late: a later one was published,
+ * which the owner does only once every part of g is done, stolen ones
+ * included). Once a claim succeeds, g's job stays published until its part
+ * is counted out, so its fields may be read. */
+static bool claim(struct eng_par *p, int32_t id, uint64_t g)
+{
+    uint_fast64_t c = atomic_load_explicit(&p->slots[id].gen, memory_order_relaxed);
+    if (c >= g || !atomic_compare_exchange_strong(&p->slots[id].gen, &c, g))
+        return false;
+    atomic_fetch_add_explicit(&p->claimed, 1, memory_order_relaxed);
+    return true;
+}
+
 static void *worker(void *varg)
 {
     struct worker_arg *wa = varg;
@@ -141,8 +168,10 @@ static void *worker(void *varg)
         seen = wait_job(p, seen, spin);
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             break;
-        run_part(p, id);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        if (claim(p, id, seen)) {
+            run_part(p, id);
+            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        }
         spin = true;
     }
     return NULL;
@@ -159,9 +188,17 @@ inf_status_t eng_par_create(int32_t want, eng_par_t **out, struct inf_err *err)
     atomic_init(&p->next, 0);
     atomic_init(&p->gen, 0);
     atomic_init(&p->pending, 0);
+    atomic_init(&p->claimed, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->stop, false);
     int32_t n = eng_par_threads(want);
+    p->slots = aligned_alloc(64, sizeof(struct slot) * (size_t)n);
+    if (!p->slots) {
+        free(p);
+        return inf_err_set(err, INF_E_NOMEM, "out of memory for a thread pool");
+    }
+    for (int32_t i = 0; i < n; i++)
+        atomic_init(&p->slots[i].gen, 0);
     for (int32_t i = 0; i < n - 1; i++) {
         struct worker_arg *wa = malloc(sizeof *wa);
         if (!wa)
@@ -190,6 +227,7 @@ void eng_par_destroy(eng_par_t *p)
         pthread_join(p->th[i], NULL);
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
+    free(p->slots);
     free(p);
 }
 
@@ -202,13 +240,23 @@ int32_t eng_par_size(const eng_par_t *p)
 static void dispatch(struct eng_par *p)
 {
     atomic_store_explicit(&p->pending, p->n_workers, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* sequentially consistent: see wait_job */
+    atomic_store_explicit(&p->claimed, 0, memory_order_relaxed);
+    const uint64_t g = atomic_fetch_add(&p->gen, 1) + 1; /* sequentially consistent: see wait_job */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
     run_part(p, 0);
+    /* the parts no worker has started: here (a chunked job's are empty,
+     * the owner has drained it) */
+    if (atomic_load_explicit(&p->claimed, memory_order_relaxed) < p->n_workers)
+        for (int32_t id = 1; id <= p->n_workers; id++)
+            if (claim(p, id, g)) {
+                if (p->kind == JOB_EACH)
+                    run_part(p, id);
+                atomic_fetch_sub_explicit(&p->pending, 1, memory_order_relaxed);
+            }
     uint64_t t0 = p->profile ? now_ns() : 0;
     uint64_t spun = 0;
     for (uint32_t i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {

@@ -45,9 +45,11 @@ int32_t eng_par_size(const eng_par_t *p);
 void eng_par_run(eng_par_t *p, int64_t n, int64_t grain,
                  void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
 
-/* Call fn(arg, id, n_threads) once on every thread of the run, id 0 on the
- * caller and 1..n_threads-1 on the pool's; returns when all are done. p
- * NULL: fn(arg, 0, 1) on the caller. */
+/* Call fn(arg, id, n_threads) once for every id < n_threads, the pool's
+ * size: id 0 on the caller, id i on the pool's thread i unless that thread
+ * has not started it by the time the caller finished its own (asleep, or
+ * its core taken by another process): then on the caller too. Returns when
+ * all are done. p NULL: fn(arg, 0, 1) on the caller. */
 void eng_par_each(eng_par_t *p, void (*fn)(void *arg, int64_t id, int64_t n_threads), void *arg);
 
 /* Count runs that woke the pool and the nanoseconds the caller waited for

@@ -5,6 +5,8 @@
 #include "engine/par.h"
 
 #include <check.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +129,49 @@ START_TEST(each_thread_once)
 }
 END_TEST
 
+struct who_job {
+    pthread_t caller;
+    atomic_int runs[4], on_caller[4];
+};
+
+static void who_run(void *arg, int64_t id, int64_t n)
+{
+    struct who_job *j = arg;
+    (void)n;
+    atomic_fetch_add(&j->runs[id], 1);
+    if (pthread_equal(pthread_self(), j->caller))
+        atomic_fetch_add(&j->on_caller[id], 1);
+}
+
+/* A part whose thread has not started it when the caller is done with its
+ * own runs on the caller, once: a fresh pool's threads sleep until woken,
+ * and these parts are over before a thread is up, so most of them are the
+ * caller's. Every part runs exactly once either way. */
+START_TEST(late_parts_run_on_the_caller)
+{
+    int stolen = 0;
+    for (int rep = 0; rep < 50; rep++) {
+        eng_par_t *p = NULL;
+        ck_assert_int_eq(eng_par_create(4, &p, NULL), INF_OK);
+        for (int job = 0; job < 3; job++) {
+            struct who_job j = {.caller = pthread_self()};
+            for (int i = 0; i < 4; i++) {
+                atomic_init(&j.runs[i], 0);
+                atomic_init(&j.on_caller[i], 0);
+            }
+            eng_par_each(p, who_run, &j);
+            for (int i = 0; i < 4; i++)
+                ck_assert_int_eq(atomic_load(&j.runs[i]), 1);
+            ck_assert_int_eq(atomic_load(&j.on_caller[0]), 1);
+            for (int i = 1; i < 4; i++)
+                stolen += atomic_load(&j.on_caller[i]);
+        }
+        eng_par_destroy(p);
+    }
+    printf("late_parts_run_on_the_caller: %d of 450 worker parts ran on the caller\n", stolen);
+}
+END_TEST
+
 START_TEST(thread_counts)
 {
     ck_assert_int_eq(eng_par_threads(3), 3);
@@ -144,6 +189,7 @@ int main(void)
     tcase_set_timeout(t, 60);
     tcase_add_test(t, every_item_once);
     tcase_add_test(t, each_thread_once);
+    tcase_add_test(t, late_parts_run_on_the_caller);
     tcase_add_test(t, thread_counts);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
