@@ -246,51 +246,53 @@ static void linear_run(struct cpu_ctx *c, struct linear_job *j)
     prof_end(c, t0, names[j->kind], j->n, j->k);
 }
 
-/* The job of linear l (INT4 or fp) from x into y. */
-static struct linear_job linear_job_of(const struct eng_linear *l, struct eng_mat x,
-                                       struct eng_mat y, int32_t m)
+/* The job of INT4 weight w from x into y: every INT4 linear of the backend
+ * (cpu_linear_q4, the MLP slot) is built here. The rows the kernel reads
+ * are x's own; a weight whose columns were reordered when it was quantized
+ * would gather x's columns into scratch here and point the job at it. */
+static struct linear_job q4_job(const struct eng_q4w *w, const struct eng_buf *bias,
+                                struct eng_mat x, struct eng_mat y, int32_t m)
 {
-    struct linear_job j = {.n = l->n,
-                           .k = l->k,
-                           .m = m,
-                           .bias = l->bias ? l->bias->ptr : NULL,
-                           .x = fptr(x),
-                           .y = fptr(y),
-                           .ldx = x.ld,
-                           .ldy = y.ld};
-    if (l->q4) {
-        j.kind = LIN_Q4;
-        j.q4 = &((const struct cpu_q4 *)l->q4->impl)->w;
-    } else {
-        j.kind = l->wdt == ENG_W_F16 ? LIN_F16 : LIN_F32;
-        j.w = l->w->ptr;
-    }
-    return j;
+    return (struct linear_job){.kind = LIN_Q4,
+                               .q4 = &((const struct cpu_q4 *)w->impl)->w,
+                               .n = w->n,
+                               .k = w->k,
+                               .m = m,
+                               .bias = bias ? bias->ptr : NULL,
+                               .x = fptr(x),
+                               .y = fptr(y),
+                               .ldx = x.ld,
+                               .ldy = y.ld};
 }
 
-/* Activations are fp32 here: y_f32 asks for what every output already is.
- * The rows the kernel reads are x's own; a weight whose columns were
- * reordered when it was quantized would gather x's columns into scratch
- * here first. */
+/* Activations are fp32 here: y_f32 asks for what every output already is. */
 static inf_status_t cpu_linear_q4(struct eng_backend *be, const struct eng_q4w *w,
                                   const struct eng_buf *bias, struct eng_mat x, struct eng_mat y,
                                   bool y_f32, int32_t m, struct inf_err *err)
 {
     (void)err;
     (void)y_f32;
-    const struct cpu_q4 *q = w->impl;
-    struct linear_job j = {.kind = LIN_Q4,
-                           .q4 = &q->w,
-                           .n = w->n,
-                           .k = w->k,
-                           .m = m,
-                           .bias = bias ? bias->ptr : NULL,
-                           .x = fptr(x),
-                           .y = fptr(y),
-                           .ldx = x.ld,
-                           .ldy = y.ld};
+    struct linear_job j = q4_job(w, bias, x, y, m);
     linear_run(ctx_of(be), &j);
     return INF_OK;
+}
+
+/* The job of linear l (INT4 or fp) from x into y. */
+static struct linear_job linear_job_of(const struct eng_linear *l, struct eng_mat x,
+                                       struct eng_mat y, int32_t m)
+{
+    if (l->q4)
+        return q4_job(l->q4, l->bias, x, y, m);
+    return (struct linear_job){.kind = l->wdt == ENG_W_F16 ? LIN_F16 : LIN_F32,
+                               .w = l->w->ptr,
+                               .n = l->n,
+                               .k = l->k,
+                               .m = m,
+                               .bias = l->bias ? l->bias->ptr : NULL,
+                               .x = fptr(x),
+                               .y = fptr(y),
+                               .ldx = x.ld,
+                               .ldy = y.ld};
 }
 
 static inf_status_t cpu_linear_fp(struct eng_backend *be, const struct eng_buf *w,
