@@ -393,6 +393,9 @@ struct eng_backend {
     enum eng_act_dtype kv_dtype;  /* dtype of the KV pools */
     int32_t step_tokens;          /* token budget of a scheduler step suited to
                                      this device; 0: the engine's default (2048) */
+    bool f16_as_f32;              /* fp weights kept 16-bit are uploaded as fp32
+                                     holding the same values (converted once at
+                                     load): the backend reads fp16 slowly */
     void *ctx;                    /* the backend's private state */
 };
 
@@ -480,6 +483,10 @@ inf_status_t eng_attn_block_compose(struct eng_backend *be, const struct eng_att
                                     struct inf_err *err);
 inf_status_t eng_mlp_block_compose(struct eng_backend *be, const struct eng_mlp_block *p,
                                    struct inf_err *err);
+/* The MLP block's part after h: down (from down_lead), the all-reduce where
+ * asked, the RMSNorm; for a slot that fuses gate/up and SiLU*mul alone. */
+inf_status_t eng_mlp_block_tail(struct eng_backend *be, const struct eng_mlp_block *p,
+                                struct inf_err *err);
 /* For backends: validate the tables of an attention call (they are caller
  * data) from host copies: pos [rows], seqs [p->n_seqs][3], block_table
  * [p->n_slots][p->max_blocks]. Each sequence's tokens lie inside the batch,
@@ -523,9 +530,10 @@ inf_status_t eng_graph_launch(struct eng_backend *be, int32_t bucket, struct inf
 void eng_graph_finish(struct eng_backend *be);
 
 /* ---- the CPU backend (engine/cpu/backend_cpu.c) ----------------------------
- * fp32 activations and KV. n_threads 0 = one per online core. Ops run on a
- * pthread pool owned by the backend; the calling thread takes part and
- * every op has finished when it returns. Errors: INF_E_NOMEM, INF_E_INVALID. */
+ * fp32 activations and KV. n_threads 0 = one per core the process may run
+ * on. Ops run on a pthread pool owned by the backend; the calling thread
+ * takes part and every op has finished when it returns. Errors:
+ * INF_E_NOMEM, INF_E_INVALID. */
 struct eng_comm; /* engine/tp/comm.h */
 struct eng_backend_cpu_opts {
     int32_t n_threads;
@@ -538,6 +546,27 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
                                     struct eng_backend **out, struct inf_err *err);
 /* Threads the CPU backend runs on (the caller included). */
 int32_t eng_backend_cpu_threads(const struct eng_backend *be);
+
+/* Where the CPU backend's time goes (bench/cpu_decode): with the profile on,
+ * each op's wall time, its hand-off to the pool included, is summed per op
+ * name and weight shape, and the pool counts its hand-offs and how long the
+ * caller waited for the other threads after its own share. */
+#define ENG_CPU_PROF_OPS 32
+struct eng_cpu_prof_op {
+    char name[16]; /* "linear_q4", "attn_decode", "rmsnorm_add", ... */
+    int32_t n, k;  /* a linear's weight shape; 0 for other ops */
+    uint64_t calls, ns;
+};
+struct eng_cpu_prof {
+    int32_t n_ops;
+    struct eng_cpu_prof_op ops[ENG_CPU_PROF_OPS];
+    uint64_t handoffs;        /* runs that woke the pool's threads */
+    uint64_t handoff_wait_ns; /* the caller waiting for them after its share */
+};
+/* Turn the profile on (from zero) or off. Thread: owner. */
+void eng_backend_cpu_profile(struct eng_backend *be, bool on);
+/* What the profile holds now. Thread: owner. */
+void eng_backend_cpu_profile_read(const struct eng_backend *be, struct eng_cpu_prof *out);
 
 /* ---- the CUDA backend (engine/cuda/backend_cuda.c) ---------------------------
  * fp16 activations and KV on one GPU; INT4 linears through the Marlin-class

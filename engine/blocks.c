@@ -109,10 +109,17 @@ inf_status_t eng_mlp_block_compose(struct eng_backend *be, const struct eng_mlp_
         if (!s)
             s = eng_op_silu_mul(be, g, u, p->h, I, m, err);
     }
-    if (s || (s = eng_op_linear(be, p->down, cols(p->h, -p->down_lead), p->d, false, m, err)) ||
-        (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
+    return s ? s : eng_mlp_block_tail(be, p, err);
+}
+
+inf_status_t eng_mlp_block_tail(struct eng_backend *be, const struct eng_mlp_block *p,
+                                struct inf_err *err)
+{
+    inf_status_t s;
+    if ((s = eng_op_linear(be, p->down, cols(p->h, -p->down_lead), p->d, false, p->m, err)) ||
+        (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, p->m, err))))
         return s;
-    return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->eps, p->xn, p->dim, m, err);
+    return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->eps, p->xn, p->dim, p->m, err);
 }
 
 inf_status_t eng_op_attn_block(struct eng_backend *be, const struct eng_attn_block *p,

@@ -76,12 +76,22 @@ static struct eng_layer_info *add_info(struct eng_model *m)
     return r;
 }
 
-/* dtype of fp weights: fp16 under INT4 (the layers kept, and those an INT4
- * checkpoint stores in floating point) and on backends with fp16
- * activations (a GPU serving quantization none); fp32 otherwise. */
+/* fp weights are rounded to fp16 under INT4 (the layers kept, and those an
+ * INT4 checkpoint stores in floating point) and on backends with fp16
+ * activations (a GPU serving quantization none), else kept in fp32. */
+static bool fp_round16(const struct eng_model *m)
+{
+    return m->mode != LOAD_FP || m->be->act_dtype == ENG_ACT_F16;
+}
+
+/* Their dtype on the backend: fp16 where rounded, except that a backend
+ * that reads fp16 slowly (be->f16_as_f32) gets the same fp16 values as
+ * fp32, converted here once. */
 static enum eng_wdtype fp_wdt(const struct eng_model *m)
 {
-    return m->mode != LOAD_FP || m->be->act_dtype == ENG_ACT_F16 ? ENG_W_F16 : ENG_W_F32;
+    if (m->be->act_dtype == ENG_ACT_F16)
+        return ENG_W_F16;
+    return fp_round16(m) && !m->be->f16_as_f32 ? ENG_W_F16 : ENG_W_F32;
 }
 
 /* The rows of one linear layer as they lie in the checkpoint: the parts'
@@ -124,6 +134,7 @@ struct rows_job {
     struct krn_q4_weight *q;
     void *host;
     enum eng_wdtype wdt;
+    bool round16; /* fp32 host rows holding fp16-rounded values */
     pthread_mutex_t mu;
     int64_t err_row;
     inf_status_t st;
@@ -147,7 +158,7 @@ static void rows_run(void *arg, int64_t r0, int64_t r1)
     const int32_t k = j->src->k;
     struct inf_err e = {0};
     float *row = NULL;
-    if (j->q && !(row = malloc((size_t)k * sizeof(float)))) {
+    if ((j->q || j->round16) && !(row = malloc((size_t)k * sizeof(float)))) {
         inf_err_set(&e, INF_E_NOMEM, "out of memory converting a weight");
         rows_fail(j, r0, INF_E_NOMEM, &e);
         return;
@@ -162,6 +173,12 @@ static void rows_run(void *arg, int64_t r0, int64_t r1)
                 s = eng_q4_quantize_rows(row, (int32_t)r, 1, j->q, &e);
         } else if (j->wdt == ENG_W_F16) {
             s = eng_st_read_f16(t, first, k, (uint16_t *)j->host + r * k, &e);
+        } else if (j->round16) {
+            uint16_t *h = (uint16_t *)row; /* k halves fit in k floats */
+            float *dst = (float *)j->host + r * k;
+            s = eng_st_read_f16(t, first, k, h, &e);
+            for (int32_t i = 0; s == INF_OK && i < k; i++)
+                dst[i] = inf_f16_to_f32(h[i]);
         } else {
             s = eng_st_read_f32(t, first, k, (float *)j->host + r * k, &e);
         }
@@ -207,7 +224,8 @@ static inf_status_t upload_fp(struct eng_model *m, const struct src *src, int32_
                                src->k);
         m->stage_bytes = bytes;
     }
-    struct rows_job j = {.src = src, .wdt = dt, .host = m->stage};
+    struct rows_job j = {
+        .src = src, .wdt = dt, .host = m->stage, .round16 = dt == ENG_W_F32 && fp_round16(m)};
     inf_status_t s = rows_convert(m, &j, n, err);
     m->t_convert += secs_since(t0);
     t0 = inf_now_ns();

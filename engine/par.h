@@ -6,10 +6,16 @@
  * eng_par_run splits [0, n) into chunks of `grain` items handed out in
  * turn to the pool's threads and the caller's; fn must treat every item
  * independently of the others and of which thread runs it, so results never
- * depend on the thread count. Thread: one owner calls eng_par_run at a time
- * (the pool's own threads never call it). */
+ * depend on the thread count. eng_par_each runs fn once on every thread,
+ * each knowing its index, for work split statically (the same thread takes
+ * the same rows of a weight at every step, so they stay in its cache).
+ * Threads stay up between runs; an idle one watches for the next run for a
+ * fraction of a millisecond before it sleeps, so back-to-back runs cost no
+ * context switch. Thread: one owner calls eng_par_run / eng_par_each at a
+ * time (the pool's own threads never call them). */
 #include "common/inf.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -38,6 +44,19 @@ int32_t eng_par_size(const eng_par_t *p);
  * caller's; returns when every chunk is done. p NULL: all on the caller. */
 void eng_par_run(eng_par_t *p, int64_t n, int64_t grain,
                  void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
+
+/* Call fn(arg, id, n_threads) once for every id < n_threads, the pool's
+ * size: id 0 on the caller, id i on the pool's thread i unless that thread
+ * has not started it by the time the caller finished its own (asleep, or
+ * its core taken by another process): then on the caller too. Returns when
+ * all are done. p NULL: fn(arg, 0, 1) on the caller. */
+void eng_par_each(eng_par_t *p, void (*fn)(void *arg, int64_t id, int64_t n_threads), void *arg);
+
+/* Count runs that woke the pool and the nanoseconds the caller waited for
+ * the other threads after its own part (their imbalance and hand-off
+ * latency), from zero, while on (default off). Thread: the owner. */
+void eng_par_profile(eng_par_t *p, bool on);
+void eng_par_stats(const eng_par_t *p, uint64_t *runs, uint64_t *wait_ns);
 
 #ifdef __cplusplus
 }

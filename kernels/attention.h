@@ -17,12 +17,45 @@ void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32
                       int32_t n_kv_heads, int32_t head_dim, int32_t pos, const float *k,
                       const float *v);
 
-/* One query head over positions 0..n_ctx-1 of one sequence, KV head kvh:
- * out[d] = sum_p softmax_p(scale * q . K[p]) V[p][d]. scores is scratch of
- * n_ctx floats. */
-void krn_cpu_attn_head(const float *q, const float *k_pool, const float *v_pool,
-                       const int32_t *blocks, int32_t block, int32_t n_kv_heads, int32_t head_dim,
-                       int32_t kvh, int32_t n_ctx, float scale, float *scores, float *out);
+/* Attention of one query token over its context, head h using KV head
+ * h / (n_heads / n_kv_heads), in chunks of KRN_ATTN_CHUNK positions: chunk
+ * c (positions [64c, 64c + 64) cut at the context) gives each head a
+ * record {o[0..head_dim), m, l}: with s_p = scale * q[h] . K[p] (a dot
+ * product in 16 lanes, reduced in a fixed tree), m = max s_p,
+ * e_p = exp(s_p - m), l = sum e_p and o = sum e_p V[p], in position order;
+ * the head's output combines the records in chunk order:
+ * M = max m_c, out = (sum e^(m_c - M) o_c) * (1 / sum e^(m_c - M) l_c).
+ * The chunks are fixed by position, so the result is the same however
+ * chunks and heads are shared out (a context of one chunk is the plain
+ * softmax). q and out hold the token's n_heads heads of head_dim. */
+#define KRN_ATTN_CHUNK 64
+
+static inline int32_t krn_attn_chunks(int32_t n_ctx)
+{
+    return (n_ctx + KRN_ATTN_CHUNK - 1) / KRN_ATTN_CHUNK;
+}
+
+/* Heads [h0, h1) over positions [p0, p1) of one chunk: their records,
+ * head h at rec + (h - h0) * rec_stride (rec_stride >= head_dim + 2).
+ * scores: scratch of (h1 - h0) * KRN_ATTN_CHUNK floats. Each pool row is
+ * read once for all the heads. */
+void krn_cpu_attn_chunk(const float *q, const float *k_pool, const float *v_pool,
+                        const int32_t *blocks, int32_t block, int32_t n_heads, int32_t n_kv_heads,
+                        int32_t head_dim, int32_t h0, int32_t h1, int32_t p0, int32_t p1,
+                        float scale, float *scores, float *rec, int64_t rec_stride);
+
+/* One head's output from its n_chunks records, chunk c's at
+ * rec + c * chunk_stride. */
+void krn_cpu_attn_combine(const float *rec, int64_t chunk_stride, int32_t n_chunks,
+                          int32_t head_dim, float *out);
+
+/* Heads [h0, h1) over positions 0..n_ctx-1: every chunk, then the
+ * combine. scratch: (h1 - h0) * (KRN_ATTN_CHUNK + krn_attn_chunks(n_ctx) *
+ * (head_dim + 2)) floats. */
+void krn_cpu_attn_heads(const float *q, const float *k_pool, const float *v_pool,
+                        const int32_t *blocks, int32_t block, int32_t n_heads, int32_t n_kv_heads,
+                        int32_t head_dim, int32_t h0, int32_t h1, int32_t n_ctx, float scale,
+                        float *scratch, float *out);
 
 #ifdef __cplusplus
 }

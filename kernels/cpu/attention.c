@@ -1,6 +1,5 @@
-/* kernels/cpu/attention.c — paged attention, one query head at a time
- * (kernels/attention.h). Scores are fp32 dot products; the softmax subtracts
- * the maximum and normalizes once at the end. */
+/* kernels/cpu/attention.c — paged attention in chunks of positions, a range
+ * of query heads of one token at a time (kernels/attention.h). */
 #include "kernels/attention.h"
 
 #include <math.h>
@@ -16,37 +15,127 @@ void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32
     memcpy(v_pool + at, v, (size_t)row * sizeof(float));
 }
 
-void krn_cpu_attn_head(const float *q, const float *k_pool, const float *v_pool,
-                       const int32_t *blocks, int32_t block, int32_t n_kv_heads, int32_t head_dim,
-                       int32_t kvh, int32_t n_ctx, float scale, float *scores, float *out)
+/* Built for three instruction sets (x86-64-v4, -v3 and the baseline),
+ * picked once at load time; each is deterministic and the same code runs
+ * for a head whatever the batch, so results do not depend on it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+
+#define LANES 16
+
+/* q . k over head_dim in LANES partial sums (vectorizable), reduced in a
+ * fixed tree. */
+static inline float dot(const float *q, const float *k, int32_t n)
 {
-    int64_t row = (int64_t)n_kv_heads * head_dim;
-    float mx = -INFINITY;
-    for (int32_t p = 0; p < n_ctx; p++) {
-        const float *kp =
-            k_pool + ((int64_t)blocks[p / block] * block + p % block) * row + kvh * head_dim;
-        float s = 0.0f;
-        for (int32_t d = 0; d < head_dim; d++)
-            s += q[d] * kp[d];
-        s *= scale;
-        scores[p] = s;
-        mx = s > mx ? s : mx;
+    float acc[LANES] = {0};
+    int32_t d = 0;
+    for (; d + LANES <= n; d += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] += q[d + l] * k[d + l];
+    for (int l = 0; d + l < n; l++)
+        acc[l] += q[d + l] * k[d + l];
+    for (int l = 0; l < LANES / 2; l++)
+        acc[l] += acc[l + LANES / 2];
+    for (int l = 0; l < LANES / 4; l++)
+        acc[l] += acc[l + LANES / 4];
+    return (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
+/* Pool rows of positions [p0, p1), in runs inside one block: body sees the
+ * row as ptr and its index in the range as i. */
+#define FOR_ROWS(pool, p0, p1, ptr, i, body)                                                       \
+    for (int32_t p_ = (p0); p_ < (p1);) {                                                          \
+        const int32_t b_ = p_ / block, e_ = (b_ + 1) * block < (p1) ? (b_ + 1) * block : (p1);     \
+        const float *base_ = (pool) + ((int64_t)blocks[b_] * block + (p_ - b_ * block)) * row;     \
+        for (int32_t r_ = 0; r_ < e_ - p_; r_++) {                                                 \
+            const float *ptr = base_ + r_ * row;                                                   \
+            const int32_t i = p_ - (p0) + r_;                                                      \
+            body;                                                                                  \
+        }                                                                                          \
+        p_ = e_;                                                                                   \
     }
-    float sum = 0.0f;
-    for (int32_t p = 0; p < n_ctx; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
+
+HOT void krn_cpu_attn_chunk(const float *q, const float *k_pool, const float *v_pool,
+                            const int32_t *blocks, int32_t block, int32_t n_heads,
+                            int32_t n_kv_heads, int32_t head_dim, int32_t h0, int32_t h1,
+                            int32_t p0, int32_t p1, float scale, float *scores, float *rec,
+                            int64_t rec_stride)
+{
+    const int64_t row = (int64_t)n_kv_heads * head_dim;
+    const int32_t group = n_heads / n_kv_heads, np = p1 - p0;
+    /* the scores of every head, each pool row read once for all of them */
+    FOR_ROWS(k_pool, p0, p1, kr, i, {
+        for (int32_t h = h0; h < h1; h++)
+            scores[(int64_t)(h - h0) * KRN_ATTN_CHUNK + i] =
+                dot(q + (int64_t)h * head_dim, kr + (int64_t)(h / group) * head_dim, head_dim) *
+                scale;
+    })
+    for (int32_t h = h0; h < h1; h++) {
+        float *sc = scores + (int64_t)(h - h0) * KRN_ATTN_CHUNK, mx = -INFINITY, l = 0.0f;
+        for (int32_t i = 0; i < np; i++)
+            mx = sc[i] > mx ? sc[i] : mx;
+        for (int32_t i = 0; i < np; i++) {
+            sc[i] = expf(sc[i] - mx);
+            l += sc[i];
+        }
+        float *r = rec + (int64_t)(h - h0) * rec_stride;
+        for (int32_t d = 0; d < head_dim; d++)
+            r[d] = 0.0f;
+        r[head_dim] = mx;
+        r[head_dim + 1] = l;
+    }
+    FOR_ROWS(v_pool, p0, p1, vr, i, {
+        for (int32_t h = h0; h < h1; h++) {
+            const float *vp = vr + (int64_t)(h / group) * head_dim;
+            const float a = scores[(int64_t)(h - h0) * KRN_ATTN_CHUNK + i];
+            float *o = rec + (int64_t)(h - h0) * rec_stride;
+            for (int32_t d = 0; d < head_dim; d++)
+                o[d] += a * vp[d];
+        }
+    })
+}
+
+HOT void krn_cpu_attn_combine(const float *rec, int64_t chunk_stride, int32_t n_chunks,
+                              int32_t head_dim, float *out)
+{
+    float mx = -INFINITY, l = 0.0f;
+    for (int32_t c = 0; c < n_chunks; c++) {
+        float m = rec[c * chunk_stride + head_dim];
+        mx = m > mx ? m : mx;
     }
     for (int32_t d = 0; d < head_dim; d++)
         out[d] = 0.0f;
-    for (int32_t p = 0; p < n_ctx; p++) {
-        const float *vp =
-            v_pool + ((int64_t)blocks[p / block] * block + p % block) * row + kvh * head_dim;
-        float a = scores[p];
+    for (int32_t c = 0; c < n_chunks; c++) {
+        const float *r = rec + c * chunk_stride;
+        const float f = expf(r[head_dim] - mx); /* 1 for the chunk of the maximum */
+        l += f * r[head_dim + 1];
         for (int32_t d = 0; d < head_dim; d++)
-            out[d] += a * vp[d];
+            out[d] += f * r[d];
     }
-    float inv = 1.0f / sum;
+    const float inv = 1.0f / l;
     for (int32_t d = 0; d < head_dim; d++)
         out[d] *= inv;
+}
+
+void krn_cpu_attn_heads(const float *q, const float *k_pool, const float *v_pool,
+                        const int32_t *blocks, int32_t block, int32_t n_heads, int32_t n_kv_heads,
+                        int32_t head_dim, int32_t h0, int32_t h1, int32_t n_ctx, float scale,
+                        float *scratch, float *out)
+{
+    const int32_t nh = h1 - h0, nch = krn_attn_chunks(n_ctx);
+    const int64_t rs = head_dim + 2; /* a record */
+    float *scores = scratch, *rec = scratch + (int64_t)nh * KRN_ATTN_CHUNK;
+    /* records [chunk][head] */
+    for (int32_t c = 0; c < nch; c++) {
+        const int32_t p0 = c * KRN_ATTN_CHUNK;
+        const int32_t p1 = n_ctx - p0 < KRN_ATTN_CHUNK ? n_ctx : p0 + KRN_ATTN_CHUNK;
+        krn_cpu_attn_chunk(q, k_pool, v_pool, blocks, block, n_heads, n_kv_heads, head_dim, h0, h1,
+                           p0, p1, scale, scores, rec + (int64_t)c * nh * rs, rs);
+    }
+    for (int32_t h = 0; h < nh; h++)
+        krn_cpu_attn_combine(rec + h * rs, nh * rs, nch, head_dim,
+                             out + (int64_t)(h0 + h) * head_dim);
 }

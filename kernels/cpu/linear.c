@@ -1,282 +1,222 @@
-/* kernels/cpu/linear.c — CPU linear layers (INT4 dequantized on the fly, fp32,
- * fp16). Contract and layout: kernels/linear.h.
+/* kernels/cpu/linear.c — CPU linear layers: the INT4 repack, the choice of
+ * instruction set, and the portable C loops that define the arithmetic
+ * (kernels/linear.h) and serve CPUs without AVX2. The x86-64 paths, which
+ * give the same bits, are in kernels/cpu/linear_x86.c.
  *
- * Loop order: tiles of MT rows of x; for each output column n, the 32-column
- * blocks of W[n] are turned into 32 fp32 weights once and applied to the MT
- * rows, accumulating into 32 lanes per row. The lanes are summed pairwise at
- * the end. The x tile (MT x k floats) stays in cache while n varies. */
-#include "kernels/linear.h"
+ * The portable loops take each output element on its own: 64 partial sums
+ * in an array, one fmaf per product (a single rounding, as the vector FMA
+ * does), then the fixed reduction. fmaf is one instruction on CPUs with
+ * FMA (aarch64, x86-64 built for it); elsewhere libm computes it exactly,
+ * slower. */
+#include "kernels/cpu/linear_impl.h"
 
+#include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_AVX2_PATH 1
-#endif
+/* ---- repack ---------------------------------------------------------------- */
 
-#define MT 8  /* rows of x per tile */
-#define BK 32 /* columns per block */
-
-/* The fp loops are compiled twice on x86-64, for the baseline and for
- * x86-64-v3 (8-wide lanes), picked at load time by the dynamic linker
- * (ifunc); both accumulate in the same order and fma contraction is off for
- * this file (kernels/CMakeLists.txt), so they give identical bits. The INT4
- * loop has a hand-written AVX2 + FMA path instead (the compiler's own
- * vectorization of the nibble unpack was slower than SSE2), chosen at run
- * time unless krn_cpu_simd(false) asked for the portable one. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define HOT
-#endif
-
-static bool krn_cpu_simd_on = true;
-
-void krn_cpu_simd(bool on)
+/* Scale pairs per chunk for a group of `group` columns out of kp. */
+static int32_t tpc_of(const struct krn_q4_weight *src)
 {
-    krn_cpu_simd_on = on;
+    if (src->group >= src->kp || src->group >= KRN_CPU_Q4_CHUNK)
+        return 1;
+    return KRN_CPU_Q4_CHUNK / src->group; /* 64: 2, 32: 4 */
+}
+
+static size_t q_bytes(const struct krn_q4_weight *src, int32_t kc)
+{
+    return ((size_t)src->n * (size_t)kc / 2 + 63) / 64 * 64;
+}
+
+static int32_t kc_of(const struct krn_q4_weight *src)
+{
+    return (src->k + KRN_CPU_Q4_CHUNK - 1) / KRN_CPU_Q4_CHUNK * KRN_CPU_Q4_CHUNK;
 }
 
 size_t krn_cpu_q4_bytes(const struct krn_q4_weight *src)
 {
-    size_t kr = (size_t)(src->kp + BK - 1) / BK * BK;
-    size_t nb = (size_t)src->n * (kr / BK);
-    size_t qb = ((size_t)src->n * kr / 2 + 63) / 64 * 64;
-    return qb + 2 * ((nb * sizeof(float) + 63) / 64 * 64);
+    int32_t kc = kc_of(src);
+    size_t pairs = (size_t)src->n * (size_t)(kc / KRN_CPU_Q4_CHUNK) * (size_t)tpc_of(src);
+    return q_bytes(src, kc) + (pairs * 2 * sizeof(float) + 63) / 64 * 64;
 }
 
 void krn_cpu_q4_repack(const struct krn_q4_weight *src, void *mem, struct krn_cpu_q4 *dst)
 {
-    int32_t kr = (src->kp + BK - 1) / BK * BK;
-    size_t nb = (size_t)src->n * (size_t)(kr / BK);
-    size_t qb = ((size_t)src->n * (size_t)kr / 2 + 63) / 64 * 64;
+    const int32_t kc = kc_of(src), nch = kc / KRN_CPU_Q4_CHUNK, tpc = tpc_of(src);
+    const int32_t ng = krn_q4_groups(src);
     dst->n = src->n;
     dst->k = src->k;
-    dst->kr = kr;
+    dst->kc = kc;
+    dst->tpc = tpc;
     dst->q = mem;
-    dst->scale = (float *)((char *)mem + qb);
-    dst->mzs = (float *)((char *)mem + qb + (nb * sizeof(float) + 63) / 64 * 64);
-    int32_t ng = krn_q4_groups(src);
+    dst->sz = (float *)((char *)mem + q_bytes(src, kc));
     for (int32_t r = 0; r < src->n; r++) {
-        uint8_t *qr = dst->q + (int64_t)r * (kr / 2);
-        for (int32_t b = 0; b < kr / BK; b++) {
-            int32_t c0 = b * BK;
-            /* Columns past kp (per-channel rows not a multiple of 32) belong
-             * to no group; they are never multiplied (x stops at k). */
-            int32_t gi = c0 / src->group < ng ? c0 / src->group : ng - 1;
-            float s = krn_half_to_float(src->scale[(int64_t)r * ng + gi]);
-            float z = krn_half_to_float(src->zero[(int64_t)r * ng + gi]);
-            dst->scale[(int64_t)r * (kr / BK) + b] = s;
-            dst->mzs[(int64_t)r * (kr / BK) + b] = -z * s;
-            for (int32_t j = 0; j < 16; j++) {
-                int32_t ca = c0 + j, cb = c0 + 16 + j;
-                int lo = ca < src->kp ? krn_q4_code(src, r, ca) : 0;
-                int hi = cb < src->kp ? krn_q4_code(src, r, cb) : 0;
-                qr[b * 16 + j] = (uint8_t)(lo | (hi << 4));
+        uint8_t *qr = dst->q + (int64_t)r * (kc / 2);
+        float *sz = dst->sz + (int64_t)r * nch * tpc * 2;
+        memset(qr, 0, (size_t)kc / 2);
+        for (int32_t c = 0; c < nch; c++) {
+            for (int32_t t = 0; t < tpc; t++) {
+                /* Columns past kp belong to no group (their x is never
+                 * read); they take the last group's pair. */
+                int32_t col = c * KRN_CPU_Q4_CHUNK + t * (KRN_CPU_Q4_CHUNK / tpc);
+                int32_t g = col / src->group < ng ? col / src->group : ng - 1;
+                float s = krn_half_to_float(src->scale[(int64_t)r * ng + g]);
+                float z = krn_half_to_float(src->zero[(int64_t)r * ng + g]);
+                sz[(c * tpc + t) * 2] = s;
+                sz[(c * tpc + t) * 2 + 1] = z * s; /* exact: two 11-bit mantissas */
             }
+            for (int32_t j = 0; j < 8; j++)
+                for (int32_t l = 0; l < 16; l++) {
+                    int32_t col = c * KRN_CPU_Q4_CHUNK + 16 * j + l;
+                    int code = col < src->kp ? krn_q4_code(src, r, col) : 0;
+                    qr[64 * c + 4 * l + j / 2] |= (uint8_t)(code << (4 * (j & 1)));
+                }
         }
     }
 }
 
-static inline float lanes_sum(const float *a)
-{
-    float t[16];
-    for (int i = 0; i < 16; i++)
-        t[i] = a[i] + a[i + 16];
-    for (int i = 0; i < 8; i++)
-        t[i] += t[i + 8];
-    for (int i = 0; i < 4; i++)
-        t[i] += t[i + 4];
-    return (t[0] + t[2]) + (t[1] + t[3]);
-}
+/* ---- instruction set --------------------------------------------------------- */
 
-/* acc[r][0..31] += wb[0..31] * x[r][c0..c0+31] for the tile's rows; the last
- * block may be short (len < 32): lanes past len are left alone. */
-static inline void block_fma(float (*acc)[BK], const float *wb, const float *x, int64_t ldx,
-                             int32_t mt, int32_t c0, int32_t len)
-{
-    if (len == BK) {
-        for (int32_t r = 0; r < mt; r++) {
-            const float *xr = x + r * ldx + c0;
-            for (int j = 0; j < BK; j++)
-                acc[r][j] += wb[j] * xr[j];
-        }
-    } else {
-        for (int32_t r = 0; r < mt; r++) {
-            const float *xr = x + r * ldx + c0;
-            for (int j = 0; j < len; j++)
-                acc[r][j] += wb[j] * xr[j];
-        }
-    }
-}
+static atomic_int isa_now = -1; /* -1: not chosen yet */
 
-static inline void finish(float (*acc)[BK], const float *bias, float *y, int64_t ldy, int32_t mt,
-                          int32_t n)
+static enum krn_cpu_isa isa_best(void)
 {
-    for (int32_t r = 0; r < mt; r++) {
-        float v = lanes_sum(acc[r]);
-        y[r * ldy + n] = bias ? v + bias[n] : v;
-    }
-}
-
-/* Unpack block b of a row into 32 weights: w = code * s + mz. */
-static inline void unpack_block(const uint8_t *qb, float s, float mz, float *wb)
-{
-    for (int j = 0; j < 16; j++) {
-        wb[j] = (float)(qb[j] & 0xf) * s + mz;
-        wb[j + 16] = (float)(qb[j] >> 4) * s + mz;
-    }
-}
-
-/* The three weight formats differ only in how a block of W[n] becomes 32
- * fp32 weights; linear_tiles is the one tile loop, inlined into each entry
- * point with its format fixed, so each gets its own specialized loop. */
-#if defined(__GNUC__)
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-#else
-#define ALWAYS_INLINE static inline
+#ifdef LIN_HAVE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return KRN_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return KRN_ISA_AVX2;
 #endif
+    return KRN_ISA_PORTABLE;
+}
+
+enum krn_cpu_isa krn_cpu_isa_get(void)
+{
+    int v = atomic_load_explicit(&isa_now, memory_order_relaxed);
+    if (v < 0) {
+        /* every thread that races here computes the same value */
+        v = (int)isa_best();
+        atomic_store_explicit(&isa_now, v, memory_order_relaxed);
+    }
+    return (enum krn_cpu_isa)v;
+}
+
+enum krn_cpu_isa krn_cpu_isa_set(enum krn_cpu_isa isa)
+{
+    enum krn_cpu_isa best = isa_best();
+    enum krn_cpu_isa v = isa < best ? isa : best;
+    atomic_store_explicit(&isa_now, (int)v, memory_order_relaxed);
+    return v;
+}
+
+const char *krn_cpu_isa_name(enum krn_cpu_isa isa)
+{
+    switch (isa) {
+    case KRN_ISA_AVX512:
+        return "avx512";
+    case KRN_ISA_AVX2:
+        return "avx2";
+    default:
+        return "portable";
+    }
+}
+
+/* ---- the portable loops ------------------------------------------------------- */
 
 enum wfmt { W_Q4, W_F32, W_F16 };
 
-/* Block b (len columns from b * BK) of row n of w as fp32: a pointer into w
- * (fp32) or into wb, where it was converted. */
-ALWAYS_INLINE const float *weight_block(enum wfmt f, const void *w, int32_t k, int32_t n, int32_t b,
-                                        int32_t len, float *wb)
+/* The fixed reduction of 64 partial sums. */
+static float reduce64(float p[4][16])
 {
-    int32_t c0 = b * BK;
-    if (f == W_Q4) {
-        const struct krn_cpu_q4 *q = w;
-        int64_t row = (int64_t)n * (q->kr / BK) + b;
-        unpack_block(q->q + (int64_t)n * (q->kr / 2) + b * 16, q->scale[row], q->mzs[row], wb);
-        return wb;
-    }
-    if (f == W_F32)
-        return (const float *)w + (int64_t)n * k + c0;
-    const uint16_t *wr = (const uint16_t *)w + (int64_t)n * k + c0;
-    if (len == BK) {
-        for (int j = 0; j < BK; j++)
-            wb[j] = krn_half_to_float(wr[j]);
+    float t[16];
+    for (int l = 0; l < 16; l++)
+        t[l] = (p[0][l] + p[1][l]) + (p[2][l] + p[3][l]);
+    for (int l = 0; l < 8; l++)
+        t[l] += t[l + 8];
+    for (int l = 0; l < 4; l++)
+        t[l] += t[l + 4];
+    for (int l = 0; l < 2; l++)
+        t[l] += t[l + 2];
+    return t[0] + t[1];
+}
+
+/* Slice s of row n as 16 fp32 weights (len of them: the last slice is cut
+ * at k). */
+static void weight_slice(enum wfmt f, const void *w, int32_t k, int32_t n, int32_t s, int32_t len,
+                         float *wb)
+{
+    int64_t at = (int64_t)n * k + 16 * s;
+    if (f == W_F32) {
+        memcpy(wb, (const float *)w + at, (size_t)len * sizeof(float));
+    } else if (f == W_F16) {
+        for (int32_t l = 0; l < len; l++)
+            wb[l] = krn_half_to_float(((const uint16_t *)w)[at + l]);
     } else {
-        for (int j = 0; j < len; j++)
-            wb[j] = krn_half_to_float(wr[j]);
+        const struct krn_cpu_q4 *q = w;
+        int32_t c = s / 8, j = s % 8;
+        const uint8_t *b = q->q + (int64_t)n * (q->kc / 2) + 64 * c + j / 2;
+        const float *sz =
+            q->sz + (((int64_t)n * (q->kc / KRN_CPU_Q4_CHUNK) + c) * q->tpc + j * q->tpc / 8) * 2;
+        for (int32_t l = 0; l < len; l++) {
+            int code = (b[4 * l] >> (4 * (j & 1))) & 15;
+            wb[l] = (float)code * sz[0] - sz[1]; /* exact (kernels/linear.h) */
+        }
     }
-    return wb;
 }
 
-/* y[m][n0..n1) = x[m][0..k) . W[n]^T (+ bias), in tiles of MT rows. */
-ALWAYS_INLINE void linear_tiles(enum wfmt f, const void *w, int32_t k, const float *bias,
-                                const float *x, int64_t ldx, float *y, int64_t ldy, int32_t m,
-                                int32_t n0, int32_t n1)
+/* Rows of x in tiles of LIN_MT; each weight slice is expanded once per
+ * tile. */
+static void linear_portable(enum wfmt f, const void *w, int32_t k, const float *bias,
+                            const float *x, int64_t ldx, float *y, int64_t ldy, int32_t m,
+                            int32_t n0, int32_t n1)
 {
-    float acc[MT][BK];
-    float wb[BK];
-    int32_t nblk = (k + BK - 1) / BK;
-    for (int32_t m0 = 0; m0 < m; m0 += MT) {
-        int32_t mt = m - m0 < MT ? m - m0 : MT;
-        const float *xt = x + (int64_t)m0 * ldx;
+    float p[LIN_MT][4][16], wb[16];
+    const int32_t ns = (k + 15) / 16;
+    for (int32_t m0 = 0; m0 < m; m0 += LIN_MT) {
+        const int32_t mt = m - m0 < LIN_MT ? m - m0 : LIN_MT;
         for (int32_t n = n0; n < n1; n++) {
-            memset(acc, 0, sizeof acc);
-            for (int32_t b = 0; b < nblk; b++) {
-                int32_t c0 = b * BK, len = k - c0 < BK ? k - c0 : BK;
-                block_fma(acc, weight_block(f, w, k, n, b, len, wb), xt, ldx, mt, c0, len);
+            memset(p, 0, sizeof p);
+            for (int32_t s = 0; s < ns; s++) {
+                const int32_t len = k - 16 * s < 16 ? k - 16 * s : 16;
+                weight_slice(f, w, k, n, s, len, wb);
+                for (int32_t r = 0; r < mt; r++) {
+                    const float *xs = x + (int64_t)(m0 + r) * ldx + 16 * s;
+                    float *acc = p[r][s % 4];
+                    for (int32_t l = 0; l < len; l++)
+                        acc[l] = fmaf(wb[l], xs[l], acc[l]);
+                }
             }
-            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
-        }
-    }
-}
-
-#ifdef HAVE_AVX2_PATH
-/* The same computation with AVX2 + FMA: one 16-byte load gives the 32 codes
- * of a block; bytes 0..7 / 8..15 widen to columns 0..7 / 8..15 (low
- * nibbles) and 16..23 / 24..31 (high nibbles), so vector lane j is
- * accumulator lane j of the portable path. Dequantization and accumulation
- * are fused multiply-adds (one rounding each instead of two), so this path
- * and the portable one differ in the last bits; each is deterministic and
- * independent of m and of the column split (a row gets the same sequence of
- * operations whether it runs alone or paired). Rows go two at a time so the
- * accumulators stay in registers and each block is dequantized once per
- * pair. The short last block of a row uses the portable code. */
-#define W8(c) _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), s, z)
-
-__attribute__((target("avx2,fma"))) static inline void
-q4_rows_avx2(const uint8_t *qr, const float *sr, const float *zr, int32_t nfull, const float *x0,
-             const float *x1, float *acc0, float *acc1)
-{
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (int32_t b = 0; b < nfull; b++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(qr + b * 16));
-        __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-        __m256 s = _mm256_set1_ps(sr[b]), z = _mm256_set1_ps(zr[b]);
-        __m256 w0 = W8(lo), w1 = W8(_mm_srli_si128(lo, 8)), w2 = W8(hi),
-               w3 = W8(_mm_srli_si128(hi, 8));
-        const float *xb = x0 + b * BK;
-        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), a0);
-        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), a1);
-        a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), a2);
-        a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), a3);
-        if (x1) {
-            xb = x1 + b * BK;
-            b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), b0);
-            b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), b1);
-            b2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), b2);
-            b3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), b3);
-        }
-    }
-    _mm256_storeu_ps(acc0, a0);
-    _mm256_storeu_ps(acc0 + 8, a1);
-    _mm256_storeu_ps(acc0 + 16, a2);
-    _mm256_storeu_ps(acc0 + 24, a3);
-    if (x1) {
-        _mm256_storeu_ps(acc1, b0);
-        _mm256_storeu_ps(acc1 + 8, b1);
-        _mm256_storeu_ps(acc1 + 16, b2);
-        _mm256_storeu_ps(acc1 + 24, b3);
-    }
-}
-#undef W8
-
-__attribute__((target("avx2,fma"))) static void linear_q4_avx2(const struct krn_cpu_q4 *w,
-                                                               const float *bias, const float *x,
-                                                               int64_t ldx, float *y, int64_t ldy,
-                                                               int32_t m, int32_t n0, int32_t n1)
-{
-    float acc[MT][BK];
-    float wb[BK];
-    int32_t nfull = w->k / BK, nblk = (w->k + BK - 1) / BK;
-    for (int32_t m0 = 0; m0 < m; m0 += MT) {
-        int32_t mt = m - m0 < MT ? m - m0 : MT;
-        const float *xt = x + (int64_t)m0 * ldx;
-        for (int32_t n = n0; n < n1; n++) {
-            const uint8_t *qr = w->q + (int64_t)n * (w->kr / 2);
-            const float *sr = w->scale + (int64_t)n * (w->kr / BK);
-            const float *zr = w->mzs + (int64_t)n * (w->kr / BK);
-            for (int32_t r = 0; r < mt; r += 2)
-                q4_rows_avx2(qr, sr, zr, nfull, xt + r * ldx,
-                             r + 1 < mt ? xt + (r + 1) * ldx : NULL, acc[r],
-                             r + 1 < mt ? acc[r + 1] : NULL);
-            for (int32_t b = nfull; b < nblk; b++) { /* the short last block */
-                unpack_block(qr + b * 16, sr[b], zr[b], wb);
-                block_fma(acc, wb, xt, ldx, mt, b * BK, w->k - b * BK);
+            for (int32_t r = 0; r < mt; r++) {
+                float v = reduce64(p[r]);
+                y[(int64_t)(m0 + r) * ldy + n] = bias ? v + bias[n] : v;
             }
-            finish(acc, bias, y + (int64_t)m0 * ldy, ldy, mt, n);
         }
     }
 }
-#endif
+
+/* ---- entry points --------------------------------------------------------------- */
 
 void krn_cpu_linear_q4(const struct krn_cpu_q4 *w, const float *bias, const float *x, int64_t ldx,
                        float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
-#ifdef HAVE_AVX2_PATH
-    if (krn_cpu_simd_on && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        linear_q4_avx2(w, bias, x, ldx, y, ldy, m, n0, n1);
+#ifdef LIN_HAVE_X86
+    switch (krn_cpu_isa_get()) {
+    case KRN_ISA_AVX512:
+        lin_q4_avx512(w, bias, x, ldx, y, ldy, m, n0, n1);
         return;
+    case KRN_ISA_AVX2:
+        lin_q4_avx2(w, bias, x, ldx, y, ldy, m, n0, n1);
+        return;
+    default:
+        break;
     }
 #endif
-    linear_tiles(W_Q4, w, w->k, bias, x, ldx, y, ldy, m, n0, n1);
+    linear_portable(W_Q4, w, w->k, bias, x, ldx, y, ldy, m, n0, n1);
 }
 
 void krn_cpu_gather_cols(const float *x, int64_t ldx, const int32_t *perm, int32_t k, float *xg,
@@ -287,14 +227,38 @@ void krn_cpu_gather_cols(const float *x, int64_t ldx, const int32_t *perm, int32
             xg[r * ldg + i] = x[r * ldx + perm[i]];
 }
 
-HOT void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x,
-                            int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+void krn_cpu_linear_f32(const float *w, int32_t k, const float *bias, const float *x, int64_t ldx,
+                        float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
-    linear_tiles(W_F32, w, k, bias, x, ldx, y, ldy, m, n0, n1);
+#ifdef LIN_HAVE_X86
+    switch (krn_cpu_isa_get()) {
+    case KRN_ISA_AVX512:
+        lin_f32_avx512(w, k, bias, x, ldx, y, ldy, m, n0, n1);
+        return;
+    case KRN_ISA_AVX2:
+        lin_f32_avx2(w, k, bias, x, ldx, y, ldy, m, n0, n1);
+        return;
+    default:
+        break;
+    }
+#endif
+    linear_portable(W_F32, w, k, bias, x, ldx, y, ldy, m, n0, n1);
 }
 
-HOT void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
-                            int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
+void krn_cpu_linear_f16(const uint16_t *w, int32_t k, const float *bias, const float *x,
+                        int64_t ldx, float *y, int64_t ldy, int32_t m, int32_t n0, int32_t n1)
 {
-    linear_tiles(W_F16, w, k, bias, x, ldx, y, ldy, m, n0, n1);
+#ifdef LIN_HAVE_X86
+    switch (krn_cpu_isa_get()) {
+    case KRN_ISA_AVX512:
+        lin_f16_avx512(w, k, bias, x, ldx, y, ldy, m, n0, n1);
+        return;
+    case KRN_ISA_AVX2:
+        lin_f16_avx2(w, k, bias, x, ldx, y, ldy, m, n0, n1);
+        return;
+    default:
+        break;
+    }
+#endif
+    linear_portable(W_F16, w, k, bias, x, ldx, y, ldy, m, n0, n1);
 }

@@ -326,6 +326,109 @@ START_TEST(attention_prefill_and_decode)
 }
 END_TEST
 
+/* Attention over long contexts (several chunks of positions) gives the same
+ * bits on 1, 2, 3 and 5 threads: a prefill of 200 tokens (rows shared out
+ * whole), then decode steps of three sequences at contexts 201, 70 and 1
+ * (chunks and heads shared out, then combined), alone and together; and
+ * the decode of a sequence equals the same token's row in a prefill. */
+static void attn_run(int threads, const float *qkv, float *out)
+{
+    enum { NH = 4, NKV = 2, HD = 16, NBLK = 40, MAXB = 14 };
+    const int qkvw = (NH + 2 * NKV) * HD, ROWS = 200 + 3 + 200;
+    struct eng_backend *be = cpu(threads);
+    int32_t bt[3 * MAXB];
+    for (int i = 0; i < 3 * MAXB; i++)
+        bt[i] = (i * 7) % NBLK; /* scattered, distinct within the first 40 */
+    int64_t pool = (int64_t)NBLK * ENG_KV_BLOCK * NKV * HD;
+    struct eng_buf *kc, *vc, *bo;
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &kc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &vc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)ROWS * NH * HD, &bo, NULL), INF_OK);
+    /* rows 0..199: slot 0 positions 0..199 (prefill); 200..202: decode of
+     * slot 0 at 200, slot 1 at 69 (after a 69-token prefill at rows
+     * 203..271), slot 2 at 0; 203..402: slot 1's and spare rows */
+    int32_t pos[403];
+    for (int i = 0; i < 200; i++)
+        pos[i] = i;
+    pos[200] = 200, pos[201] = 69, pos[202] = 0;
+    for (int i = 203; i < 403; i++)
+        pos[i] = i - 203;
+    struct eng_buf *bq = upload(be, qkv, sizeof(float) * (size_t)ROWS * qkvw);
+    struct eng_buf *bpos = upload(be, pos, sizeof pos), *bbt = upload(be, bt, sizeof bt);
+    struct eng_attn_params p = {.n_heads = NH,
+                                .n_kv_heads = NKV,
+                                .head_dim = HD,
+                                .scale = 0.25f,
+                                .q = {bq, 0, qkvw},
+                                .k = {bq, NH * HD, qkvw},
+                                .v = {bq, (NH + NKV) * HD, qkvw},
+                                .out = {bo, 0, NH * HD},
+                                .pos = bpos,
+                                .block_table = bbt,
+                                .n_slots = 3,
+                                .max_blocks = MAXB,
+                                .k_cache = kc,
+                                .v_cache = vc,
+                                .n_blocks = NBLK};
+    int32_t pre0[3] = {0, 200, 0}, pre1[3] = {203, 69, 1},
+            dec[9] = {200, 1, 0, 201, 1, 1, 202, 1, 2};
+    struct eng_buf *bs = upload(be, pre0, sizeof pre0), *bd = upload(be, dec, sizeof dec);
+    p.seqs = bs;
+    p.n_seqs = 1;
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_upload(be, bs, 0, pre1, sizeof pre1, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    p.seqs = bd;
+    p.n_seqs = 3;
+    ck_assert_int_eq(eng_op_attn_decode(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_download(be, bo, 0, out, sizeof(float) * (size_t)ROWS * NH * HD, NULL),
+                     INF_OK);
+    /* slot 1's decode alone: the same row again */
+    p.n_seqs = 1;
+    int32_t one[3] = {201, 1, 1};
+    ck_assert_int_eq(eng_buf_upload(be, bd, 0, one, sizeof one, NULL), INF_OK);
+    float again[NH * HD];
+    ck_assert_int_eq(eng_op_attn_decode(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(
+        eng_buf_download(be, bo, sizeof(float) * 201 * NH * HD, again, sizeof again, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(again, out + 201 * NH * HD, sizeof again), 0);
+    /* slot 1 as a prefill of 70 tokens whose last (row 272) is the decode
+     * row's q, k and v: its row equals the decode's */
+    int32_t pre70[3] = {203, 70, 1};
+    ck_assert_int_eq(eng_buf_upload(be, bs, 0, pre70, sizeof pre70, NULL), INF_OK);
+    p.seqs = bs;
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    ck_assert_int_eq(
+        eng_buf_download(be, bo, sizeof(float) * 272 * NH * HD, again, sizeof again, NULL), INF_OK);
+    ck_assert_int_eq(memcmp(again, out + 201 * NH * HD, sizeof again), 0);
+    eng_buf_free(be, kc), eng_buf_free(be, vc), eng_buf_free(be, bo), eng_buf_free(be, bq);
+    eng_buf_free(be, bpos), eng_buf_free(be, bbt), eng_buf_free(be, bs), eng_buf_free(be, bd);
+    eng_backend_destroy(be);
+}
+
+START_TEST(attention_same_bits_any_threads)
+{
+    enum { NH = 4, NKV = 2, HD = 16, ROWS = 403 };
+    const int qkvw = (NH + 2 * NKV) * HD;
+    float *qkv = malloc(sizeof(float) * ROWS * (size_t)qkvw);
+    for (int i = 0; i < ROWS * qkvw; i++)
+        qkv[i] = 1.5f * urand();
+    memcpy(qkv + 272 * qkvw, qkv + 201 * qkvw, sizeof(float) * (size_t)qkvw);
+    float *ref = malloc(sizeof(float) * ROWS * NH * HD),
+          *got = malloc(sizeof(float) * ROWS * NH * HD);
+    static const int threads[] = {1, 2, 3, 5};
+    for (int ti = 0; ti < 4; ti++) {
+        attn_run(threads[ti], qkv, ti ? got : ref);
+        if (ti)
+            for (int r = 0; r < 203; r++)
+                ck_assert_msg(
+                    memcmp(ref + r * NH * HD, got + r * NH * HD, sizeof(float) * NH * HD) == 0,
+                    "%d threads: row %d differs from 1 thread", threads[ti], r);
+    }
+    free(qkv), free(ref), free(got);
+}
+END_TEST
+
 START_TEST(rows_ops_through_wrappers)
 {
     struct eng_backend *be = cpu(2);
@@ -505,6 +608,108 @@ START_TEST(blocks_and_uploads)
 }
 END_TEST
 
+/* The CPU backend's own mlp_block slot (gate/up and SiLU*mul as one job,
+ * column ranges shared out per thread) gives the composition of the plain
+ * ops bit for bit: INT4 and fp32 gate/up, 1 to 3 threads, intermediate
+ * sizes that split unevenly (40: 16 + 16 + 8 columns), one row and several;
+ * the fused output h is the plain ops' too. */
+START_TEST(mlp_block_slot_equals_composition)
+{
+    static const int32_t threads[] = {1, 2, 3}, inters[] = {40, 72}, ms[] = {1, 3};
+    const int32_t H = 24;
+    for (int ti = 0; ti < 3; ti++)
+        for (int ii = 0; ii < 2; ii++)
+            for (int q4 = 0; q4 < 2; q4++) {
+                struct eng_backend *be = cpu(threads[ti]);
+                const int32_t I = inters[ii];
+                struct eng_linear gu = fp_linear(be, 2 * I, H), down = fp_linear(be, H, I);
+                if (q4) {
+                    float *w = malloc(sizeof(float) * 2 * I * H);
+                    for (int i = 0; i < 2 * I * H; i++)
+                        w[i] = 0.3f * urand();
+                    struct krn_q4_weight q;
+                    ck_assert_int_eq(eng_q4_quantize(w, 2 * I, H, 32, false, &q, NULL), INF_OK);
+                    eng_buf_free(be, gu.w);
+                    gu.w = NULL;
+                    ck_assert_int_eq(eng_weight_q4_create(be, &q, &gu.q4, NULL), INF_OK);
+                    eng_q4_free(&q);
+                    free(w);
+                }
+                for (int mi = 0; mi < 2; mi++) {
+                    const int32_t m = ms[mi];
+                    struct eng_buf *x0 = frand_buf(be, (int64_t)m * H, 1.0f),
+                                   *xn0 = frand_buf(be, (int64_t)m * H, 1.0f),
+                                   *norm = frand_buf(be, H, 1.0f);
+                    float want[2][3 * 24], got[2][3 * 24], hw[3 * 72], hg[3 * 72];
+                    struct eng_buf *x, *xn, *g, *h, *d;
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &x, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &xn, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * 2 * I * 4, &g, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * I * 4, &h, NULL), INF_OK);
+                    ck_assert_int_eq(eng_buf_alloc(be, (size_t)m * H * 4, &d, NULL), INF_OK);
+                    struct eng_mat mx = {x, 0, H}, mxn = {xn, 0, H}, mg = {g, 0, 2 * I},
+                                   mh = {h, 0, I}, md = {d, 0, H};
+                    struct eng_mlp_block b = {.m = m,
+                                              .dim = H,
+                                              .inter = I,
+                                              .x = mx,
+                                              .xn = mxn,
+                                              .gu = {&gu},
+                                              .n_gu = 1,
+                                              .gu_out = mg,
+                                              .h = mh,
+                                              .down = &down,
+                                              .d = md,
+                                              .norm = norm,
+                                              .eps = 1e-5f};
+                    for (int pass = 0; pass < 2; pass++) {
+                        float xa[3 * 24];
+                        ck_assert_int_eq(eng_buf_download(be, x0, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_upload(be, x, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_download(be, xn0, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_upload(be, xn, 0, xa, (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        /* scratch poisoned (NaN), so nothing carries over between passes */
+                        float poison[3 * 2 * 72];
+                        memset(poison, 0xff, sizeof poison);
+                        ck_assert_int_eq(
+                            eng_buf_upload(be, g, 0, poison, (size_t)m * 2 * I * 4, NULL), INF_OK);
+                        ck_assert_int_eq(eng_buf_upload(be, h, 0, poison, (size_t)m * I * 4, NULL),
+                                         INF_OK);
+                        if (pass == 0)
+                            ck_assert_int_eq(eng_mlp_block_compose(be, &b, NULL), INF_OK);
+                        else
+                            ck_assert_int_eq(eng_op_mlp_block(be, &b, NULL), INF_OK);
+                        float(*o)[3 * 24] = pass ? got : want;
+                        ck_assert_int_eq(eng_buf_download(be, x, 0, o[0], (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(eng_buf_download(be, xn, 0, o[1], (size_t)m * H * 4, NULL),
+                                         INF_OK);
+                        ck_assert_int_eq(
+                            eng_buf_download(be, h, 0, pass ? hg : hw, (size_t)m * I * 4, NULL),
+                            INF_OK);
+                    }
+                    ck_assert_msg(memcmp(want[0], got[0], (size_t)m * H * 4) == 0 &&
+                                      memcmp(want[1], got[1], (size_t)m * H * 4) == 0,
+                                  "threads %d I %d q4 %d m %d: x / xn differ", threads[ti], I, q4,
+                                  m);
+                    ck_assert_msg(memcmp(hw, hg, (size_t)m * I * 4) == 0,
+                                  "threads %d I %d q4 %d m %d: h differs", threads[ti], I, q4, m);
+                    struct eng_buf *bufs[] = {x0, xn0, norm, x, xn, g, h, d};
+                    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                        eng_buf_free(be, bufs[i]);
+                }
+                eng_weight_q4_destroy(be, gu.q4);
+                eng_buf_free(be, gu.w);
+                eng_buf_free(be, down.w);
+                eng_backend_destroy(be);
+            }
+}
+END_TEST
+
 START_TEST(thread_count_checked)
 {
     struct eng_backend_cpu_opts o = {.n_threads = -1};
@@ -527,8 +732,10 @@ int main(void)
     tcase_add_test(t, linear_q4_column_order);
     tcase_add_test(t, linear_fp16_and_embedding);
     tcase_add_test(t, attention_prefill_and_decode);
+    tcase_add_test(t, attention_same_bits_any_threads);
     tcase_add_test(t, rows_ops_through_wrappers);
     tcase_add_test(t, blocks_and_uploads);
+    tcase_add_test(t, mlp_block_slot_equals_composition);
     tcase_add_test(t, thread_count_checked);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);

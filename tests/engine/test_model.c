@@ -11,6 +11,7 @@
 #include "engine/sched/greedy.h"
 #include "engine/weights/safetensors.h"
 #include "engine/sched/scheduler_impl.h"
+#include "kernels/linear.h"
 #include "test_model_util.h"
 
 #include <check.h>
@@ -505,6 +506,59 @@ START_TEST(load_threads_same_logits)
 }
 END_TEST
 
+/* The CPU backend on every instruction set of its linear kernels and on 1,
+ * 2 and 3 threads gives the same logits bit for bit: the kernels share one
+ * arithmetic (kernels/linear.h), the work split never changes an output's
+ * operations, and the portable kernels' backend gets the kept-fp16
+ * embedding and lm_head as fp32 holding the same fp16 values
+ * (be->f16_as_f32). INT4 with the default kept layers (a tied head, so
+ * the embedding table is the lm_head) and fp32. */
+START_TEST(isas_and_threads_same_logits)
+{
+    const struct tm_spec *sp = &LLAMA3_TIED;
+    enum eng_quant q = _i ? ENG_QUANT_INT4 : ENG_QUANT_NONE;
+    make_model(sp);
+    enum { N = 12 };
+    int V = sp->vocab;
+    int32_t tok[N];
+    prompt(tok, N, V, 5);
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    static const int32_t threads[] = {1, 2, 3};
+    bool first = true;
+    for (int isa = KRN_ISA_PORTABLE; isa <= KRN_ISA_AVX512; isa++) {
+        if ((int)krn_cpu_isa_set((enum krn_cpu_isa)isa) != isa)
+            continue; /* the CPU lacks it */
+        for (int ti = 0; ti < 3; ti++) {
+            struct eng_backend_cpu_opts bo = {.n_threads = threads[ti]};
+            struct eng_backend *b2 = NULL;
+            struct inf_err err = {0};
+            ck_assert_int_eq(eng_backend_cpu_create(&bo, &b2, &err), INF_OK);
+            ck_assert(b2->f16_as_f32 == (isa == KRN_ISA_PORTABLE));
+            struct eng_model_opts o;
+            eng_model_opts_default(&o);
+            o.quant = q;
+            o.group_size = 32;
+            o.max_tokens = 256;
+            o.n_kv_blocks = 64;
+            eng_model_t *m = NULL;
+            ck_assert_msg(eng_model_load(dir, b2, &o, &m, &err) == INF_OK, "load: %s", err.msg);
+            run_positions(m, tok, N, 5, first ? ref : got);
+            if (!first)
+                ck_assert_msg(memcmp(ref, got, sizeof(float) * N * V) == 0,
+                              "quant %d: %s kernels on %d threads differ from portable on 1",
+                              (int)q, krn_cpu_isa_name((enum krn_cpu_isa)isa), threads[ti]);
+            first = false;
+            eng_model_destroy(m);
+            eng_backend_destroy(b2);
+        }
+    }
+    krn_cpu_isa_set(KRN_ISA_AVX512);
+    free(ref);
+    free(got);
+    drop_model();
+}
+END_TEST
+
 /* ---- generation ---------------------------------------------------------------- */
 
 /* Greedy generation for n_seq prompts run together (continuous batching
@@ -933,6 +987,7 @@ static Suite *suite(void)
     t = tcase_create("load threads");
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, load_threads_same_logits, 0, 8);
+    tcase_add_loop_test(t, isas_and_threads_same_logits, 0, 2);
     suite_add_tcase(s, t);
     t = tcase_create("generation");
     tcase_set_timeout(t, 240);

@@ -1,7 +1,9 @@
 /* Every CPU kernel against a naive double-precision loop written here:
- * INT4 / fp32 / fp16 linear (with the repacked layout, padding, odd N, many
- * M, and split ranges giving bit-identical results), RMSNorm with residual,
- * RoPE with llama3 scaling, paged attention with GQA, SiLU*mul, embeddings
+ * INT4 / fp32 / fp16 linear on every instruction set the CPU has (with the
+ * repacked layout, padding, odd N, many M, and split ranges giving
+ * bit-identical results; the AVX2 and AVX-512 kernels bit for bit the
+ * portable loop on random shapes), RMSNorm with residual,
+ * RoPE with llama3 scaling, paged attention with GQA in chunks, SiLU*mul, embeddings
  * and row gathers, and the fp16 conversion for every bit pattern. */
 #include "common/inf.h"
 #include "kernels/activation.h"
@@ -14,6 +16,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,11 +106,24 @@ static void check_q4_linear(int n, int k, int kp, int group, int m)
     free(w.q), free(w.scale), free(w.zero);
 }
 
+/* Loop index _i as an instruction set: false (and a line saying so) when
+ * the CPU lacks it. */
+static bool use_isa(int i)
+{
+    enum krn_cpu_isa want = (enum krn_cpu_isa)i;
+    if (krn_cpu_isa_set(want) != want) {
+        printf("SKIPPED: %s kernels (the CPU lacks them)\n", krn_cpu_isa_name(want));
+        return false;
+    }
+    return true;
+}
+
 START_TEST(linear_q4_matches_naive)
 {
     static const int ms[] = {1, 3, 9, 17};
-    /* the SIMD path where the CPU has one, then the portable loop */
-    krn_cpu_simd(_i == 0);
+    /* every instruction set the CPU has, the portable loop included */
+    if (!use_isa(_i))
+        return;
     for (int i = 0; i < 4; i++) {
         check_q4_linear(7, 100, 128, 32, ms[i]);  /* K padded within a group */
         check_q4_linear(5, 288, 512, 256, ms[i]); /* K 288 at group 256 */
@@ -120,6 +136,8 @@ END_TEST
 
 START_TEST(linear_fp_matches_naive)
 {
+    if (!use_isa(_i))
+        return;
     int n = 11, k = 77, m = 10;
     float *w = rvec((int64_t)n * k, 0.3), *x = rvec((int64_t)m * k, 1.0);
     uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)(n * k));
@@ -139,6 +157,82 @@ START_TEST(linear_fp_matches_naive)
             ck_assert_msg(fabs(yh[r * n + o] - sh) < 1e-5, "f16 %g vs %g", yh[r * n + o], sh);
         }
     free(w), free(x), free(wh), free(y), free(yh);
+}
+END_TEST
+
+/* x with NaN past column k of each row (a kernel that reads there poisons
+ * its outputs). */
+static float *poisoned_x(int m, int k, int64_t ldx)
+{
+    float *x = rvec((int64_t)m * ldx, 1.5);
+    for (int r = 0; r < m; r++)
+        for (int64_t c = k; c < ldx; c++)
+            x[r * ldx + c] = NAN;
+    return x;
+}
+
+/* The AVX2 and AVX-512 kernels against the portable loop on random shapes:
+ * odd K, K not a multiple of the group or of 16, every group size and
+ * per-channel, M = 1 and up to 9 rows (several tiles), strided x and y,
+ * with and without bias, column ranges that start and end anywhere. They
+ * follow the same arithmetic (kernels/linear.h), so the results must be
+ * bit for bit the portable loop's. */
+START_TEST(linear_isas_bit_identical)
+{
+    if (!use_isa(_i + 1))
+        return;
+    const enum krn_cpu_isa isa = (enum krn_cpu_isa)(_i + 1);
+    static const int groups[] = {32, 64, 128, 256, 0};
+    static const int ms[] = {1, 2, 3, 4, 5, 7, 9};
+    for (int it = 0; it < 120; it++) {
+        const int n = 1 + (int)((rng >> 9) % 70), g = groups[(rng >> 21) % 5];
+        urand();
+        const int k = 1 + (int)((rng >> 9) % 700), m = ms[(rng >> 33) % 7];
+        urand();
+        const int kp = g ? (k + g - 1) / g * g : k, group = g ? g : kp;
+        const int64_t ldx = k + (int64_t)((rng >> 13) % 6), ldy = n + (int64_t)((rng >> 29) % 4);
+        const int n0 = (int)((rng >> 40) % (uint64_t)n),
+                  n1 = n0 + 1 + (int)((rng >> 45) % (uint64_t)(n - n0));
+        urand();
+        struct krn_q4_weight w = make_q4(n, k, kp, group);
+        void *mem = aligned_alloc(64, (krn_cpu_q4_bytes(&w) + 63) / 64 * 64);
+        struct krn_cpu_q4 cw;
+        krn_cpu_q4_repack(&w, mem, &cw);
+        float *wf = rvec((int64_t)n * k, 0.3), *x = poisoned_x(m, k, ldx);
+        float *bias = it % 2 ? rvec(n, 0.5) : NULL;
+        uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)n * (size_t)k);
+        for (int64_t i = 0; i < (int64_t)n * k; i++)
+            wh[i] = inf_f32_to_f16(wf[i]);
+        size_t ybytes = sizeof(float) * (size_t)(m * ldy);
+        float *want = malloc(ybytes), *got = malloc(ybytes);
+        for (int f = 0; f < 3; f++) {
+            for (int pass = 0; pass < 2; pass++) {
+                float *y = pass ? got : want;
+                memset(y, 0, ybytes);
+                krn_cpu_isa_set(pass ? isa : KRN_ISA_PORTABLE);
+                if (f == 0)
+                    krn_cpu_linear_q4(&cw, bias, x, ldx, y, ldy, m, n0, n1);
+                else if (f == 1)
+                    krn_cpu_linear_f32(wf, k, bias, x, ldx, y, ldy, m, n0, n1);
+                else
+                    krn_cpu_linear_f16(wh, k, bias, x, ldx, y, ldy, m, n0, n1);
+            }
+            for (int r = 0; r < m; r++)
+                for (int o = n0; o < n1; o++) {
+                    float a = want[r * ldy + o], b = got[r * ldy + o];
+                    ck_assert_msg(!isnan(a) && memcmp(&a, &b, sizeof a) == 0,
+                                  "%s %s n=%d k=%d g=%d m=%d [%d][%d]: %a vs %a",
+                                  krn_cpu_isa_name(isa),
+                                  f == 0   ? "q4"
+                                  : f == 1 ? "f32"
+                                           : "f16",
+                                  n, k, group, m, r, o, b, a);
+                }
+        }
+        free(want), free(got), free(wf), free(wh), free(x), free(bias), free(mem);
+        free(w.q), free(w.scale), free(w.zero);
+    }
+    krn_cpu_isa_set(KRN_ISA_AVX512);
 }
 END_TEST
 
@@ -238,22 +332,43 @@ END_TEST
 
 START_TEST(paged_attention_matches_naive)
 {
-    enum { BLK = 16, NB = 9, NKV = 2, HD = 8, NH = 6, CTX = 37 };
+    /* 150 positions: three chunks, the last cut; scattered physical blocks */
+    enum { BLK = 16, NB = 13, NKV = 2, HD = 8, NH = 6, CTX = 150, NCH = 3, RS = HD + 2 };
     int64_t row = NKV * HD;
     float *kp = calloc((size_t)(NB * BLK * row), sizeof(float));
     float *vp = calloc((size_t)(NB * BLK * row), sizeof(float));
-    int32_t blocks[3] = {7, 2, 5}; /* scattered physical blocks */
-    float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.0);
+    int32_t blocks[10] = {7, 2, 5, 12, 0, 9, 3, 11, 1, 6};
+    float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.5);
     for (int p = 0; p < CTX; p++)
         krn_cpu_kv_write(kp, vp, blocks, BLK, NKV, HD, p, K + p * row, Vv + p * row);
     /* the row of position 20 is in block blocks[1], row 4 */
     ck_assert(kp[((int64_t)2 * BLK + 4) * row + 3] == K[20 * row + 3]);
-    float scores[CTX], out[HD];
-    for (int h = 0; h < NH; h++) {
-        int kvh = h / (NH / NKV);
-        for (int n_ctx = 1; n_ctx <= CTX; n_ctx += 12) {
-            krn_cpu_attn_head(q + h * HD, kp, vp, blocks, BLK, NKV, HD, kvh, n_ctx, 0.35f, scores,
-                              out);
+    float scratch[NH * (KRN_ATTN_CHUNK + NCH * RS)], out[NH * HD];
+    static const int ctxs[] = {1, 13, 64, 65, 128, 150};
+    for (int ci = 0; ci < 6; ci++) {
+        const int n_ctx = ctxs[ci], nch = krn_attn_chunks(n_ctx);
+        for (int h = 0; h < NH; h++) {
+            int kvh = h / (NH / NKV);
+            /* one head alone, and the head in ranges of every size: the same bits */
+            krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h, h + 1, n_ctx, 0.35f, scratch,
+                               out);
+            for (int h1 = h + 1; h1 <= NH; h1 += 2) {
+                float wide[NH * HD];
+                krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h > 0 ? h - 1 : 0, h1,
+                                   n_ctx, 0.35f, scratch, wide);
+                ck_assert_int_eq(memcmp(wide + h * HD, out + h * HD, sizeof(float) * HD), 0);
+            }
+            /* its chunks one by one, each with another range of heads, then the
+             * combine: the same bits */
+            float rec[NCH * NH * RS], scores[NH * KRN_ATTN_CHUNK], alone[HD];
+            for (int c = 0; c < nch; c++) {
+                int h0 = c % 2 ? 0 : h, p0 = c * KRN_ATTN_CHUNK;
+                int p1 = n_ctx - p0 < KRN_ATTN_CHUNK ? n_ctx : p0 + KRN_ATTN_CHUNK;
+                krn_cpu_attn_chunk(q, kp, vp, blocks, BLK, NH, NKV, HD, h0, NH, p0, p1, 0.35f,
+                                   scores, rec + (c * NH + h0) * RS, RS);
+            }
+            krn_cpu_attn_combine(rec + h * RS, NH * RS, nch, HD, alone);
+            ck_assert_int_eq(memcmp(alone, out + h * HD, sizeof alone), 0);
             double s[CTX], mx = -1e300, sum = 0;
             for (int p = 0; p < n_ctx; p++) {
                 double d = 0;
@@ -268,8 +383,8 @@ START_TEST(paged_attention_matches_naive)
                 double a = 0;
                 for (int p = 0; p < n_ctx; p++)
                     a += s[p] / sum * Vv[p * row + kvh * HD + e];
-                ck_assert_msg(fabs(out[e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx, out[e],
-                              a);
+                ck_assert_msg(fabs(out[h * HD + e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx,
+                              out[h * HD + e], a);
             }
         }
     }
@@ -320,8 +435,9 @@ int main(void)
     Suite *s = suite_create("kernels_cpu");
     TCase *t = tcase_create("linear");
     tcase_set_timeout(t, 60);
-    tcase_add_loop_test(t, linear_q4_matches_naive, 0, 2);
-    tcase_add_test(t, linear_fp_matches_naive);
+    tcase_add_loop_test(t, linear_q4_matches_naive, KRN_ISA_PORTABLE, KRN_ISA_AVX512 + 1);
+    tcase_add_loop_test(t, linear_fp_matches_naive, KRN_ISA_PORTABLE, KRN_ISA_AVX512 + 1);
+    tcase_add_loop_test(t, linear_isas_bit_identical, 0, 2);
     tcase_add_test(t, half_to_float_every_pattern);
     suite_add_tcase(s, t);
     t = tcase_create("rows");

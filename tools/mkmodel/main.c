@@ -72,6 +72,9 @@ struct preset {
 static const struct preset presets[] = {
     {"tiny", "llama", 288, 768, 6, 6, 6, 0, 1024, 10000.0, 0, 0, ENG_DT_F32},
     {"small", "llama", 512, 1408, 8, 8, 2, 0, 2048, 10000.0, 0, 0, ENG_DT_F32},
+    /* the shapes of llama2.c's TinyStories models (tied classifier, fp32) */
+    {"stories15m", "llama", 288, 768, 6, 6, 6, 32000, 256, 10000.0, 1, 0, ENG_DT_F32},
+    {"stories110m", "llama", 768, 2048, 12, 12, 12, 32000, 1024, 10000.0, 1, 0, ENG_DT_F32},
     {"llama2-7b", "llama", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0, 0, 0, ENG_DT_F16},
     {"llama3-8b", "llama", 4096, 14336, 32, 32, 8, 128256, 131072, 500000.0, 0, 1, ENG_DT_F16},
 };
@@ -570,7 +573,8 @@ static void usage(FILE *f)
             "usage: int4serve-mkmodel --out DIR [options]\n"
             "Write a synthetic checkpoint folder in Hugging Face's layout.\n\n"
             "  --out DIR            folder to write (created if missing)\n"
-            "  --preset NAME        tiny (default) | small | llama2-7b | llama3-8b\n"
+            "  --preset NAME        tiny (default) | small | stories15m | stories110m |\n"
+            "                       llama2-7b | llama3-8b\n"
             "  --arch A             llama | mistral | qwen2\n"
             "  --hidden N --intermediate N --layers N --heads N --kv-heads N\n"
             "  --head-dim N --vocab N --max-pos N --rope-theta X\n"
@@ -588,7 +592,8 @@ static void usage(FILE *f)
             "  --checkpoint-format gptq | gptq_v2   qzeros as zero - 1 (default) or zero\n"
             "The built-in tokenizer is a byte-level BPE of up to %d merges; vocab_size\n"
             "defaults to its size rounded up to a multiple of 8 (a copied tokenizer's\n"
-            "size exactly: max id + 1). The 7b/8b presets keep their real vocab_size.\n",
+            "size exactly: max id + 1). The stories and 7b/8b presets keep their real\n"
+            "vocab_size.\n",
             N_MERGES);
 }
 
