@@ -193,7 +193,7 @@ static int compare(const char *what, int r, const struct eng_token_info *a,
     for (int32_t k = 0; k < a[p].n_top && k < 5; k++)
         if (a[p].top_ids[k] == b[p].id)
             margin = (double)a[p].logprob - (double)a[p].top_logprobs[k];
-    float va[5];
+    float va[5] = {0};
     sorted_top(&a[p], va);
     bool tie = margin <= 2 * tol;
     if (what)
@@ -286,6 +286,8 @@ static bool default_budget_ok(const char *dir)
 /* no_overlap for the next open_engine: every step planned only once the
  * one before is back */
 static bool g_no_overlap;
+/* prefix_caching for the next open_engine */
+static bool g_prefix;
 
 static eng_engine_t *open_engine(const char *dir, enum eng_backend_kind kind)
 {
@@ -293,6 +295,7 @@ static eng_engine_t *open_engine(const char *dir, enum eng_backend_kind kind)
     cfg.max_batched_tokens = 64;
     cfg.max_queue = 64;
     cfg.no_overlap = g_no_overlap;
+    cfg.prefix_caching = g_prefix;
     eng_engine_t *eng = NULL;
     struct inf_err err = {0};
     if (eng_engine_create(&cfg, on_notify, NULL, &eng, &err) != INF_OK) {
@@ -458,6 +461,71 @@ int main(int argc, char **argv)
                    ok ? "ok" : "FAIL", (long long)bi.kv_capacity_tokens, 128 * 512);
             eng_engine_destroy(big);
         }
+    }
+
+    /* Prefix caching: every prompt is a common head of 48 tokens (three
+     * KV blocks) then its own tokens; each request alone, with caching off
+     * and then on (the later ones prefill only their own tokens, on the
+     * head's cached blocks): the same tokens and logprobs, up to the
+     * rounding of prefills of other lengths (BATCH_TOL, near-ties). */
+    {
+        static struct eng_token_info off[N_REQ + 1][GEN];
+        static int32_t saved[N_REQ][96], saved_len[N_REQ];
+        memcpy(saved, prompts, sizeof saved);
+        memcpy(saved_len, prompt_len, sizeof saved_len);
+        enum { HEAD = 48 };
+        for (int r = 0; r < N_REQ; r++) {
+            int32_t own = prompt_len[r] < 96 - HEAD ? prompt_len[r] : 96 - HEAD;
+            memmove(prompts[r] + HEAD, saved[r], sizeof(int32_t) * (size_t)own);
+            for (int i = 0; i < HEAD; i++)
+                prompts[r][i] = (int32_t)((i * 37 + 11) % 256);
+            prompt_len[r] = HEAD + own;
+        }
+        uint64_t hits = 0;
+        for (int on = 0; on < 2; on++) {
+            g_prefix = on == 1;
+            eng = open_engine(dir, ENG_BACKEND_CUDA);
+            g_prefix = false;
+            for (int r = 0; r < N_REQ; r++) {
+                reset();
+                submit(eng, r);
+                wait_all(eng, 1);
+                if (!on)
+                    memcpy(off[r + 1], toks[r + 1], sizeof off[r + 1]);
+                else
+                    memcpy(alone[r + 1], toks[r + 1], sizeof alone[r + 1]);
+            }
+            struct eng_stats st;
+            eng_engine_stats(eng, &st);
+            if (on)
+                hits = st.prefix_cache_hits_total;
+            eng_engine_destroy(eng);
+        }
+        int same = 0, diverged = 0, bad = 0, bits = 0;
+        double worst = 0;
+        for (int r = 1; r <= N_REQ; r++) {
+            bits += memcmp(off[r], alone[r], sizeof off[r]) == 0;
+            int c = compare("prefix-cache", r, off[r], alone[r], BATCH_TOL, true, &worst);
+            same += c == 0;
+            diverged += c != 0;
+            bad += c < 0;
+        }
+        checks += 2;
+        /* each request after the first finds the head's three blocks */
+        const uint64_t want_hits = (uint64_t)(N_REQ - 1) * HEAD;
+        fails += hits < want_hits;
+        printf("%-4s prefix cache: %llu tokens found cached (want at least %llu)\n",
+               hits >= want_hits ? "ok" : "FAIL", (unsigned long long)hits,
+               (unsigned long long)want_hits);
+        bool ok = bad == 0 && diverged <= MAX_DIVERGED;
+        fails += !ok;
+        printf("%-4s prefix caching on vs off: %d of %d requests identical, %d diverged at "
+               "near-ties (at most %d), %d not accepted; largest logprob difference %.3e (tol "
+               "%.0e); %d of %d bit for bit\n",
+               ok ? "ok" : "FAIL", same, N_REQ, diverged - bad, MAX_DIVERGED, bad, worst,
+               BATCH_TOL, bits, N_REQ);
+        memcpy(prompts, saved, sizeof saved);
+        memcpy(prompt_len, saved_len, sizeof saved_len);
     }
 
     /* The CPU backend (fp32 activations) is the reference for the GPU's
