@@ -354,16 +354,10 @@ static inf_status_t cpu_linear_fp(struct eng_backend *be, const struct eng_buf *
 {
     (void)err;
     (void)y_f32; /* activations are fp32 here: both outputs are the same */
-    struct linear_job j = {.kind = wdt == ENG_W_F16 ? LIN_F16 : LIN_F32,
-                           .w = w->ptr,
-                           .n = n,
-                           .k = k,
-                           .m = m,
-                           .bias = bias ? bias->ptr : NULL,
-                           .x = fptr(x),
-                           .y = fptr(y),
-                           .ldx = x.ld,
-                           .ldy = y.ld};
+    /* the job reads the weight and bias, never writes them */
+    const struct eng_linear l = {
+        .n = n, .k = k, .w = (struct eng_buf *)w, .wdt = wdt, .bias = (struct eng_buf *)bias};
+    struct linear_job j = linear_job_of(&l, x, y, m);
     linear_run(ctx_of(be), &j);
     return INF_OK;
 }
