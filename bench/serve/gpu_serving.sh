@@ -36,6 +36,9 @@
 #             mkmodel's synthetic tokenizer has text for a few hundred ids
 #             only (the table says which tokenizer each row used; TPOT, from
 #             the usage counts, is per token either way)
+#   TP        engine.tp of every server (default 1); on the cuda backend
+#             its devices are 0 .. TP-1 unless DEVICES gives the list
+#             ("0, 1"); the table's weights column then says "tp N"
 #   PORT (18000), BACKEND (cuda; BACKEND=cpu MODELS=tiny N1=2 N=6 tries the
 #             script end to end on a machine without a GPU, in about 15 s;
 #             there "fp16" is quantization none, fp32 on the CPU backend),
@@ -72,6 +75,8 @@ N128=${N128:-$N}
 BUDGET_S=${BUDGET_S:-560}
 PORT=${PORT:-18000}
 BACKEND=${BACKEND:-cuda}
+TP=${TP:-1}
+DEVICES=${DEVICES:-$(seq -s ', ' 0 $((TP - 1)))}
 MODEL_DIR=${MODEL_DIR:-/tmp}
 TOKCACHE=${INT4SERVE_TOKENIZER_CACHE:-}
 mkdir -p "$OUT" || exit 1
@@ -213,6 +218,7 @@ for model in $MODELS; do
             skip_all "$model" "$weights" "$tok" "skipped (time budget)"
             continue
         fi
+        [ "$TP" != 1 ] && weights="$weights-tp$TP"
         cfg=$OUT/$model-$weights.toml
         log=$OUT/$model-$weights.log
         cat >"$cfg" <<EOF
@@ -228,6 +234,8 @@ max_model_len = 2048
 [engine]
 backend = "$BACKEND"
 max_batch = 128
+tp = $TP
+$([ "$BACKEND" = cuda ] && echo "devices = [$DEVICES]")
 [limits]
 per_ip_connections = 1024
 max_queue = 4096
