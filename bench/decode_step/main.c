@@ -2,7 +2,7 @@
  * on the CUDA backend.
  *
  *   int4serve-bench-decode-step --model DIR [--prompt P] [--steps N] [--no-engine]
- *       [--step-only] [--batch B] [--fp16]
+ *       [--step-only] [--batch B] [--fp16] [--tp T [--devices LIST]]
  *
  * B sequences (default 1; B a decode-graph bucket, above 1 with --step-only):
  * each a P-token prompt (default 128) prefilled, then N decode steps
@@ -34,6 +34,8 @@
  *              backend generating N tokens for the same prompt: time per
  *              token after the first, against the model-level step; the
  *              difference is the scheduler's host time between steps.
+ * --tp T (with --devices, else devices 0 .. T-1) runs the engine part alone,
+ * at tp 1 and at tp T in the same call, and prints the ratio.
  * --no-engine skips the engine part; --step-only runs the step and replay
  * parts alone (one model load); --fp16 loads the model unquantized
  * (quantization none: every linear fp16).
@@ -603,9 +605,16 @@ static void on_notify(void *user)
     (void)user;
 }
 
-static void engine_run(const char *dir, int32_t prompt, int32_t n, double model_step)
+/* The engine at tp ranks on devices[0..n_dev) (tp 1: the default device);
+ * returns ms a token after the first. model_step > 0: the model-level step
+ * it is compared with. */
+static double engine_run(const char *dir, int32_t prompt, int32_t n, double model_step, int32_t tp,
+                         const int32_t *devices, int32_t n_dev)
 {
     struct eng_config cfg = {0};
+    cfg.tp = tp;
+    cfg.devices = tp > 1 ? devices : NULL;
+    cfg.n_devices = tp > 1 ? n_dev : 0;
     cfg.backend = ENG_BACKEND_CUDA;
     cfg.model_dir = dir;
     cfg.max_batch = 8;
@@ -621,7 +630,8 @@ static void engine_run(const char *dir, int32_t prompt, int32_t n, double model_
     uint64_t tl = now_ns();
     if (eng_engine_create(&cfg, on_notify, NULL, &eng, &err) != INF_OK)
         die("engine", err.msg);
-    printf("engine loaded in %.1f s\n", (double)(now_ns() - tl) / 1e9);
+    printf("engine (tp %d) loaded in %.1f s\n", tp, (double)(now_ns() - tl) / 1e9);
+    double per = 0;
     for (int rep = 0; rep < 2; rep++) {
         struct eng_request *q = eng_request_create();
         q->id = 1 + (uint64_t)rep;
@@ -657,16 +667,38 @@ static void engine_run(const char *dir, int32_t prompt, int32_t n, double model_
         if (rep == 1) {
             /* from the first token (the engine's TTFT) to the end, as seen
              * by this thread polling every 20 us */
-            double per = ((double)(t_done - t0) - (double)ttft) / 1e6 / (got > 1 ? got - 1 : 1);
-            printf("engine: %d tokens; first after %.2f ms; then %.3f ms a token (%.0f tok/s); "
-                   "model-level step %.3f ms: the scheduler adds %.3f ms a step\n",
-                   got, (double)ttft / 1e6, per, 1e3 / per, model_step, per - model_step);
+            per = ((double)(t_done - t0) - (double)ttft) / 1e6 / (got > 1 ? got - 1 : 1);
+            printf("engine (tp %d): %d tokens; first after %.2f ms; then %.3f ms a token (%.0f "
+                   "tok/s)",
+                   tp, got, (double)ttft / 1e6, per, 1e3 / per);
+            if (model_step > 0)
+                printf("; model-level step %.3f ms: the scheduler adds %.3f ms a step", model_step,
+                       per - model_step);
+            printf("\n");
         }
     }
     struct eng_stats st;
     eng_engine_stats(eng, &st);
     printf("engine steps: %llu\n", (unsigned long long)st.steps_total);
     eng_engine_destroy(eng);
+    return per;
+}
+
+/* "0,1" into devices; the count, or -1. */
+static int32_t parse_devices(const char *s, int32_t *devices, int32_t cap)
+{
+    int32_t n = 0;
+    while (*s && n < cap) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > 255)
+            return -1;
+        devices[n++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return *s ? -1 : n;
 }
 
 int main(int argc, char **argv)
@@ -674,11 +706,13 @@ int main(int argc, char **argv)
     const char *dir = NULL;
     int32_t prompt = 128, steps = 256;
     bool engine = true, step_only = false;
+    int32_t tp = 1, devices[16], n_dev = 0;
     static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
-        {"steps", required_argument, 0, 'n'}, {"no-engine", no_argument, 0, 'E'},
-        {"step-only", no_argument, 0, 'S'},   {"batch", required_argument, 0, 'b'},
-        {"fp16", no_argument, 0, 'F'},        {0, 0, 0, 0}};
+        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
+        {"steps", required_argument, 0, 'n'},   {"no-engine", no_argument, 0, 'E'},
+        {"step-only", no_argument, 0, 'S'},     {"batch", required_argument, 0, 'b'},
+        {"fp16", no_argument, 0, 'F'},          {"tp", required_argument, 0, 't'},
+        {"devices", required_argument, 0, 'd'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -704,6 +738,12 @@ int main(int argc, char **argv)
         case 'F':
             g_fp16 = true;
             break;
+        case 't':
+            tp = atoi(optarg);
+            break;
+        case 'd':
+            n_dev = parse_devices(optarg, devices, 16);
+            break;
         default:
             dir = NULL;
             prompt = 0;
@@ -715,12 +755,27 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: int4serve-bench-decode-step --model DIR [--prompt P (1..512)] "
                 "[--steps N (8.., P + N <= %d)] [--no-engine] [--step-only] [--fp16]\n"
+                "       [--tp T [--devices 0,1,...]: the engine alone at tp 1 and at T]\n"
                 "       [--batch B (a graph bucket: 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128; "
                 "above 1 with --step-only)]\n",
                 MAX_BLOCKS * ENG_KV_BLOCK - 16);
         return 2;
     }
+    if (tp < 1 || tp > 16 || n_dev < 0 || (n_dev > 0 && n_dev != tp)) {
+        fprintf(stderr, "int4serve-bench-decode-step: --tp 1..16, --devices a list of tp ids\n");
+        return 2;
+    }
     inf_log_set_level(INF_LOG_WARN);
+    if (tp > 1) {
+        /* the engine alone, at tp 1 and at tp ranks, in this one call */
+        if (n_dev == 0)
+            for (n_dev = 0; n_dev < tp; n_dev++)
+                devices[n_dev] = n_dev;
+        double one = engine_run(dir, prompt, steps, 0, 1, NULL, 0);
+        double par = engine_run(dir, prompt, steps, 0, tp, devices, n_dev);
+        printf("tp %d against tp 1: %.3f / %.3f ms a token, %.2fx\n", tp, par, one, one / par);
+        return 0;
+    }
     struct inf_err err = {0};
     struct eng_backend *be1 = NULL, *be2 = NULL;
     if (eng_backend_cuda_create(NULL, &be1, &err) != INF_OK ||
@@ -737,9 +792,9 @@ int main(int argc, char **argv)
 
     /* 1. the step as the scheduler runs it */
     static struct seq sa, sb, sc, s2;
-    uint64_t tp = now_ns();
+    uint64_t t_pre = now_ns();
     prefill(ma, &sa, prompt);
-    const double prefill_cold = (double)(now_ns() - tp) / 1e6 / g_batch;
+    const double prefill_cold = (double)(now_ns() - t_pre) / 1e6 / g_batch;
     double mean, med;
     decode_steps(ma, &sa, 8, &mean, &med); /* records the graph, warms up */
     decode_steps(ma, &sa, steps, &mean, &med);
@@ -800,9 +855,9 @@ int main(int argc, char **argv)
         double best = 1e30, sum = 0;
         const int NPF = 5;
         for (int i = 0; i < NPF; i++) {
-            tp = now_ns();
+            t_pre = now_ns();
             prefill(ma, &s2, prompt);
-            const double t = (double)(now_ns() - tp) / 1e6 / g_batch;
+            const double t = (double)(now_ns() - t_pre) / 1e6 / g_batch;
             sum += t;
             best = t < best ? t : best;
         }
@@ -894,6 +949,6 @@ int main(int argc, char **argv)
     eng_backend_destroy(be1);
     eng_backend_destroy(be2);
     if (engine)
-        engine_run(dir, prompt, steps, model_step);
+        engine_run(dir, prompt, steps, model_step, 1, NULL, 0);
     return 0;
 }
