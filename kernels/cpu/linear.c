@@ -12,7 +12,11 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
+#ifdef LIN_HAVE_X86
+#include <cpuid.h>
+#endif
 
 /* ---- repack ---------------------------------------------------------------- */
 
@@ -80,16 +84,26 @@ void krn_cpu_q4_repack(const struct krn_q4_weight *src, void *mem, struct krn_cp
 
 static atomic_int isa_now = -1; /* -1: not chosen yet */
 
+#ifdef LIN_HAVE_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang before 15 has no "f16c" for
+ * __builtin_cpu_supports. */
+static bool has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static enum krn_cpu_isa isa_best(void)
 {
 #ifdef LIN_HAVE_X86
     __builtin_cpu_init();
+    const bool f16c = has_f16c();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        __builtin_cpu_supports("fma") && f16c)
         return KRN_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
         return KRN_ISA_AVX2;
 #endif
     return KRN_ISA_PORTABLE;
