@@ -19,6 +19,8 @@
 #include <string.h>
 
 enum { PROMPT = 40, NEW = 24, VOCAB = 256, MAX_BLOCKS = 8 };
+#define TP_REQUIRE(ok, what, err) ck_assert_msg(ok, "%s: %s", what, (err)->msg)
+#include "tp_run.h"
 
 static char dir[256];
 
@@ -67,68 +69,6 @@ static void open_lm(int32_t tp, bool int4, bool fused, struct eng_lm *lm)
     ck_assert_int_eq(lm->kv_reserve(lm->self, MAX_BLOCKS, &err), INF_OK);
 }
 
-/* A prompt's teacher-forced log-softmax rows [PROMPT][VOCAB], then NEW greedy
- * ids. */
-static void run(struct eng_lm *lm, double *lp, int32_t *ids)
-{
-    int32_t tok[PROMPT], pos[PROMPT], slot[PROMPT], bt[MAX_BLOCKS];
-    uint8_t want[PROMPT];
-    for (int32_t t = 0; t < PROMPT; t++) {
-        tok[t] = (t * 37 + 5) % VOCAB;
-        pos[t] = t;
-        slot[t] = 0;
-        want[t] = 1;
-    }
-    for (int32_t b = 0; b < MAX_BLOCKS; b++)
-        bt[b] = MAX_BLOCKS - 1 - b; /* blocks out of order */
-    float *logits = malloc((size_t)PROMPT * VOCAB * sizeof *logits);
-    struct eng_batch b = {.n_tokens = PROMPT,
-                          .tokens = tok,
-                          .pos = pos,
-                          .slot = slot,
-                          .want_logits = want,
-                          .n_logits = PROMPT,
-                          .block_table = bt,
-                          .n_slots = 1,
-                          .max_blocks = MAX_BLOCKS};
-    struct inf_err err = {0};
-    ck_assert_msg(lm->forward(lm->self, &b, logits, &err) == INF_OK, "%s", err.msg);
-    for (int32_t t = 0; t < PROMPT; t++) {
-        const float *row = logits + (int64_t)t * VOCAB;
-        double mx = row[0], sum = 0;
-        for (int32_t v = 1; v < VOCAB; v++)
-            mx = row[v] > mx ? row[v] : mx;
-        for (int32_t v = 0; v < VOCAB; v++)
-            sum += exp(row[v] - mx);
-        for (int32_t v = 0; v < VOCAB; v++)
-            lp[(int64_t)t * VOCAB + v] = row[v] - mx - log(sum);
-    }
-    int32_t next = 0, p = PROMPT;
-    const float *last = logits + (int64_t)(PROMPT - 1) * VOCAB;
-    for (int32_t v = 1; v < VOCAB; v++)
-        next = last[v] > last[next] ? v : next;
-    for (int32_t i = 0; i < NEW; i++) {
-        ids[i] = next;
-        uint8_t one = 1;
-        struct eng_batch d = {.n_tokens = 1,
-                              .tokens = &next,
-                              .pos = &p,
-                              .slot = slot,
-                              .want_logits = &one,
-                              .n_logits = 1,
-                              .block_table = bt,
-                              .n_slots = 1,
-                              .max_blocks = MAX_BLOCKS};
-        ck_assert_msg(lm->forward(lm->self, &d, logits, &err) == INF_OK, "%s", err.msg);
-        int32_t best = 0;
-        for (int32_t v = 1; v < VOCAB; v++)
-            best = logits[v] > logits[best] ? v : best;
-        next = best;
-        p++;
-    }
-    free(logits);
-}
-
 static void compare(bool int4, bool fused)
 {
     double *ref = malloc((size_t)PROMPT * VOCAB * sizeof *ref),
@@ -136,11 +76,11 @@ static void compare(bool int4, bool fused)
     int32_t ref_ids[NEW], ids[NEW];
     struct eng_lm lm;
     open_lm(1, int4, fused, &lm);
-    run(&lm, ref, ref_ids);
+    tp_run(&lm, true, ref, ref_ids, NULL);
     lm.destroy(lm.self);
     for (int32_t tp = 2; tp <= 4; tp *= 2) {
         open_lm(tp, int4, fused, &lm);
-        run(&lm, got, ids);
+        tp_run(&lm, true, got, ids, NULL);
         lm.destroy(lm.self);
         double worst = 0;
         for (int64_t i = 0; i < (int64_t)PROMPT * VOCAB; i++)

@@ -37,6 +37,13 @@ static void fatal(const char *what, const struct inf_err *err)
     exit(2);
 }
 
+#define TP_REQUIRE(ok, what, err)                                                                  \
+    do {                                                                                           \
+        if (!(ok))                                                                                 \
+            fatal(what, err);                                                                      \
+    } while (0)
+#include "tests/engine/tp_run.h"
+
 static void open_lm(int32_t tp, struct eng_lm *lm)
 {
     struct eng_lm_model_opts o = {.dir = dir,
@@ -59,72 +66,6 @@ static void open_lm(int32_t tp, struct eng_lm *lm)
                               : eng_tp_group_create(&o, bes, comms, tp, lm, &err);
     if (st != INF_OK || lm->kv_reserve(lm->self, MAX_BLOCKS, &err) != INF_OK)
         fatal("model", &err);
-}
-
-static void run(struct eng_lm *lm, double *lp, int32_t *ids, float *margin)
-{
-    int32_t tok[PROMPT], pos[PROMPT], slot[PROMPT], bt[MAX_BLOCKS];
-    uint8_t want[PROMPT];
-    for (int32_t t = 0; t < PROMPT; t++) {
-        tok[t] = (t * 37 + 5) % VOCAB;
-        pos[t] = t;
-        slot[t] = 0;
-        want[t] = 1;
-    }
-    for (int32_t b = 0; b < MAX_BLOCKS; b++)
-        bt[b] = b;
-    float *logits = malloc((size_t)PROMPT * VOCAB * sizeof *logits);
-    struct eng_batch b = {.n_tokens = PROMPT,
-                          .tokens = tok,
-                          .pos = pos,
-                          .slot = slot,
-                          .want_logits = want,
-                          .n_logits = PROMPT,
-                          .block_table = bt,
-                          .n_slots = 1,
-                          .max_blocks = MAX_BLOCKS};
-    struct inf_err err = {0};
-    if (lm->forward(lm->self, &b, logits, &err) != INF_OK)
-        fatal("prefill", &err);
-    for (int32_t t = 0; t < PROMPT; t++) {
-        const float *row = logits + (int64_t)t * VOCAB;
-        double mx = row[0], sum = 0;
-        for (int32_t v = 1; v < VOCAB; v++)
-            mx = row[v] > mx ? row[v] : mx;
-        for (int32_t v = 0; v < VOCAB; v++)
-            sum += exp(row[v] - mx);
-        for (int32_t v = 0; v < VOCAB; v++)
-            lp[(int64_t)t * VOCAB + v] = row[v] - mx - log(sum);
-    }
-    const float *row = logits + (int64_t)(PROMPT - 1) * VOCAB;
-    int32_t p = PROMPT;
-    for (int32_t i = 0; i < NEW; i++) {
-        int32_t best = 0, second = 1;
-        for (int32_t v = 1; v < VOCAB; v++)
-            if (row[v] > row[best]) {
-                second = best;
-                best = v;
-            } else if (v != best && row[v] > row[second]) {
-                second = v;
-            }
-        ids[i] = best;
-        margin[i] = row[best] - row[second];
-        uint8_t one = 1;
-        struct eng_batch d = {.n_tokens = 1,
-                              .tokens = &ids[i],
-                              .pos = &p,
-                              .slot = slot,
-                              .want_logits = &one,
-                              .n_logits = 1,
-                              .block_table = bt,
-                              .n_slots = 1,
-                              .max_blocks = MAX_BLOCKS};
-        if (lm->forward(lm->self, &d, logits, &err) != INF_OK)
-            fatal("decode", &err);
-        row = logits;
-        p++;
-    }
-    free(logits);
 }
 
 int main(void)
@@ -155,11 +96,11 @@ int main(void)
     float ref_margin[NEW], margin[NEW];
     struct eng_lm lm;
     open_lm(1, &lm);
-    run(&lm, ref, ref_ids, ref_margin);
+    tp_run(&lm, false, ref, ref_ids, ref_margin);
     lm.destroy(lm.self);
     for (int32_t tp = 2; tp <= 4; tp *= 2) {
         open_lm(tp, &lm);
-        run(&lm, got, ids, margin);
+        tp_run(&lm, false, got, ids, margin);
         lm.destroy(lm.self);
         double worst = 0;
         int32_t agree = 0;
