@@ -129,6 +129,105 @@ static void names_free(struct eng_qname *v, int32_t n)
     free(v);
 }
 
+/* What compiling pattern p (POSIX ERE) may build, in nodes: glibc's regcomp
+ * copies an expression for each repetition it must spell out ("x+" as "xx*",
+ * "x{m,n}" as n copies), so stacked or nested repetitions multiply, and a
+ * pattern of a few hundred bytes ("a+++...") can take gigabytes. Counted as
+ * an atom's nodes times 2 for each "+" and n + 1 for each "{m,n}" after it,
+ * summed over the pattern; capped at RE_NODES_MAX + 1 as soon as it is
+ * passed. Repetitions of repetitions cost time as well: regcomp's epsilon
+ * closures over "(x*)+" grow so fast with each level that five levels take
+ * seconds, and with each such atom in a row (thirty take seconds), so st
+ * reports how many repetitions stand on one another at most (stacked, "x*+",
+ * or through groups, "(x*)+") and how many atoms have two; the callers allow
+ * two levels and eight such atoms. The writers' patterns (".*lm_head",
+ * "model\.layers\.[0-9]+\.mlp\..*") have one. */
+#define RE_NODES_MAX 1024
+#define RE_DEPTH_MAX 16
+#define RE_QDEPTH_MAX 2
+#define RE_NESTED_MAX 8
+
+struct re_stat {
+    int qdepth, nested;
+};
+
+static double re_nodes(const char **p, int depth, struct re_stat *st)
+{
+    double total = 0;
+    while (**p && **p != ')') {
+        double c = 1;
+        struct re_stat in = {0, 0};
+        const char ch = *(*p)++;
+        if (ch == '|')
+            continue;
+        if (ch == '(') {
+            if (depth >= RE_DEPTH_MAX)
+                return RE_NODES_MAX + 1;
+            c = 1 + re_nodes(p, depth + 1, &in);
+            if (**p == ')')
+                (*p)++;
+        } else if (ch == '\\') {
+            if (**p)
+                (*p)++;
+        } else if (ch == '[') {
+            /* a bracket expression: "]" first (after "^") is a member */
+            if (**p == '^')
+                (*p)++;
+            if (**p == ']')
+                (*p)++;
+            while (**p && **p != ']')
+                (*p)++;
+            if (**p)
+                (*p)++;
+        }
+        int q = in.qdepth;
+        for (;; q++) {
+            if (**p == '*' || **p == '?') {
+                (*p)++;
+            } else if (**p == '+') {
+                (*p)++;
+                c *= 2;
+            } else if (**p == '{') {
+                const char *e = *p + 1;
+                char *end;
+                long lo = strtol(e, &end, 10), hi = lo;
+                if (*end == ',')
+                    hi = end[1] == '}' ? lo : strtol(end + 1, &end, 10);
+                while (*end && *end != '}')
+                    end++;
+                *p = *end ? end + 1 : end;
+                c *= (double)(hi > lo ? hi : lo) + 1;
+            } else {
+                break;
+            }
+        }
+        if (q > st->qdepth)
+            st->qdepth = q;
+        st->nested += in.nested + (q >= 2);
+        total += c;
+        if (total > RE_NODES_MAX)
+            return RE_NODES_MAX + 1;
+    }
+    return total;
+}
+
+/* Whether pattern pat is small enough to compile: at most 1024 bytes,
+ * RE_NODES_MAX nodes spelt out, RE_QDEPTH_MAX repetitions on one another,
+ * RE_NESTED_MAX atoms with more than one. */
+static bool re_small(const char *pat)
+{
+    if (strlen(pat) > 1024)
+        return false;
+    double n = 0;
+    struct re_stat st = {0, 0};
+    while (*pat && n <= RE_NODES_MAX && st.qdepth <= RE_QDEPTH_MAX) {
+        n += re_nodes(&pat, 0, &st);
+        if (*pat == ')') /* unbalanced: regcomp refuses it, count on */
+            pat++;
+    }
+    return n <= RE_NODES_MAX && st.qdepth <= RE_QDEPTH_MAX && st.nested <= RE_NESTED_MAX;
+}
+
 /* A list of names or patterns (null or absent: none). re_ok: "re:" entries
  * are regular expressions (compressed-tensors); otherwise plain text. */
 static inf_status_t get_names(const struct ctx *x, const json_t *o, const char *key, bool re_ok,
@@ -162,6 +261,16 @@ static inf_status_t get_names(const struct ctx *x, const json_t *o, const char *
         q->klass = re_ok && strcmp(s, "Linear") == 0;
         if (!(q->text = strdup(q->re ? s + 3 : s))) {
             st = inf_err_set(err, INF_E_NOMEM, "out of memory");
+            break;
+        }
+        if (q->re && !re_small(q->text)) {
+            q->re = false;
+            st = inf_err_set(err, INF_E_UNSUPPORTED,
+                             KEYFMT "[%zu] 're:%.80s' is too large a regular expression (more "
+                                    "than 1024 bytes or %d nodes spelt out, or repetitions of "
+                                    "repetitions nested too deep or too many)",
+                             KEYARGS(x, key), i, q->text, RE_NODES_MAX);
+            got++;
             break;
         }
         if (q->re) {

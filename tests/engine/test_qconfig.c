@@ -185,6 +185,7 @@ END_TEST
 #define CT(groups, extra)                                                                          \
     QC("\"quant_method\": \"compressed-tensors\", \"format\": \"pack-quantized\", "                \
        "\"config_groups\": {\"group_0\": " groups "}" extra)
+#define A8 "a?a?a?a?a?a?a?a?"
 #define W4(extra)                                                                                  \
     "{\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"int\", "               \
     "\"strategy\": \"group\", \"group_size\": 128" extra "}}"
@@ -232,6 +233,29 @@ START_TEST(compressed_tensors_refusals)
                "\"channel\"}}",
                ""),
             INF_E_UNSUPPORTED, "targets[0] 're:(?i)proj'", NULL);
+    /* repetitions that regcomp would spell out past its bound: stacked
+     * (each "+" doubles what it repeats) and nested counts (10 x 10 x 100)
+     * are refused before compiling, naming the key; a few ordinary ones
+     * compile */
+    refused(CT(W4(""), ", \"ignore\": [\"re:la++++++++++++++++++++++++++++++++yers\"]"),
+            INF_E_UNSUPPORTED, "ignore[0] 're:la++++", "too large a regular expression");
+    refused(CT(W4(""), ", \"ignore\": [\"lm_head\", \"re:((a{10}){10}){100}\"]"), INF_E_UNSUPPORTED,
+            "ignore[1]", "too large");
+    /* repetitions of repetitions: regcomp's closures take seconds at five
+     * levels; two levels and a long chain of optional atoms compile */
+    refused(CT(W4(""), ", \"ignore\": [\"re:.*s+*+elf_attn\"]"), INF_E_UNSUPPORTED, "ignore[0]",
+            "nested too deep");
+    refused(CT(W4(""), ", \"ignore\": [\"re:(((s*)+)+)+\"]"), INF_E_UNSUPPORTED, "ignore[0]",
+            "too large");
+    refused(CT(W4(""), ", \"ignore\": [\"re:(s*)+(s*)+(s*)+(s*)+(s*)+(s*)+(s*)+(s*)+(s*)+\"]"),
+            INF_E_UNSUPPORTED, "ignore[0]", "too many");
+    ck_assert_int_eq(parse(CT(W4(""), ", \"ignore\": [\"re:(s*)+\", \"re:" A8 A8 A8 A8 A8 "\"]")),
+                     INF_OK);
+    eng_qcfg_free(&q);
+    ck_assert_int_eq(parse(CT(W4(""), ", \"ignore\": [\"re:model\\\\.layers\\\\.[0-9]+\\\\."
+                                      "(mlp|self_attn)\\\\..*_proj(_[a-z]{1,8})?$\"]")),
+                     INF_OK);
+    eng_qcfg_free(&q);
 }
 END_TEST
 
