@@ -31,6 +31,7 @@
 #include "engine/sched/greedy.h"
 #include "engine/model.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/common/model_args.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -41,11 +42,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: int4serve-generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT)\n"
-               "       --max-tokens N\n"
-               "       [--quantization auto|int4|awq|gptq|compressed-tensors|none]\n"
-               "       [--group-size G] [--symmetric] [--no-fuse]\n"
-               "       [--threads T] [--dump-logits FILE] [--batch B] [--backend cpu|cuda]\n"
-               "       [--device N]\n"
+               "       --max-tokens N [--dump-logits FILE] [--batch B]\n" TOOL_MODEL_USAGE
                "Greedy generation on the CPU backend (or GPU N with --backend cuda); prints\n"
                "the ids of sequence 0, their text (when the model has a tokenizer.json),\n"
                "then the prefill time and the decode time per token. --group-size 0 is\n"
@@ -164,27 +161,25 @@ static int print_text(const tok_tokenizer_t *tok, const int32_t *ids, int n)
 int main(int argc, char **argv)
 {
     const char *model = NULL, *ids_arg = NULL, *text_arg = NULL, *dump = NULL;
-    int max_tokens = -1, threads = 0, batch = 1, device = 0;
-    bool cuda = false;
-    struct eng_model_opts mo;
-    eng_model_opts_default(&mo);
+    int max_tokens = -1, batch = 1;
+    struct tool_model_args ma;
+    tool_model_args_init(&ma);
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"prompt-ids", required_argument, 0, 'p'},
                                        {"prompt", required_argument, 0, 'P'},
                                        {"max-tokens", required_argument, 0, 'n'},
-                                       {"quantization", required_argument, 0, 'q'},
-                                       {"group-size", required_argument, 0, 'g'},
-                                       {"symmetric", no_argument, 0, 's'},
-                                       {"no-fuse", no_argument, 0, 'f'},
-                                       {"threads", required_argument, 0, 't'},
                                        {"dump-logits", required_argument, 0, 'd'},
                                        {"batch", required_argument, 0, 'b'},
-                                       {"backend", required_argument, 0, 'B'},
-                                       {"device", required_argument, 0, 'D'},
                                        {"help", no_argument, 0, 'h'},
+                                       TOOL_MODEL_LONGOPTS,
                                        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        int took = tool_model_args_take(&ma, c, optarg, "int4serve-generate");
+        if (took < 0)
+            return 2;
+        if (took > 0)
+            continue;
         switch (c) {
         case 'm':
             model = optarg;
@@ -198,55 +193,11 @@ int main(int argc, char **argv)
         case 'n':
             max_tokens = atoi(optarg);
             break;
-        case 'q':
-            if (strcmp(optarg, "none") == 0)
-                mo.quant = ENG_QUANT_NONE;
-            else if (strcmp(optarg, "int4") == 0)
-                mo.quant = ENG_QUANT_INT4;
-            else if (strcmp(optarg, "auto") == 0)
-                mo.quant = ENG_QUANT_AUTO;
-            else if (strcmp(optarg, "awq") == 0)
-                mo.quant = ENG_QUANT_AWQ;
-            else if (strcmp(optarg, "gptq") == 0)
-                mo.quant = ENG_QUANT_GPTQ;
-            else if (strcmp(optarg, "compressed-tensors") == 0)
-                mo.quant = ENG_QUANT_CT;
-            else {
-                fprintf(stderr, "int4serve-generate: --quantization must be auto, int4, awq, "
-                                "gptq, compressed-tensors or none\n");
-                return 2;
-            }
-            break;
-        case 'g':
-            mo.group_size = atoi(optarg);
-            if (mo.group_size == -1) /* -1 or 0: per-channel */
-                mo.group_size = 0;
-            break;
-        case 's':
-            mo.symmetric = true;
-            break;
-        case 'f':
-            mo.fuse_qkv = false;
-            break;
-        case 't':
-            threads = atoi(optarg);
-            break;
         case 'd':
             dump = optarg;
             break;
         case 'b':
             batch = atoi(optarg);
-            break;
-        case 'B':
-            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0) {
-                cuda = strcmp(optarg, "cuda") == 0;
-            } else {
-                fprintf(stderr, "int4serve-generate: --backend must be cpu or cuda\n");
-                return 2;
-            }
-            break;
-        case 'D':
-            device = atoi(optarg);
             break;
         case 'h':
             usage(stdout);
@@ -258,8 +209,7 @@ int main(int argc, char **argv)
     }
     int32_t *prompt = NULL;
     int np = 0;
-    if (!model || !ids_arg == !text_arg || max_tokens < 1 || batch < 1 || batch > 256 ||
-        threads < 0 || device < 0) {
+    if (!model || !ids_arg == !text_arg || max_tokens < 1 || batch < 1 || batch > 256) {
         usage(stderr);
         return 2;
     }
@@ -295,6 +245,7 @@ int main(int argc, char **argv)
         tok_destroy(tok);
         return 2;
     }
+    struct eng_model_opts mo = ma.mo;
     eng_greedy_size(&mo, batch, np, max_tokens);
 
     struct eng_backend *be = NULL;
@@ -304,11 +255,8 @@ int main(int argc, char **argv)
     const int32_t **prompts = NULL;
     int32_t *lens = NULL;
     struct run run = {.np = np};
-    struct eng_backend_cpu_opts bo = {.n_threads = threads};
-    struct eng_backend_cuda_opts co = {.device = device};
-    inf_status_t bst = cuda ? eng_backend_cuda_create(&co, &be, &err)
-                            : eng_backend_cpu_create(&bo, &be, &err);
-    if (bst != INF_OK || eng_model_load(model, be, &mo, &m, &err) != INF_OK) {
+    if (tool_model_args_backend(&ma, &be, &err) != INF_OK ||
+        eng_model_load(model, be, &mo, &m, &err) != INF_OK) {
         fprintf(stderr, "int4serve-generate: %s\n", err.msg);
         goto out;
     }
