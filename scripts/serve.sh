@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what is missing, build a Release int4serve in build/ (only what
-# changed), make the default model (models/tiny, a synthetic checkpoint made
-# by int4serve-mkmodel) when it is absent, and start the daemon. Arguments go to int4serve; without any, the
-# daemon reads ./config.toml when there is one, and its defaults otherwise.
+# changed), check the default model (models/kjv-demo, trained by
+# tools/demo-model and committed) against its SHA256SUMS, and start the
+# daemon. Arguments go to int4serve; without any, the daemon reads
+# ./config.toml when there is one, and its defaults otherwise.
 #   ./scripts/serve.sh --model /models/llama-3-8b --backend cuda --port 8000
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,11 +14,10 @@ if [ -f build/CMakeCache.txt ]; then
 else
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-cmake --build build -j "${JOBS:-$(nproc)}" --target int4serve int4serve-mkmodel
-if [ ! -f models/tiny/config.json ]; then
-    echo "serve.sh: making the default model in models/tiny"
-    mkdir -p models
-    ./build/tools/mkmodel/int4serve-mkmodel --preset tiny --out models/tiny
+cmake --build build -j "${JOBS:-$(nproc)}" --target int4serve
+if ! (cd models/kjv-demo && sha256sum --quiet -c SHA256SUMS); then
+    echo "serve.sh: models/kjv-demo does not match its SHA256SUMS (a partial clone?)" >&2
+    exit 1
 fi
 if [ "$#" -eq 0 ] && [ -f config.toml ]; then
     set -- --config config.toml

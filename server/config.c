@@ -59,7 +59,7 @@ const struct srv_config_key srv_config_keys[] = {
              "subdomains; empty: the loopback names when bound to a loopback address, else any"},
 
     {.section = "model", .name = "model", .type = SRV_CFG_STRING, .offset = OFF(model),
-     .def = "\"models/tiny\"", .flag = "--model",
+     .def = "\"models/kjv-demo\"", .flag = "--model",
      .help = "model folder: config.json, *.safetensors, tokenizer.json"},
     {.section = "model", .name = "quantization", .type = SRV_CFG_ENUM, .offset = OFF(quantization),
      .choices = quantizations, .def = "\"auto\"",
@@ -740,7 +740,7 @@ inf_status_t srv_config_finish(struct srv_config *cfg, struct inf_err *err)
     char why[WHY_LEN];
     const struct srv_config_key *bad = NULL;
     if (!cfg->served_model_name[0]) {
-        /* The model folder's base name: "models/tiny/" -> "tiny". */
+        /* The model folder's base name: "models/kjv-demo/" -> "kjv-demo". */
         size_t len = strlen(cfg->model);
         while (len > 1 && cfg->model[len - 1] == '/')
             len--;

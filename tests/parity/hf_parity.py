@@ -44,6 +44,14 @@ MODELS = [
                              "--rope-llama3", "--dtype", "bf16"]),
 ]
 PROMPT = [1, 17, 42, 99, 256, 7, 300, 12, 5, 64, 128, 33, 2, 77, 150, 9]
+# Trained checkpoints in the repo, prompted with text through their own
+# tokenizer.json: their logits are not flat like a random model's, so they
+# are the sharper test. (name, folder, prompt text)
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+TRAINED = [
+    ("kjv-demo", os.path.join(REPO, "models", "kjv-demo"),
+     "Genesis 11\nAnd the whole earth was of one language, and of one speech.\nAnd it came"),
+]
 LIMIT = 1e-3       # --backend cpu: absolute, fp32 against fp32
 LIMIT_FP16 = 1e-2  # --backend cuda: relative to max |HF logit|, fp16 against fp16
 TIE_FP16 = 2e-2    # --backend cuda: a greedy flip is accepted below this top-2 gap
@@ -84,26 +92,34 @@ def main():
     dtype = torch.float16 if gpu else torch.float32
     os.makedirs(a.workdir, exist_ok=True)
     results, ok = [], True
-    for name, margs in MODELS:
-        d = os.path.join(a.workdir, name)
-        run([a.mkmodel, "--out", d, "--seed", "3"] + margs)
+    cases = [(name, None, margs) for name, margs in MODELS]
+    cases += [(name, d, text) for name, d, text in TRAINED]
+    for name, folder, arg in cases:
+        d = folder or os.path.join(a.workdir, name)
+        if folder:
+            from tokenizers import Tokenizer
+            prompt = Tokenizer.from_file(os.path.join(d, "tokenizer.json")).encode(arg).ids
+            n_new = 4 * a.max_tokens
+        else:
+            run([a.mkmodel, "--out", d, "--seed", "3"] + arg)
+            prompt, n_new = PROMPT, a.max_tokens
         dump = os.path.join(a.workdir, name + ".npy")
         t0 = time.time()
-        out = run([a.generate, "--model", d, "--prompt-ids", ",".join(map(str, PROMPT)),
-                   "--max-tokens", str(a.max_tokens), "--quantization", "none",
+        out = run([a.generate, "--model", d, "--prompt-ids", ",".join(map(str, prompt)),
+                   "--max-tokens", str(n_new), "--quantization", "none",
                    "--backend", a.backend, "--dump-logits", dump])
         t_ours = time.time() - t0
         gen = [int(x) for x in out.splitlines()[0].split(",")]
         ours = np.load(dump)
-        ids = PROMPT + gen[:-1]
-        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=dtype,
+        ids = prompt + gen[:-1]
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype,
                                                      attn_implementation="eager").to(a.device)
         model.eval()
         with torch.no_grad():
             ref = model(torch.tensor([ids], device=a.device)).logits[0].float().cpu().numpy()
         # HF greedy tokens: argmax of its own logits at the prompt end and at
         # each fed-back position.
-        hf_gen = [int(x) for x in ref[len(PROMPT) - 1:].argmax(axis=-1)]
+        hf_gen = [int(x) for x in ref[len(prompt) - 1:].argmax(axis=-1)]
         top = float(np.abs(ref).max())
         # transformers reads our tokens, so every row has the same inputs on
         # both sides, also after a position where the argmax differs.
@@ -116,7 +132,7 @@ def main():
             # a position whose argmax differs must be a near tie in HF's row
             gaps = []
             for i in flips:
-                row = np.sort(ref[len(PROMPT) - 1 + i])
+                row = np.sort(ref[len(prompt) - 1 + i])
                 gaps.append(float(row[-1] - row[-2]) / top)
             tie_gap = max(gaps) if gaps else None
             good = rel <= LIMIT_FP16 and all(g <= TIE_FP16 for g in gaps) \

@@ -46,7 +46,7 @@ expect 2 "$tmp/bad.toml:2: key 'engine.max_batch': must be in [1, 1024], got 0" 
 
 # No model in the test's folder: the key, the path and where it was set.
 cd "$tmp"
-expect 2 'int4serve: model.model = "models/tiny" (default): the model folder cannot be opened: No such file or directory' err --
+expect 2 'int4serve: model.model = "models/kjv-demo" (default): the model folder cannot be opened: No such file or directory' err --
 expect 2 "config engine.max_batch = 128 (default)" err --
 expect 2 "config server.port = $port (--port)" err -- --port "$port"
 expect 2 "model.model = \"$tmp/none\" (--model): the model folder cannot be opened" err -- --model "$tmp/none"

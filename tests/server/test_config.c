@@ -94,7 +94,7 @@ START_TEST(documented_defaults)
     /* The defaults as the project documents them, written out independently. */
     ck_assert_str_eq(cfg.host, "127.0.0.1");
     ck_assert_int_eq(cfg.port, 8000);
-    ck_assert_str_eq(cfg.model, "models/tiny");
+    ck_assert_str_eq(cfg.model, "models/kjv-demo");
     ck_assert_str_eq(cfg.served_model_name, "");
     ck_assert_str_eq(cfg.backend, "cpu");
     ck_assert_uint_eq(cfg.devices.n, 1);
@@ -131,7 +131,7 @@ START_TEST(documented_defaults)
     for (size_t i = 0; i < srv_config_nkeys; i++)
         ck_assert_str_eq(cfg.origin[i], "default");
     ck_assert_int_eq(srv_config_finish(&cfg, &err), INF_OK);
-    ck_assert_str_eq(cfg.served_model_name, "tiny");
+    ck_assert_str_eq(cfg.served_model_name, "kjv-demo");
 }
 END_TEST
 

@@ -74,8 +74,8 @@ START_TEST(prompt_text_equals_prompt_ids)
     snprintf(cmd, sizeof cmd, "%s --model %s --prompt '%s' --max-tokens 12 2>/dev/null", bin_gen,
              model_dir, text);
     ck_assert_int_eq(run(cmd, out_text, sizeof out_text), 0);
-    snprintf(cmd, sizeof cmd, "%s --model %s --prompt-ids %s --max-tokens 12 2>/dev/null",
-             bin_gen, model_dir, idlist);
+    snprintf(cmd, sizeof cmd, "%s --model %s --prompt-ids %s --max-tokens 12 2>/dev/null", bin_gen,
+             model_dir, idlist);
     ck_assert_int_eq(run(cmd, out_ids, sizeof out_ids), 0);
 
     char l1[1024], l2[1024];
@@ -160,8 +160,8 @@ START_TEST(bad_flags_refused)
      * a clear error naming the backend; never a crash */
     char line[256];
     snprintf(cmd, sizeof cmd,
-             "%s --model %s --prompt-ids 1,5,9 --max-tokens 4 --backend cuda 2>/dev/null",
-             bin_gen, model_dir);
+             "%s --model %s --prompt-ids 1,5,9 --max-tokens 4 --backend cuda 2>/dev/null", bin_gen,
+             model_dir);
     st = run(cmd, out, sizeof out);
     if (st == 0) {
         first_line(out, line, sizeof line);
@@ -174,8 +174,8 @@ START_TEST(bad_flags_refused)
     } else {
         ck_assert_int_eq(st, 1);
         snprintf(cmd, sizeof cmd,
-                 "%s --model %s --prompt-ids 1,5,9 --max-tokens 4 --backend cuda 2>&1",
-                 bin_gen, model_dir);
+                 "%s --model %s --prompt-ids 1,5,9 --max-tokens 4 --backend cuda 2>&1", bin_gen,
+                 model_dir);
         ck_assert_int_eq(run(cmd, out, sizeof out), 1);
         ck_assert_ptr_nonnull(strstr(out, "backend cuda"));
     }
