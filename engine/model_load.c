@@ -420,11 +420,45 @@ static bool can_stack(const struct krn_q4_weight *q, int32_t np)
  * as one GLU op (struct lin, glu). Parts an INT4 checkpoint stores packed
  * are converted to the canonical form first; they are fused only when all
  * are packed alike (can_stack), else kept apart. */
+/* What load_group takes besides the checkpoint (NULL: nothing): given, part
+ * 0 already in the canonical form (load_group owns it from then on);
+ * row_order, the order every packed part's rows are put in before a rank
+ * takes its own: row i becomes the checkpoint's row row_order[i]. */
+struct group_extra {
+    struct krn_q4_weight *given;
+    const int32_t *row_order;
+};
+
+/* out = w's rows in order (row i is w's row order[i]), as runs of
+ * consecutive rows. */
+static inf_status_t q4_reorder_rows(struct krn_q4_weight *w, const int32_t *order,
+                                    struct inf_err *err)
+{
+    struct eng_rows *runs = malloc((size_t)w->n * sizeof *runs);
+    if (!runs)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory reordering rows");
+    int32_t nr = 0;
+    for (int32_t i = 0; i < w->n; i++) {
+        if (nr > 0 && runs[nr - 1].first + runs[nr - 1].count == order[i])
+            runs[nr - 1].count++;
+        else
+            runs[nr++] = (struct eng_rows){order[i], 1};
+    }
+    struct krn_q4_weight out;
+    inf_status_t s = eng_q4_take_rows(w, runs, nr, &out, err);
+    free(runs);
+    if (s == INF_OK) {
+        eng_q4_free(w);
+        *w = out;
+    }
+    return s;
+}
+
 static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
                                const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
                                bool with_bias, const char *fused_name, bool glu,
-                               const struct shard *sh, struct lin *l, int32_t *n_lin,
-                               struct inf_err *err)
+                               const struct shard *sh, const struct group_extra *ex, struct lin *l,
+                               int32_t *n_lin, struct inf_err *err)
 {
     /* a column-parallel rank's rows of each part (all of them otherwise) */
     struct eng_rows take[3];
@@ -454,10 +488,18 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         snprintf(mod, sizeof mod, "%s.%s", prefix, parts[i]);
         snprintf(names[i], sizeof names[i], "%s.weight", mod);
         name_ptrs[i] = names[i];
-        packed[i] = m->mode == LOAD_PACKED && eng_qcfg_layer(&m->qcfg, mod, &lq);
+        packed[i] = (i == 0 && ex && ex->given) ||
+                    (m->mode == LOAD_PACKED && eng_qcfg_layer(&m->qcfg, mod, &lq));
         if (packed[i]) {
             uint64_t t0 = inf_now_ns();
-            s = eng_q4_from_checkpoint(st, mod, &lq, rows[i], k, m->par, &q[i], err);
+            if (i == 0 && ex && ex->given) {
+                q[0] = *ex->given;
+                memset(ex->given, 0, sizeof *ex->given);
+            } else {
+                s = eng_q4_from_checkpoint(st, mod, &lq, rows[i], k, m->par, &q[i], err);
+            }
+            if (s == INF_OK && ex && ex->row_order)
+                s = q4_reorder_rows(&q[i], ex->row_order, err);
             if (s == INF_OK && take[i].count != rows[i]) {
                 struct krn_q4_weight part;
                 s = eng_q4_take_rows(&q[i], &take[i], 1, &part, err);
@@ -533,8 +575,8 @@ done:
 }
 
 static inf_status_t load_single(struct eng_model *m, const eng_st_t *st, const char *prefix,
-                                int32_t n, int32_t k, const struct shard *sh, struct lin *l,
-                                struct inf_err *err)
+                                int32_t n, int32_t k, const struct shard *sh,
+                                struct krn_q4_weight *given, struct lin *l, struct inf_err *err)
 {
     const char *parts[1] = {""};
     char base[128], last[64];
@@ -543,7 +585,42 @@ static inf_status_t load_single(struct eng_model *m, const eng_st_t *st, const c
     snprintf(base, sizeof base, "%.*s", (int)(dot - prefix), prefix);
     snprintf(last, sizeof last, "%s", dot + 1);
     parts[0] = last;
-    return load_group(m, st, base, parts, &n, 1, k, false, NULL, false, sh, l, NULL, err);
+    const struct group_extra ex = {.given = given};
+    return load_group(m, st, base, parts, &n, 1, k, false, NULL, false, sh, given ? &ex : NULL, l,
+                      NULL, err);
+}
+
+/* An act-order down_proj reads the MLP's hidden state through its own
+ * column order. When gate_proj and up_proj are INT4 in the checkpoint as
+ * well, their rows are put in that order at load instead (row i of both
+ * becomes row perm[i]; a row's codes, scales and zeros move with it, so the
+ * model is the same), the hidden state comes out in down's stored order,
+ * and down needs no gather: one fewer op per layer, and under tensor
+ * parallelism down's columns split as any layer's do. *down gets the layer
+ * (zeroed when there is nothing to fold) and *order its former perm, for
+ * the caller to free. */
+static inf_status_t mlp_fold(struct eng_model *m, const eng_st_t *st, const char *pre, int32_t H,
+                             int32_t I, struct krn_q4_weight *down, int32_t **order,
+                             struct inf_err *err)
+{
+    char mod[3][128];
+    struct eng_qlayer lq[3];
+    memset(down, 0, sizeof *down);
+    *order = NULL;
+    if (m->mode != LOAD_PACKED)
+        return INF_OK;
+    static const char *const names[3] = {"down_proj", "gate_proj", "up_proj"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(mod[i], sizeof mod[i], "%s.%s", pre, names[i]);
+        if (!eng_qcfg_layer(&m->qcfg, mod[i], &lq[i]))
+            return INF_OK;
+    }
+    inf_status_t s = eng_q4_from_checkpoint(st, mod[0], &lq[0], H, I, m->par, down, err);
+    if (s == INF_OK) {
+        *order = down->perm;
+        down->perm = NULL;
+    }
+    return s;
 }
 
 static inf_status_t load_norm(struct eng_model *m, const eng_st_t *st, const char *name,
@@ -761,8 +838,8 @@ static int32_t lo_rows(const struct eng_model *m)
 
 /* The columns before a row-parallel shard's input are read as zeros and
  * never written: zero the buffer once (when it has such columns). */
-static inf_status_t zero_leads(struct eng_model *m, struct eng_buf *b, int64_t bytes,
-                               int32_t lead, struct inf_err *err)
+static inf_status_t zero_leads(struct eng_model *m, struct eng_buf *b, int64_t bytes, int32_t lead,
+                               struct inf_err *err)
 {
     if (lead == 0)
         return INF_OK;
@@ -956,17 +1033,26 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
         if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", false,
-                            split ? &sh_qkv : NULL, L->qkv, &L->n_qkv, err)))
+                            split ? &sh_qkv : NULL, NULL, L->qkv, &L->n_qkv, err)))
             goto fail;
         snprintf(nm, sizeof nm, "%s.o_proj", pre);
-        if ((s = load_single(m, st, nm, H, qd, split ? &sh_o : NULL, &L->o, err)))
+        if ((s = load_single(m, st, nm, H, qd, split ? &sh_o : NULL, NULL, &L->o, err)))
             goto fail;
         snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
-        if ((s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true,
-                            split ? &sh_gu : NULL, L->gu, &L->n_gu, err)))
+        struct krn_q4_weight down;
+        int32_t *order = NULL;
+        if ((s = mlp_fold(m, st, pre, H, I, &down, &order, err)))
             goto fail;
+        const struct group_extra gx = {.row_order = order};
+        s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true,
+                       split ? &sh_gu : NULL, &gx, L->gu, &L->n_gu, err);
+        free(order);
         snprintf(nm, sizeof nm, "%s.down_proj", pre);
-        if ((s = load_single(m, st, nm, H, I, split ? &sh_down : NULL, &L->down, err)))
+        if (s == INF_OK)
+            s = load_single(m, st, nm, H, I, split ? &sh_down : NULL, down.q ? &down : NULL,
+                            &L->down, err);
+        eng_q4_free(&down);
+        if (s != INF_OK)
             goto fail;
         m->att_lead = L->o.lead > m->att_lead ? L->o.lead : m->att_lead;
         m->h_lead = L->down.lead > m->h_lead ? L->down.lead : m->h_lead;
