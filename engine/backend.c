@@ -374,6 +374,8 @@ inf_status_t eng_attn_tables_check(const struct eng_attn_params *p, const int32_
                                    struct inf_err *err)
 {
     int32_t tok = 0, ctx = 0;
+    if (p->window < 0)
+        return inf_err_set(err, INF_E_INVALID, "attention: window %d", p->window);
     for (int32_t s = 0; s < p->n_seqs; s++) {
         int32_t t0 = seqs[3 * s], nt = seqs[3 * s + 1], slot = seqs[3 * s + 2];
         if (t0 < 0 || nt <= 0 || t0 + (int64_t)nt > rows || slot < 0 || slot >= p->n_slots ||
@@ -384,7 +386,9 @@ inf_status_t eng_attn_tables_check(const struct eng_attn_params *p, const int32_
                 (t > t0 && pos[t] != pos[t - 1] + 1))
                 return inf_err_set(err, INF_E_INVALID, "attention: bad position %d", pos[t]);
         int32_t last = pos[t0 + nt - 1];
-        for (int32_t b = 0; b <= last / ENG_KV_BLOCK; b++) {
+        /* blocks before the first token's window are not read (freed) */
+        for (int32_t b = eng_attn_first_key(p->window, pos[t0]) / ENG_KV_BLOCK;
+             b <= last / ENG_KV_BLOCK; b++) {
             int32_t blk = bt[(int64_t)slot * p->max_blocks + b];
             if (blk < 0 || blk >= p->n_blocks)
                 return inf_err_set(err, INF_E_INVALID,

@@ -101,7 +101,10 @@ struct eng_rope_params {
  * its slot holds the KV of positions 0..pos[first]-1. The op writes the K/V
  * rows of every listed token at its position (block block_table[slot][pos /
  * ENG_KV_BLOCK], row pos % ENG_KV_BLOCK), then each token attends causally
- * over positions 0..pos[t] of its slot. q, k, v are views with rows indexed
+ * over positions eng_attn_first_key(window, pos[t])..pos[t] of its slot
+ * (0..pos[t] without a window); block-table entries of blocks wholly
+ * before the first key of a sequence's first token are never read and
+ * may be -1 (the scheduler frees them). q, k, v are views with rows indexed
  * by batch token; q holds n_heads heads, k and v n_kv_heads heads of
  * head_dim; query head h uses KV head h / (n_heads / n_kv_heads) (GQA).
  * out [n_tokens rows][n_heads * head_dim] receives the attention output. */
@@ -116,7 +119,19 @@ struct eng_attn_params {
     int32_t n_slots, max_blocks;
     struct eng_buf *k_cache, *v_cache; /* this layer's pools */
     int32_t n_blocks;                  /* blocks in each pool */
+    int32_t window;                    /* sliding window in keys, the query's own
+                                          included; 0: none */
 };
+
+/* The first key position a query at position pos sees: Hugging Face
+ * transformers' Mistral masks key k for query q unless q - window < k <= q
+ * (masking_utils.py sliding_window_overlay: kv_idx > q_idx - sliding_window),
+ * so a window of W keeps W keys, the query's own among them: flash-attention's
+ * window_size (W - 1, 0). 0 without a window (window <= 0). */
+static inline int32_t eng_attn_first_key(int32_t window, int32_t pos)
+{
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
 
 /* A linear layer as the model holds it: an INT4 weight (q4, from
  * weight_q4_create, or a GLU weight from weight_q4_create_glu when glu) or an
@@ -491,7 +506,9 @@ inf_status_t eng_mlp_block_tail(struct eng_backend *be, const struct eng_mlp_blo
  * data) from host copies: pos [rows], seqs [p->n_seqs][3], block_table
  * [p->n_slots][p->max_blocks]. Each sequence's tokens lie inside the batch,
  * its slot exists, its positions are consecutive and inside the table, and
- * every block up to its last position is a pool block; single_token also
+ * every block from the first key of its first token
+ * (eng_attn_first_key(p->window, ...)) up to its last position is a pool
+ * block; a negative window is refused; single_token also
  * requires one token per sequence. On INF_OK *n_tok is the number of tokens
  * and *max_ctx the longest context (either may be NULL).
  * Errors: INF_E_INVALID naming the sequence, position or slot. */

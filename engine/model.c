@@ -66,8 +66,7 @@ static struct eng_attn_params attn_params(eng_model_t *m, int32_t n_slots, int32
     const struct eng_model_config *c = &m->cfg;
     /* this rank's heads (all of them at tp 1) */
     const struct eng_tp_shape *tp = &m->tp;
-    int32_t hd = c->head_dim, qd = tp->n_heads * hd, kvd = tp->n_kv_heads * hd,
-            qkvw = qd + 2 * kvd;
+    int32_t hd = c->head_dim, qd = tp->n_heads * hd, kvd = tp->n_kv_heads * hd, qkvw = qd + 2 * kvd;
     return (struct eng_attn_params){.n_heads = tp->n_heads,
                                     .n_kv_heads = tp->n_kv_heads,
                                     .head_dim = hd,
@@ -82,7 +81,8 @@ static struct eng_attn_params attn_params(eng_model_t *m, int32_t n_slots, int32
                                     .max_blocks = max_blocks,
                                     .k_cache = m->layers[0].k_cache,
                                     .v_cache = m->layers[0].v_cache,
-                                    .n_blocks = m->opts.n_kv_blocks};
+                                    .n_blocks = m->opts.n_kv_blocks,
+                                    .window = c->sliding_window};
 }
 
 /* The device work of a step over T rows whose tables are uploaded: the

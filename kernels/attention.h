@@ -19,7 +19,7 @@ void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32
 
 /* Attention of one query token over its context, head h using KV head
  * h / (n_heads / n_kv_heads), in chunks of KRN_ATTN_CHUNK positions: chunk
- * c (positions [64c, 64c + 64) cut at the context) gives each head a
+ * c (positions [64c, 64c + 64) cut to the context) gives each head a
  * record {o[0..head_dim), m, l}: with s_p = scale * q[h] . K[p] (a dot
  * product in 16 lanes, reduced in a fixed tree), m = max s_p,
  * e_p = exp(s_p - m), l = sum e_p and o = sum e_p V[p], in position order;
@@ -33,6 +33,13 @@ void krn_cpu_kv_write(float *k_pool, float *v_pool, const int32_t *blocks, int32
 static inline int32_t krn_attn_chunks(int32_t n_ctx)
 {
     return (n_ctx + KRN_ATTN_CHUNK - 1) / KRN_ATTN_CHUNK;
+}
+
+/* Chunks of a context of positions [k_lo, n_ctx) (a sliding window starts
+ * at k_lo): chunk k_lo / KRN_ATTN_CHUNK, the first, cut at k_lo, and on. */
+static inline int32_t krn_attn_chunks_from(int32_t k_lo, int32_t n_ctx)
+{
+    return krn_attn_chunks(n_ctx) - k_lo / KRN_ATTN_CHUNK;
 }
 
 /* Heads [h0, h1) over positions [p0, p1) of one chunk: their records,
@@ -49,13 +56,14 @@ void krn_cpu_attn_chunk(const float *q, const float *k_pool, const float *v_pool
 void krn_cpu_attn_combine(const float *rec, int64_t chunk_stride, int32_t n_chunks,
                           int32_t head_dim, float *out);
 
-/* Heads [h0, h1) over positions 0..n_ctx-1: every chunk, then the
- * combine. scratch: (h1 - h0) * (KRN_ATTN_CHUNK + krn_attn_chunks(n_ctx) *
- * (head_dim + 2)) floats. */
+/* Heads [h0, h1) over positions k_lo..n_ctx-1 (0 <= k_lo < n_ctx; k_lo > 0
+ * for a sliding window: blocks wholly before k_lo are not read): every
+ * chunk, then the combine. scratch: (h1 - h0) * (KRN_ATTN_CHUNK +
+ * krn_attn_chunks_from(k_lo, n_ctx) * (head_dim + 2)) floats. */
 void krn_cpu_attn_heads(const float *q, const float *k_pool, const float *v_pool,
                         const int32_t *blocks, int32_t block, int32_t n_heads, int32_t n_kv_heads,
-                        int32_t head_dim, int32_t h0, int32_t h1, int32_t n_ctx, float scale,
-                        float *scratch, float *out);
+                        int32_t head_dim, int32_t h0, int32_t h1, int32_t k_lo, int32_t n_ctx,
+                        float scale, float *scratch, float *out);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,11 @@
  * sequence (rr = token index in the sequence * G + head index in the group,
  * G = n_heads / n_kv_heads) is token t_first + rr / G at position
  * p_first + rr / G, query head kvh * G + rr % G, and sees keys
- * 0..its position (causal). An item either covers all of a row set's keys
+ * 0..its position (causal), or with a sliding window (window > 0) its
+ * position - window + 1..its position: keys of [k0, k1) outside that are
+ * masked, so k0 may start anywhere at or before the first row's first key
+ * (the work list starts it at that key's block, skipping the blocks before
+ * it, which need not be in the table). An item either covers all of a row set's keys
  * and writes out directly (part < 0), or is one split of several and writes
  * its unnormalized partial (acc, max, sum) to partial slot `part`; a group
  * then names the consecutive items of one row set and is combined into out:
@@ -66,6 +70,7 @@ struct krn_cuda_attn_params {
     int32_t block; /* tokens per KV block */
     int32_t n_heads, n_kv_heads, head_dim;
     float scale;
+    int32_t window; /* sliding window in keys, the query's own included; 0: none */
     const struct krn_cuda_attn_item *items;
     int32_t n_items;
     const struct krn_cuda_attn_group *groups;

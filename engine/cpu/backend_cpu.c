@@ -536,7 +536,7 @@ struct attn_job {
     const int32_t *seqs, *pos, *bt;
     int32_t n_rows;                   /* tokens covered */
     const int32_t *row_tok, *row_seq; /* per row: batch token and its sequence */
-    int32_t nch;                      /* chunks of the longest context */
+    int32_t nch;                      /* chunks of the longest context (its window) */
     int32_t n_items, groups;          /* few rows: (row, chunk, head group) items */
     const int32_t *row_item;          /* few rows: each row's first item, [n_rows + 1] */
     float *rec;                       /* few rows: records [row][chunk][head][head_dim + 2] */
@@ -589,8 +589,8 @@ static void attn_task(void *ctx, int32_t id, int32_t n_threads)
             int32_t t = j->row_tok[r];
             krn_cpu_attn_heads(fptr(p->q) + (int64_t)t * p->q.ld, p->k_cache->ptr, p->v_cache->ptr,
                                row_blocks(j, r), ENG_KV_BLOCK, H, p->n_kv_heads, hd, 0, H,
-                               j->pos[t] + 1, p->scale, scratch,
-                               fptr(p->out) + (int64_t)t * p->out.ld);
+                               eng_attn_first_key(p->window, j->pos[t]), j->pos[t] + 1, p->scale,
+                               scratch, fptr(p->out) + (int64_t)t * p->out.ld);
         }
         return;
     }
@@ -603,8 +603,12 @@ static void attn_task(void *ctx, int32_t id, int32_t n_threads)
         const int32_t c = k / j->groups, g = k % j->groups;
         const int32_t h0 = (int32_t)((int64_t)H * g / j->groups);
         const int32_t h1 = (int32_t)((int64_t)H * (g + 1) / j->groups);
-        const int32_t p0 = c * KRN_ATTN_CHUNK;
+        /* chunk c of the row's window: fixed by position, the first cut at
+         * its first key */
+        const int32_t lo = eng_attn_first_key(p->window, j->pos[t]);
+        int32_t p0 = (lo / KRN_ATTN_CHUNK + c) * KRN_ATTN_CHUNK;
         const int32_t p1 = n_ctx - p0 < KRN_ATTN_CHUNK ? n_ctx : p0 + KRN_ATTN_CHUNK;
+        p0 = p0 < lo ? lo : p0;
         float *rec = j->rec + (((int64_t)r * j->nch + c) * H + h0) * (hd + 2);
         krn_cpu_attn_chunk(fptr(p->q) + (int64_t)t * p->q.ld, p->k_cache->ptr, p->v_cache->ptr,
                            row_blocks(j, r), ENG_KV_BLOCK, H, p->n_kv_heads, hd, h0, h1, p0, p1,
@@ -621,11 +625,18 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
 {
     struct cpu_ctx *c = ctx_of(be);
     uint64_t t0 = prof_begin(c);
-    int32_t n_tok, max_ctx;
-    inf_status_t st = attn_tables(p, &n_tok, &max_ctx, err);
+    int32_t n_tok;
+    inf_status_t st = attn_tables(p, &n_tok, NULL, err);
     if (st != INF_OK)
         return st;
-    const int32_t T = c->n_threads, H = p->n_heads, nch = krn_attn_chunks(max_ctx);
+    const int32_t *pos = p->pos->ptr, *seqs = p->seqs->ptr;
+    int32_t nch = 0; /* chunks of the longest context, within its window */
+    for (int32_t s = 0; s < p->n_seqs; s++)
+        for (int32_t t = seqs[3 * s]; t < seqs[3 * s] + seqs[3 * s + 1]; t++) {
+            int32_t n = krn_attn_chunks_from(eng_attn_first_key(p->window, pos[t]), pos[t] + 1);
+            nch = n > nch ? n : nch;
+        }
+    const int32_t T = c->n_threads, H = p->n_heads;
     const bool few = n_tok < 2 * T;
     /* Scratch (every thread's, then the records of a few rows) and the row
      * lists grow with the longest context and largest batch seen, at least
@@ -666,8 +677,9 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
         for (int32_t t = j.seqs[3 * s]; t < j.seqs[3 * s] + j.seqs[3 * s + 1]; t++) {
             rows[r] = t;
             rows[c->rows_cap + r] = s;
-            work += j.pos[t] + 1;
-            chunks += krn_attn_chunks(j.pos[t] + 1);
+            const int32_t lo = eng_attn_first_key(p->window, j.pos[t]);
+            work += j.pos[t] + 1 - lo;
+            chunks += krn_attn_chunks_from(lo, j.pos[t] + 1);
             r++;
         }
     const bool par = work * H >= ATTN_PAR_MIN && (n_tok > 1 || H > 1);
@@ -675,7 +687,10 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
         j.groups = par && chunks < T ? (T + chunks - 1) / chunks : 1;
         j.groups = j.groups < H ? j.groups : H;
         for (r = 0, row_item[0] = 0; r < n_tok; r++)
-            row_item[r + 1] = row_item[r] + krn_attn_chunks(j.pos[rows[r]] + 1) * j.groups;
+            row_item[r + 1] =
+                row_item[r] + krn_attn_chunks_from(eng_attn_first_key(p->window, j.pos[rows[r]]),
+                                                   j.pos[rows[r]] + 1) *
+                                  j.groups;
         j.n_items = row_item[n_tok];
         j.row_item = row_item;
         j.rec = c->scratch + T * attn_thread_floats(p, nch);
@@ -684,7 +699,8 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
     run_each(c, n_tok > 64, kv_write_task, &j);
     run_each(c, par, attn_task, &j);
     for (r = 0; few && r < n_tok; r++) {
-        const int32_t t = rows[r], n = krn_attn_chunks(j.pos[t] + 1);
+        const int32_t t = rows[r], n = krn_attn_chunks_from(eng_attn_first_key(p->window, j.pos[t]),
+                                                            j.pos[t] + 1);
         for (int32_t h = 0; h < H; h++)
             krn_cpu_attn_combine(j.rec + ((int64_t)r * nch * H + h) * (p->head_dim + 2),
                                  (int64_t)H * (p->head_dim + 2), n, p->head_dim,
@@ -696,8 +712,8 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
 
 /* Sum over the rank's group (engine/tp/comm.h), in rank order: every rank
  * holds the same bits; a backend of no group is a group of one. */
-static inf_status_t cpu_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim,
-                                   int32_t m, struct inf_err *err)
+static inf_status_t cpu_all_reduce(struct eng_backend *be, struct eng_mat x, int32_t dim, int32_t m,
+                                   struct inf_err *err)
 {
     struct cpu_ctx *c = be->ctx;
     if (!c->comm)

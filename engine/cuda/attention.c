@@ -127,20 +127,27 @@ inf_status_t eng_cuda_attn_list(struct cu_ctx *c, const struct eng_attn_params *
             for (int32_t row0 = 0; row0 < total_rows; row0 += R) {
                 int32_t nr = total_rows - row0 < R ? total_rows - row0 : R;
                 int32_t ctx = pos[t0] + (row0 + nr - 1) / G + 1;
-                int64_t splits = (ctx + cfg.split_keys - 1) / cfg.split_keys;
+                /* Keys [lo, ctx): with a sliding window from the block of
+                 * the first row's first key (the kernels mask the rest of
+                 * each row's window), so the blocks before it are neither
+                 * read nor split over, and a long context costs its window. */
+                const int32_t lo =
+                    eng_attn_first_key(p->window, pos[t0] + row0 / G) / ENG_KV_BLOCK * ENG_KV_BLOCK;
+                const int32_t span = ctx - lo;
+                int64_t splits = (span + cfg.split_keys - 1) / cfg.split_keys;
                 if (splits > max_splits)
                     splits = max_splits;
-                int32_t len = ctx;
+                int32_t len = span;
                 if (splits > 1) {
-                    len = (int32_t)((ctx + splits - 1) / splits);
+                    len = (int32_t)((span + splits - 1) / splits);
                     len = (len + tile - 1) / tile * tile;
-                    splits = (ctx + len - 1) / len;
+                    splits = (span + len - 1) / len;
                 }
                 if (!fixed && splits > 1 &&
                     (n_parts + splits > part_cap ||
                      (cfg.fused_combine && n_groups >= ATTN_COUNTERS))) {
                     splits = 1; /* the partials or counters would not fit: one pass */
-                    len = ctx;
+                    len = span;
                 }
                 const int32_t group = n_groups;
                 int32_t first = n_items;
@@ -159,8 +166,8 @@ inf_status_t eng_cuda_attn_list(struct cu_ctx *c, const struct eng_attn_params *
                     it->kvh = kvh;
                     it->row0 = row0;
                     it->nrows = nr;
-                    it->k0 = j * len;
-                    it->k1 = (j + 1) * len < ctx ? (j + 1) * len : ctx;
+                    it->k0 = lo + j * len;
+                    it->k1 = lo + (j + 1) * len < ctx ? lo + (j + 1) * len : ctx;
                     /* fixed: each row set owns the partial slots of its items */
                     it->part = splits > 1 ? (fixed ? first + j : (int32_t)n_parts++) : -1;
                     it->group = splits > 1 ? group : 0;
@@ -250,6 +257,7 @@ static struct krn_cuda_attn_params attn_kparams(const struct cu_ctx *c,
         .n_kv_heads = p->n_kv_heads,
         .head_dim = p->head_dim,
         .scale = p->scale,
+        .window = p->window,
         .items = (const struct krn_cuda_attn_item *)(lc->dev + lay->kv_bytes),
         .n_items = lay->n_items,
         .groups = (const struct krn_cuda_attn_group *)(lc->dev + lay->kv_bytes + lay->items_bytes),

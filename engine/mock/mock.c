@@ -18,7 +18,7 @@ struct mock_out {
 };
 
 struct mock {
-    int32_t vocab, max_len;
+    int32_t vocab, max_len, window;
     int32_t fail_at_step;
     int64_t steps;
     int64_t computed; /* tokens whose KV the steps wrote */
@@ -97,11 +97,19 @@ static void fill_logits(int32_t vocab, uint64_t h, const int32_t *tail, int32_t 
 
 void eng_mock_logits(int32_t vocab, const int32_t *toks, int32_t n, float *out)
 {
+    eng_mock_logits_window(vocab, toks, n, 0, out);
+}
+
+void eng_mock_logits_window(int32_t vocab, const int32_t *toks, int32_t n, int32_t window,
+                            float *out)
+{
     uint64_t h = 0;
-    for (int32_t i = 0; i < n; i++)
+    for (int32_t i = window > 0 && n > window ? n - window : 0; i < n; i++)
         h = hash_step(h, toks[i]);
     h = mix64(h ^ (uint64_t)(n - 1));
     int32_t from = n > 3 ? n - 3 : 0;
+    if (window > 0 && n - window > from)
+        from = n - window;
     fill_logits(vocab, h, toks + from, n - from, out);
 }
 
@@ -147,12 +155,22 @@ static inf_status_t mock_forward(void *self, const struct eng_batch *b, float *l
         if (!cell)
             return inf_err_set(err, INF_E_INTERNAL, "mock: no block for position %d", pos);
         *cell = ((uint64_t)(tok + 1) << 32) | (uint32_t)pos;
-        if (!b->want_logits[i])
+        if (!b->want_logits[i]) {
+            /* with a window, every token's keys are checked as a real
+             * model's attention would read them (a freed block shows) */
+            for (int32_t p = m->window > 0 ? eng_attn_first_key(m->window, pos) : pos; p < pos;
+                 p++) {
+                const uint64_t *c = kv_cell(m, b, slot, p);
+                if (!c || (*c >> 32) == 0 || (uint32_t)*c != (uint32_t)p)
+                    return inf_err_set(err, INF_E_INTERNAL,
+                                       "mock: slot %d reads position %d that holds no KV", slot, p);
+            }
             continue;
+        }
         /* Read the whole history back through the block table. */
         uint64_t h = 0;
         int32_t tail[3] = {0, 0, 0}, n_tail = 0;
-        for (int32_t p = 0; p <= pos; p++) {
+        for (int32_t p = eng_attn_first_key(m->window, pos); p <= pos; p++) {
             const uint64_t *c = kv_cell(m, b, slot, p);
             if (!c || (*c >> 32) == 0 || (uint32_t)*c != (uint32_t)p)
                 return inf_err_set(err, INF_E_INTERNAL,
@@ -349,11 +367,13 @@ inf_status_t eng_mock_create(const struct eng_mock_config *cfg, struct eng_lm *l
     m->vocab = vocab;
     m->max_len = max_len;
     m->fail_at_step = cfg->fail_at_step;
+    m->window = cfg->window > 0 ? cfg->window : 0;
     memset(lm, 0, sizeof *lm);
     lm->self = m;
     lm->name = "mock";
     lm->vocab = vocab;
     lm->max_len = max_len;
+    lm->window = m->window;
     lm->bos_id = ENG_MOCK_BOS;
     lm->n_eos = 1;
     lm->eos_ids[0] = ENG_MOCK_EOS;

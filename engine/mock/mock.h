@@ -46,6 +46,12 @@ struct eng_mock_config {
      * and penalties ignored. Submitted
      * steps are computed at once and their results kept until collected. */
     bool device_sampling;
+    /* Sliding window (struct eng_lm's window; 0: none): a token's logits
+     * depend on the last `window` positions only (eng_mock_logits_window),
+     * and only those are read back through the block table, for every
+     * token of a step (a read of a freed block fails the step), so that the
+     * scheduler may free the blocks before them. */
+    int32_t window;
 };
 
 /* Fill lm with a new mock model (lm->destroy frees it).
@@ -71,3 +77,7 @@ int64_t eng_mock_tokens_computed(const struct eng_lm *lm);
 /* The reference: logits [vocab] after the token toks[n-1] of a sequence
  * whose whole history is toks[0..n). No KV involved. */
 void eng_mock_logits(int32_t vocab, const int32_t *toks, int32_t n, float *out);
+/* The same for a mock with a sliding window: only toks[n - window .. n)
+ * count (the whole history when window <= 0 or n <= window). */
+void eng_mock_logits_window(int32_t vocab, const int32_t *toks, int32_t n, int32_t window,
+                            float *out);

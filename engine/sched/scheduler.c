@@ -30,6 +30,24 @@
  * batch is the k-th sequence scheduled in it; its block_table row is that
  * sequence's block list.
  *
+ * Sliding window (lm->window > 0). A query sees only the last window
+ * positions, so the blocks wholly before the first key of a sequence's
+ * next token are released as the sequence advances (seq_trim, before the
+ * sequence grows in a step): a decoding sequence holds at most
+ * ceil(window / ENG_KV_BLOCK) + 1 blocks (one more while a step is queued
+ * ahead of the one in flight), a prefill chunk of c tokens about
+ * (window + c) / ENG_KV_BLOCK + 1. Its block list keeps their places, -1 (the
+ * attention never reads them). The blocks released are only those no step
+ * in flight reads (before the first key of the token in flight), so
+ * another sequence may take them at once. With the prefix cache, committed
+ * blocks released this way stay cached like any block nobody holds (a
+ * later request with the same head still finds the whole chain until they
+ * are evicted), and the parent of the next block to commit stays held so
+ * that the chain can go on; a preempted sequence recomputes from its
+ * first position, or from its cached head, as without a window. Before
+ * the fork of n > 1 choices, the blocks the children recompute from stay
+ * held.
+ *
  * Prefix cache (cfg.prefix_caching). A sequence admitted without blocks
  * (new, or back after preemption) first holds the longest run of committed
  * blocks its tokens start with, and its prefill starts after them; after
@@ -70,10 +88,40 @@
  * evicted first and its head, which more requests share, last. */
 static void seq_release_blocks(eng_sched_t *s, struct seq *q)
 {
-    while (q->n_blocks > 0)
+    while (q->n_blocks > q->n_freed)
         eng_kv_block_unref(s->kv, q->blocks[--q->n_blocks]);
+    q->n_blocks = 0;
+    q->n_freed = 0;
     q->n_computed = 0;
     q->n_cached = 0;
+}
+
+/* With a sliding window: release q's blocks wholly before the first key
+ * its next token (at n_computed) sees, first to last, except the parent of
+ * its next block to commit (prefix_commit needs it cached) and, before the
+ * fork of n > 1 choices, those the children's recompute from the prompt's
+ * last full block sees (fork_choices). Every step in flight reads q only
+ * from that first key on. */
+static void seq_trim(eng_sched_t *s, struct seq *q)
+{
+    const int32_t w = s->lm->window;
+    if (w <= 0)
+        return;
+    int32_t from = q->n_computed;
+    const struct sreq *r = q->r;
+    if (!r->forked && r->req->n > 1) {
+        int32_t f = r->req->n_prompt / ENG_KV_BLOCK * ENG_KV_BLOCK;
+        from = from < f ? from : f;
+    }
+    int32_t keep = eng_attn_first_key(w, from) / ENG_KV_BLOCK;
+    if (eng_kv_cache_prefix_on(s->kv) && q->n_cached > 0 && keep > q->n_cached - 1)
+        keep = q->n_cached - 1;
+    if (keep > q->n_blocks)
+        keep = q->n_blocks;
+    for (; q->n_freed < keep; q->n_freed++) {
+        eng_kv_block_unref(s->kv, q->blocks[q->n_freed]);
+        q->blocks[q->n_freed] = -1;
+    }
 }
 
 /* Tokens q could add at its current blocks plus every free block. */
@@ -136,6 +184,8 @@ static void prefix_commit(eng_sched_t *s, struct seq *q)
         return;
     while ((q->n_cached + 1) * ENG_KV_BLOCK <= q->n_computed) {
         int32_t k = q->n_cached;
+        /* held (seq_trim keeps it): a released parent would start a chain */
+        INF_ASSERT(k == 0 || q->blocks[k - 1] >= 0);
         int32_t parent = k > 0 ? q->blocks[k - 1] : -1;
         q->blocks[k] =
             eng_kv_prefix_commit(s->kv, q->blocks[k], parent, q->tok + (size_t)k * ENG_KV_BLOCK);
@@ -309,10 +359,14 @@ static inf_status_t fork_choices(eng_sched_t *s, struct seq *parent, const float
             st = INF_E_NOMEM;
             break;
         }
+        /* the parent's blocks before its window are gone (seq_trim kept
+         * those the recompute from `full` sees) */
         for (int32_t b = 0; b < full; b++) {
             q->blocks[b] = parent->blocks[b];
-            eng_kv_block_ref(s->kv, q->blocks[b]);
+            if (q->blocks[b] >= 0)
+                eng_kv_block_ref(s->kv, q->blocks[b]);
         }
+        q->n_freed = parent->n_freed < full ? parent->n_freed : full;
         q->n_blocks = full;
         q->n_computed = full * ENG_KV_BLOCK;
         q->n_cached = parent->n_cached < full ? parent->n_cached : full;
@@ -402,6 +456,7 @@ static int32_t plan_step(eng_sched_t *s)
             int32_t rem = q->len - q->n_computed;
             if (q->sched_step == s->step_no || (pass == 0) != (rem == 1))
                 continue;
+            seq_trim(s, q);
             if (!make_room(s, q, pass == 0, &preempted)) {
                 if (!q->running)
                     i--; /* q left the array; the next one moved to i */
@@ -426,6 +481,7 @@ static int32_t plan_step(eng_sched_t *s)
         if (s->reserved + q->reserve > s->cfg.max_batch)
             break;
         prefix_attach(s, q);
+        seq_trim(s, q); /* cached blocks before its window go back at once */
         int32_t rem = q->len - q->n_computed;
         int32_t chunk = rem < budget ? rem : budget;
         /* Keep a watermark of free blocks for the running decodes, so that
@@ -558,7 +614,7 @@ static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *
         return INF_OK;
     int32_t live = 0, n = 0, need = 0, cols = 1, freed = 0;
     for (int32_t k = 0; k < n_step; k++) {
-        const struct seq *q = s->st_seq[k];
+        struct seq *q = s->st_seq[k];
         if (!q)
             continue;
         live++;
@@ -570,6 +626,7 @@ static inf_status_t queue_ahead(eng_sched_t *s, int32_t n_step, struct inf_err *
         }
         if (!ahead_fits(q))
             return INF_OK;
+        seq_trim(s, q);
         int32_t nb = q->len / ENG_KV_BLOCK + 1;
         need += nb > q->n_blocks ? nb - q->n_blocks : 0;
         cols = nb > cols ? nb : cols;
@@ -1030,7 +1087,12 @@ inf_status_t eng_sched_create(const struct eng_sched_config *cfg, struct eng_lm 
         return inf_err_set(err, INF_E_INVALID, "max_model_len: must be in [2, %d], got %d",
                            lm->max_len, cfg->max_model_len);
     int32_t max_blocks = (cfg->max_model_len + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK;
-    if (cfg->kv_blocks < max_blocks)
+    /* With a sliding window a sequence holds its window's blocks and the
+     * next one (its chunks are cut to what is free: seq_trim, seq_fit). */
+    int32_t need = max_blocks;
+    if (lm->window > 0 && (lm->window + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK + 2 < need)
+        need = (lm->window + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK + 2;
+    if (cfg->kv_blocks < need)
         return inf_err_set(err, INF_E_INVALID,
                            "kv_cache_tokens: %d tokens cannot hold one sequence of "
                            "max_model_len %d",

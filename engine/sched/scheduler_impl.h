@@ -36,6 +36,10 @@ struct eng_lm {
     const char *name; /* "mock", "cpu", ... */
     int32_t vocab;
     int32_t max_len; /* positions the model supports */
+    int32_t window;  /* sliding-window attention: keys a query sees, its own
+                        included (engine/backend.h eng_attn_first_key); the
+                        scheduler frees the blocks before every sequence's
+                        window. 0: none */
     int32_t bos_id;  /* -1 none */
     int32_t n_eos;
     int32_t eos_ids[ENG_LM_MAX_EOS];

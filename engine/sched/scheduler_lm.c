@@ -139,6 +139,8 @@ static uint64_t kv_identity(const struct eng_lm_model_opts *o, const struct eng_
                              c->qkv_bias};
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         h = id_mix(h, (uint64_t)shape[i]);
+    if (c->sliding_window > 0) /* mixed in only where set: other models keep their ids */
+        h = id_mix(h, (uint64_t)c->sliding_window);
     h = id_float(h, c->rms_eps);
     h = id_float(h, c->rope_theta);
     h = id_float(h, c->rope_factor);
@@ -235,6 +237,7 @@ void eng_lm_describe(struct eng_lm *lm, const struct eng_lm_model_opts *o, const
     lm->name = eng_backend_name(be);
     lm->vocab = c->vocab;
     lm->max_len = c->max_pos;
+    lm->window = c->sliding_window;
     lm->bos_id = c->bos_id;
     lm->n_eos = 0;
     for (int32_t i = 0; i < c->n_eos && lm->n_eos < ENG_LM_MAX_EOS; i++)

@@ -21,10 +21,11 @@ struct seq {
     int32_t choice;
     int32_t *tok; /* [cap] prompt + generated */
     int32_t len, cap;
-    int32_t n_computed; /* tokens with KV */
-    int32_t n_cached;   /* its first blocks, committed to the prefix cache */
-    int32_t *blocks;    /* [max_blocks] physical block ids */
-    int32_t n_blocks;
+    int32_t n_computed;        /* tokens with KV */
+    int32_t n_cached;          /* its first blocks, committed to the prefix cache */
+    int32_t *blocks;           /* [max_blocks] physical block ids, -1 before n_freed */
+    int32_t n_blocks;          /* blocks[0..n_blocks): a block per ENG_KV_BLOCK positions */
+    int32_t n_freed;           /* its first blocks, released: before its window (seq_trim) */
     int32_t reserve;           /* max_batch slots held while running: n before the fork, else 1 */
     bool running;              /* else waiting */
     uint64_t sched_step;       /* step number it was last scheduled in */

@@ -266,21 +266,29 @@ static inf_status_t parse_root(const json_t *root, struct eng_model_config *cfg,
         return inf_err_set(err, INF_E_UNSUPPORTED, CFG ": mlp_bias true is not supported");
     cfg->qkv_bias = cfg->arch == ENG_ARCH_QWEN2;
 
-    /* Sliding-window attention is not implemented: a window that covers the
-     * whole context is plain causal attention; a smaller one is refused. */
+    /* Sliding-window attention (Mistral): a query sees the window's last
+     * keys, its own included (engine/backend.h, eng_attn_first_key). A
+     * window that covers the whole context is plain causal attention and
+     * is dropped; Qwen2 applies its window only from max_window_layers on,
+     * which is not implemented, and Llama has none, so a smaller window is
+     * refused there. */
     bool use_sw = true;
     if (cfg->arch == ENG_ARCH_QWEN2)
         TRY(get_bool(root, "use_sliding_window", false, &use_sw, err));
     const json_t *sw = json_object_get(root, "sliding_window");
+    cfg->sliding_window = 0;
     if (use_sw && sw && !json_is_null(sw)) {
         if (!json_is_integer(sw) || json_integer_value(sw) <= 0)
             return inf_err_set(err, INF_E_INVALID,
                                CFG ": sliding_window must be a positive integer or null");
-        if (json_integer_value(sw) < cfg->max_pos)
-            return inf_err_set(err, INF_E_UNSUPPORTED,
-                               CFG ": sliding_window %lld smaller than max_position_embeddings %d "
-                                   "is not supported",
-                               (long long)json_integer_value(sw), cfg->max_pos);
+        if (json_integer_value(sw) < cfg->max_pos) {
+            if (cfg->arch != ENG_ARCH_MISTRAL)
+                return inf_err_set(err, INF_E_UNSUPPORTED,
+                                   CFG ": sliding_window %lld smaller than "
+                                       "max_position_embeddings %d is supported for Mistral only",
+                                   (long long)json_integer_value(sw), cfg->max_pos);
+            cfg->sliding_window = (int32_t)json_integer_value(sw);
+        }
     }
 
     TRY(parse_rope_scaling(root, cfg, err));

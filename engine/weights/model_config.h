@@ -37,10 +37,12 @@ struct eng_model_config {
     int32_t rope_orig_max_pos; /* rope_scaling.original_max_position_embeddings */
     bool tie_embeddings;       /* tie_word_embeddings */
     bool qkv_bias;             /* true for Qwen2 */
+    int32_t sliding_window;    /* Mistral's sliding_window when smaller than
+                                  max_position_embeddings, else 0 (none) */
     int32_t bos_id;            /* -1 when absent */
     int32_t n_eos;             /* eos_token_id: a number or a list */
     int32_t eos_ids[ENG_MAX_EOS];
-    char torch_dtype[16];      /* "float32", "float16", "bfloat16" or "" */
+    char torch_dtype[16]; /* "float32", "float16", "bfloat16" or "" */
 };
 
 /* Read dir/config.json. Errors: INF_E_NOTFOUND, INF_E_FORMAT (bad JSON),

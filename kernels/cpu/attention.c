@@ -122,16 +122,18 @@ HOT void krn_cpu_attn_combine(const float *rec, int64_t chunk_stride, int32_t n_
 
 void krn_cpu_attn_heads(const float *q, const float *k_pool, const float *v_pool,
                         const int32_t *blocks, int32_t block, int32_t n_heads, int32_t n_kv_heads,
-                        int32_t head_dim, int32_t h0, int32_t h1, int32_t n_ctx, float scale,
-                        float *scratch, float *out)
+                        int32_t head_dim, int32_t h0, int32_t h1, int32_t k_lo, int32_t n_ctx,
+                        float scale, float *scratch, float *out)
 {
-    const int32_t nh = h1 - h0, nch = krn_attn_chunks(n_ctx);
+    const int32_t nh = h1 - h0, c0 = k_lo / KRN_ATTN_CHUNK, nch = krn_attn_chunks_from(k_lo, n_ctx);
     const int64_t rs = head_dim + 2; /* a record */
     float *scores = scratch, *rec = scratch + (int64_t)nh * KRN_ATTN_CHUNK;
-    /* records [chunk][head] */
+    /* records [chunk][head]; the chunks stay those fixed by position, the
+     * first cut at k_lo */
     for (int32_t c = 0; c < nch; c++) {
-        const int32_t p0 = c * KRN_ATTN_CHUNK;
+        int32_t p0 = (c0 + c) * KRN_ATTN_CHUNK;
         const int32_t p1 = n_ctx - p0 < KRN_ATTN_CHUNK ? n_ctx : p0 + KRN_ATTN_CHUNK;
+        p0 = p0 < k_lo ? k_lo : p0;
         krn_cpu_attn_chunk(q, k_pool, v_pool, blocks, block, n_heads, n_kv_heads, head_dim, h0, h1,
                            p0, p1, scale, scores, rec + (int64_t)c * nh * rs, rs);
     }

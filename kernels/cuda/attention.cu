@@ -13,7 +13,7 @@
  *            1. K and V tiles -> shared memory with 16-byte loads (the block
  *               table is looked up per row of the tile);
  *            2. scores S[r][p] = q_r . k_p (q pre-scaled), causal mask per
- *               row: lanes of a warp take consecutive p, so the K reads walk
+ *               row (and p.window's): lanes of a warp take consecutive p, so the K reads walk
  *               rows whose stride (HDP + 8 halves = an odd number of 16-byte
  *               units) keeps them free of bank conflicts;
  *            3. online softmax, one warp per row: new max, rescale factor,
@@ -33,6 +33,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/rope_cuda.h"
 
+#include <limits.h>
 #include <math.h>
 
 namespace {
@@ -105,7 +106,9 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
             int r = e / TILE, pp = e % TILE;
             float s = -INFINITY;
             int lim = it.p_first + (it.row0 + r) / G + 1;
-            if (r < it.nrows && pp < nk && kt + pp < lim) {
+            /* causal, and with a window keys from lim - window on */
+            if (r < it.nrows && pp < nk && kt + pp < lim &&
+                (p.window <= 0 || kt + pp >= lim - p.window)) {
                 s = 0.0f;
                 for (int d = 0; d < hd; d += 8) {
                     float kf[8];
@@ -259,7 +262,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
     const __half zero = __float2half_rn(0.0f);
 
     /* This thread's two rows (h = 0: row g, h = 1: row g + 8 of the warp). */
-    int lim[2];
+    int lim[2], lo[2]; /* this row's keys: [lo, lim) */
     int64_t qoff[2];
     bool live[2];
 #pragma unroll
@@ -268,6 +271,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
         int rr = it.row0 + r;
         live[h] = r < it.nrows;
         lim[h] = it.p_first + rr / G + 1;
+        lo[h] = p.window > 0 ? lim[h] - p.window : INT_MIN;
         qoff[h] = (int64_t)(it.t_first + rr / G) * p.ldq + (int64_t)(it.kvh * G + rr % G) * hd;
     }
     uint32_t qa[KSTEPS][4];
@@ -327,7 +331,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int h = e >> 1, col = j * 8 + 2 * t + (e & 1), kp = kt + col;
-                const float v = (col < nk && kp < lim[h]) ? sc[j][e] * p.scale : -INFINITY;
+                const float v =
+                    (col < nk && kp < lim[h] && kp >= lo[h]) ? sc[j][e] * p.scale : -INFINITY;
                 sc[j][e] = v;
                 mx[h] = fmaxf(mx[h], v);
             }
@@ -570,7 +575,7 @@ extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p,
                            "256)",
                            p->head_dim);
     if (p->n_items < 0 || p->n_groups < 0 || p->n_heads <= 0 || p->n_kv_heads <= 0 ||
-        p->n_heads % p->n_kv_heads || p->block <= 0 || p->impl < 0 ||
+        p->n_heads % p->n_kv_heads || p->block <= 0 || p->window < 0 || p->impl < 0 ||
         p->impl >= krn_cuda_attn_impl_count())
         return inf_err_set(err, INF_E_INVALID, "attention: bad counts");
     if (p->n_items == 0)

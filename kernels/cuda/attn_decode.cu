@@ -6,7 +6,10 @@
  * little instruction overhead per key.
  * Work     one block per item: up to 16 query rows sharing one KV head (a
  *          whole GQA group; MHA uses one row of the 16) over keys [k0, k1)
- *          of one sequence.
+ *          of one sequence. With a sliding window the list starts k0 at the
+ *          block of the window's first key, so the blocks before it are
+ *          never read, and the keys of that block before the window are
+ *          masked.
  * Mapping  NW warps; the item's keys are cut into tiles of 16 and warp w
  *          takes tiles w, w + NW, ... with its own online-softmax state, so
  *          the main loop has no block-wide barrier. Each warp owns an
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     const bool words = p.q_words != nullptr; /* with rope only */
     if (words)
         stage_words<HDP, NT, QS>(p, it, s_qkv);
-    int lim[2];
+    int lim[2], lo[2]; /* this row's keys: [lo, lim) */
     int64_t qoff[2];
     bool live[2];
 #pragma unroll
@@ -300,6 +303,9 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         const int r = g + 8 * h, rr = it.row0 + r;
         live[h] = r < it.nrows;
         lim[h] = live[h] ? it.p_first + rr / G + 1 : 0x7fffffff;
+        /* a sliding window: the list starts k0 at the block of the first
+         * key, so only the keys of that block before it are masked */
+        lo[h] = live[h] && p.window > 0 ? lim[h] - p.window : -0x7fffffff;
         qoff[h] = (int64_t)(it.t_first + rr / G) * p.ldq + (int64_t)(it.kvh * G + rr % G) * hd;
     }
     uint32_t qa[KSTEPS][4];
@@ -419,7 +425,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int h = e >> 1, kp = kt + j * 8 + 2 * t + (e & 1);
-                const float v = (kp < it.k1 && kp < lim[h]) ? sc[j][e] * sl2 : -INFINITY;
+                const float v =
+                    (kp < it.k1 && kp < lim[h] && kp >= lo[h]) ? sc[j][e] * sl2 : -INFINITY;
                 sc[j][e] = v;
                 mx[h] = fmaxf(mx[h], v);
             }

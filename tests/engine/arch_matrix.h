@@ -2,7 +2,8 @@
 /* Test helper (header only): the architecture table of
  * tests/engine/test_arch_matrix.c (CPU) and tests/gpu/gpu_arch_matrix.c
  * (CUDA) and the runs both make of a model: Llama 2 (multi-head), Llama 3
- * (its RoPE scaling, grouped KV, bf16), Mistral, Qwen2 (q/k/v bias) and a
+ * (its RoPE scaling, grouped KV, bf16), Mistral (a sliding window of 8
+ * keys), Qwen2 (q/k/v bias) and a
  * tied-embedding Llama. A run (am_run_model) gives
  *   one token   the logits after a 9-token prompt;
  *   batch       16 prompts of 1 to 29 tokens prefilled in one step, then one
@@ -42,7 +43,8 @@ static const struct tm_spec ARCHS[] = {
      .rope_theta = 500000.0f,
      .dtype = ENG_DT_BF16,
      .seed = 32},
-    {.arch = "mistral",
+    {.arch = "mistral", /* Mistral-7B-v0.1's sliding window, scaled to the prompts of 1 to
+                         * 29 tokens: shorter, as long and longer than the window */
      .hidden = 64,
      .intermediate = 96,
      .layers = 2,
@@ -51,7 +53,8 @@ static const struct tm_spec ARCHS[] = {
      .vocab = 64,
      .rope_theta = 1000000.0f,
      .dtype = ENG_DT_F16,
-     .seed = 33},
+     .seed = 33,
+     .sliding_window = 8},
     {.arch = "qwen2", /* q/k/v biases: the fused split must carry them */
      .hidden = 64,
      .intermediate = 128,

@@ -429,6 +429,158 @@ START_TEST(attention_same_bits_any_threads)
 }
 END_TEST
 
+/* Sliding-window attention against a naive masked softmax written here:
+ * a query at position i sees the keys j with i - W < j <= i (Hugging Face
+ * Mistral's mask). One sequence of GQA heads is prefilled in two chunks
+ * (0..69, then 70..149 over the first chunk's KV) and decodes position
+ * 150; before the second chunk and again before the decode, every block
+ * wholly before the first key of the call's first token is poisoned with
+ * NaN and dropped from the table (-1), as the scheduler frees them, so a
+ * read of one shows. Windows below, at and above the context, on 1 and 3
+ * threads (the decode of one row takes the path that shares chunks out);
+ * at and above the context the bits are those of no window. */
+enum { WNH = 6, WNKV = 2, WHD = 16, WCTX = 151, WNBLK = 12, WMAXB = 10 };
+
+static void window_ref(const float *qkv, int qkvw, int t, int window, double *out)
+{
+    const int G = WNH / WNKV;
+    for (int h = 0; h < WNH; h++) {
+        const int kh = h / G;
+        double s[WCTX], mx = -1e300, sum = 0;
+        for (int j = 0; j <= t; j++) {
+            s[j] = -INFINITY;
+            if (window > 0 && j <= t - window)
+                continue; /* masked: outside the window */
+            double d = 0;
+            for (int e = 0; e < WHD; e++)
+                d += (double)qkv[t * qkvw + h * WHD + e] * qkv[j * qkvw + WNH * WHD + kh * WHD + e];
+            s[j] = d * 0.25;
+            mx = fmax(mx, s[j]);
+        }
+        for (int j = 0; j <= t; j++)
+            sum += (s[j] = s[j] == -INFINITY ? 0.0 : exp(s[j] - mx));
+        for (int e = 0; e < WHD; e++) {
+            double a = 0;
+            for (int j = 0; j <= t; j++)
+                a += s[j] / sum * qkv[j * qkvw + (WNH + WNKV) * WHD + kh * WHD + e];
+            out[h * WHD + e] = a;
+        }
+    }
+}
+
+/* Runs the three calls at window w on threads; out [WCTX][WNH * WHD]. */
+static void window_run(int threads, int w, const float *qkv, float *out)
+{
+    const int qkvw = (WNH + 2 * WNKV) * WHD, row = WNKV * WHD;
+    struct eng_backend *be = cpu(threads);
+    int32_t bt[WMAXB];
+    for (int b = 0; b < WMAXB; b++)
+        bt[b] = WNBLK - 1 - b; /* scattered: block b of the sequence in pool block 11 - b */
+    int32_t pos[WCTX];
+    for (int i = 0; i < WCTX; i++)
+        pos[i] = i;
+    const int64_t pool = (int64_t)WNBLK * ENG_KV_BLOCK * row;
+    struct eng_buf *kc, *vc, *bo;
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &kc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)pool, &vc, NULL), INF_OK);
+    ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * WCTX * WNH * WHD, &bo, NULL), INF_OK);
+    struct eng_buf *bq = upload(be, qkv, sizeof(float) * WCTX * (size_t)qkvw);
+    struct eng_buf *bpos = upload(be, pos, sizeof pos), *bbt = upload(be, bt, sizeof bt);
+    int32_t seq[3] = {0, 70, 0};
+    struct eng_buf *bs = upload(be, seq, sizeof seq);
+    struct eng_attn_params p = {.n_heads = WNH,
+                                .n_kv_heads = WNKV,
+                                .head_dim = WHD,
+                                .scale = 0.25f,
+                                .q = {bq, 0, qkvw},
+                                .k = {bq, WNH * WHD, qkvw},
+                                .v = {bq, (WNH + WNKV) * WHD, qkvw},
+                                .out = {bo, 0, WNH * WHD},
+                                .pos = bpos,
+                                .seqs = bs,
+                                .n_seqs = 1,
+                                .block_table = bbt,
+                                .n_slots = 1,
+                                .max_blocks = WMAXB,
+                                .k_cache = kc,
+                                .v_cache = vc,
+                                .n_blocks = WNBLK,
+                                .window = w};
+    ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+    float *nan = malloc(sizeof(float) * ENG_KV_BLOCK * (size_t)row);
+    for (int i = 0; i < ENG_KV_BLOCK * row; i++)
+        nan[i] = NAN;
+    static const int first[2] = {70, 150}, count[2] = {80, 1};
+    for (int call = 0; call < 2; call++) {
+        /* the blocks before this call's first window: poisoned, dropped */
+        for (int b = 0; b < eng_attn_first_key(w, first[call]) / ENG_KV_BLOCK; b++) {
+            if (bt[b] < 0)
+                continue;
+            const size_t off = sizeof(float) * (size_t)bt[b] * ENG_KV_BLOCK * (size_t)row;
+            ck_assert_int_eq(
+                eng_buf_upload(be, kc, off, nan, sizeof(float) * ENG_KV_BLOCK * row, NULL), INF_OK);
+            ck_assert_int_eq(
+                eng_buf_upload(be, vc, off, nan, sizeof(float) * ENG_KV_BLOCK * row, NULL), INF_OK);
+            bt[b] = -1;
+        }
+        ck_assert_int_eq(eng_buf_upload(be, bbt, 0, bt, sizeof bt, NULL), INF_OK);
+        int32_t sq[3] = {first[call], count[call], 0};
+        ck_assert_int_eq(eng_buf_upload(be, bs, 0, sq, sizeof sq, NULL), INF_OK);
+        if (call == 0)
+            ck_assert_int_eq(eng_op_attn_prefill(be, &p, NULL), INF_OK);
+        else
+            ck_assert_int_eq(eng_op_attn_decode(be, &p, NULL), INF_OK);
+    }
+    ck_assert_int_eq(eng_buf_download(be, bo, 0, out, sizeof(float) * WCTX * WNH * WHD, NULL),
+                     INF_OK);
+    /* a block inside the window missing from the table is refused */
+    if (w > 0 && w < 140) {
+        const int b = eng_attn_first_key(w, 150) / ENG_KV_BLOCK;
+        bt[b] = -1;
+        ck_assert_int_eq(eng_buf_upload(be, bbt, 0, bt, sizeof bt, NULL), INF_OK);
+        struct inf_err err;
+        ck_assert_int_eq(eng_op_attn_decode(be, &p, &err), INF_E_INVALID);
+        ck_assert_ptr_nonnull(strstr(err.msg, "no block"));
+    }
+    p.window = -1;
+    ck_assert_int_eq(eng_op_attn_decode(be, &p, NULL), INF_E_INVALID);
+    free(nan);
+    eng_buf_free(be, kc), eng_buf_free(be, vc), eng_buf_free(be, bo), eng_buf_free(be, bq);
+    eng_buf_free(be, bpos), eng_buf_free(be, bbt), eng_buf_free(be, bs);
+    eng_backend_destroy(be);
+}
+
+START_TEST(attention_sliding_window)
+{
+    const int qkvw = (WNH + 2 * WNKV) * WHD;
+    float *qkv = malloc(sizeof(float) * WCTX * (size_t)qkvw);
+    for (int i = 0; i < WCTX * qkvw; i++)
+        qkv[i] = 2.0f * urand();
+    float *full = malloc(sizeof(float) * WCTX * WNH * WHD),
+          *got = malloc(sizeof(float) * WCTX * WNH * WHD);
+    window_run(1, 0, qkv, full);
+    static const int windows[] = {1, 2, 5, 16, 17, 63, 64, 65, 100, 150, 151, 152, 4096};
+    for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+        const int w = windows[wi];
+        for (int threads = 1; threads <= 3; threads += 2) {
+            window_run(threads, w, qkv, got);
+            for (int t = 0; t < WCTX; t++) {
+                double ref[WNH * WHD];
+                window_ref(qkv, qkvw, t, w, ref);
+                for (int e = 0; e < WNH * WHD; e++)
+                    ck_assert_msg(fabs(got[t * WNH * WHD + e] - ref[e]) < 1e-5,
+                                  "window %d threads %d position %d: %g, want %g", w, threads, t,
+                                  got[t * WNH * WHD + e], ref[e]);
+            }
+            /* a window covering every context is no window, bit for bit */
+            if (w >= WCTX)
+                ck_assert_int_eq(memcmp(got, full, sizeof(float) * WCTX * WNH * WHD), 0);
+        }
+    }
+    free(qkv), free(full), free(got);
+}
+END_TEST
+
 START_TEST(rows_ops_through_wrappers)
 {
     struct eng_backend *be = cpu(2);
@@ -733,6 +885,7 @@ int main(void)
     tcase_add_test(t, linear_fp16_and_embedding);
     tcase_add_test(t, attention_prefill_and_decode);
     tcase_add_test(t, attention_same_bits_any_threads);
+    tcase_add_test(t, attention_sliding_window);
     tcase_add_test(t, rows_ops_through_wrappers);
     tcase_add_test(t, blocks_and_uploads);
     tcase_add_test(t, mlp_block_slot_equals_composition);

@@ -601,8 +601,17 @@ START_TEST(mistral_f16_llama3_rope_custom_shape)
     ck_assert(c.rope_llama3);
     ck_assert_float_eq(c.rope_factor, 8.0f);
     ck_assert_int_eq(c.rope_orig_max_pos, 8192);
+    ck_assert_int_eq(c.sliding_window, 0); /* null */
     check_weights(dir_of("m"), &c, ENG_DT_F16);
     check_forward(dir_of("m"), &c);
+    /* --sliding-window: config.json's sliding_window */
+    ck_assert_int_eq(mkmodel("w", "--arch", "mistral", "--layers", "2", "--max-pos", "512",
+                             "--sliding-window", "96", NULL),
+                     0);
+    ck_assert_int_eq(eng_model_config_load(dir_of("w"), &c, &err), INF_OK);
+    ck_assert_int_eq(c.arch, ENG_ARCH_MISTRAL);
+    ck_assert_int_eq(c.sliding_window, 96);
+    check_forward(dir_of("w"), &c);
 }
 END_TEST
 
@@ -691,6 +700,8 @@ START_TEST(refuses_bad_shapes)
     ck_assert_int_ne(mkmodel("x", "--preset", "huge", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--dtype", "f64", NULL), 0);
     ck_assert_int_ne(mkmodel("x", "--layers", "abc", NULL), 0);
+    ck_assert_int_ne(mkmodel("x", "--sliding-window", "64", NULL), 0); /* llama: none */
+    ck_assert_int_ne(mkmodel("x", "--arch", "mistral", "--sliding-window", "-1", NULL), 0);
     char p[600];
     snprintf(p, sizeof p, "%s/model.safetensors", dir_of("x"));
     ck_assert_int_eq(access(p, F_OK), -1);

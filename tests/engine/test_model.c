@@ -5,6 +5,7 @@
  * for Llama, Mistral-style and Qwen2 configurations. */
 #include "engine/backend.h"
 #include "engine/sched/kv_cache.h"
+#include "engine/mock/mock.h"
 #include "engine/model.h"
 #include "engine/weights/model_config.h"
 #include "engine/eng.h"
@@ -177,11 +178,15 @@ static void nv_rope(double *v, int nh, int hd, int pos, const struct eng_model_c
 }
 
 /* logits[n][V] for every position of tokens[0..n). */
-static void naive_forward(const char *d, const int32_t *tokens, int n, double *logits)
+/* window: the sliding window the attention masks with (keys p of a query
+ * at t with t - window < p <= t, Hugging Face Mistral's mask); -1: the
+ * checkpoint's own, 0: none. */
+static void naive_forward_w(const char *d, const int32_t *tokens, int n, int window, double *logits)
 {
     struct naive nv;
     struct inf_err err;
     ck_assert_int_eq(eng_model_config_load(d, &nv.c, &err), INF_OK);
+    const int W = window >= 0 ? window : nv.c.sliding_window;
     ck_assert_int_eq(eng_st_open(d, &nv.st, &err), INF_OK);
     const struct eng_model_config *c = &nv.c;
     int H = c->hidden, I = c->intermediate, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads,
@@ -228,6 +233,9 @@ static void naive_forward(const char *d, const int32_t *tokens, int n, double *l
                 int kh = h / (nh / nkv);
                 double mx = -INFINITY, sum = 0;
                 for (int p = 0; p <= t; p++) {
+                    sc[p] = -INFINITY;
+                    if (W > 0 && p <= t - W)
+                        continue; /* outside the window */
                     double s = 0;
                     for (int e = 0; e < hd; e++)
                         s += q[(int64_t)t * qd + h * hd + e] * k[(int64_t)p * kvd + kh * hd + e];
@@ -235,7 +243,7 @@ static void naive_forward(const char *d, const int32_t *tokens, int n, double *l
                     mx = sc[p] > mx ? sc[p] : mx;
                 }
                 for (int p = 0; p <= t; p++)
-                    sum += (sc[p] = exp(sc[p] - mx));
+                    sum += (sc[p] = sc[p] == -INFINITY ? 0.0 : exp(sc[p] - mx));
                 for (int e = 0; e < hd; e++) {
                     double a = 0;
                     for (int p = 0; p <= t; p++)
@@ -269,6 +277,11 @@ static void naive_forward(const char *d, const int32_t *tokens, int n, double *l
     free(fn), free(E), free(x), free(xn), free(q), free(k), free(v), free(att), free(tmp), free(g),
         free(u), free(sc);
     eng_st_close(nv.st);
+}
+
+static void naive_forward(const char *d, const int32_t *tokens, int n, double *logits)
+{
+    naive_forward_w(d, tokens, n, -1, logits);
 }
 
 /* ---- running the model ------------------------------------------------------ */
@@ -335,6 +348,200 @@ static void check_against_naive(const struct tm_spec *sp)
     eng_model_destroy(m);
     drop_model();
 }
+
+/* A Mistral checkpoint with a sliding window of 7 keys over 3 layers, so
+ * that a position's logits reach back 3 x 6 positions through the layers:
+ * teacher-forced logits of 90 positions (a prefill chunk, later chunks over
+ * its KV, then decode steps) against the naive forward's masked attention,
+ * with every block-table entry wholly before a step's first window set to
+ * -1 (freed blocks are never read). The window matters (the unmasked naive
+ * forward differs past it), and windows covering the context give the bits
+ * of the same checkpoint without one. */
+static const struct tm_spec MISTRAL_SW = {.arch = "mistral",
+                                          .hidden = 64,
+                                          .intermediate = 96,
+                                          .layers = 3,
+                                          .heads = 8,
+                                          .kv_heads = 2,
+                                          .vocab = 64,
+                                          .rope_theta = 1000000.0f,
+                                          .dtype = ENG_DT_F32,
+                                          .seed = 15,
+                                          .sliding_window = 7};
+
+/* Like run_positions, over steps of the given lengths, each step's table
+ * without the blocks before the window of its first token. */
+static void run_window(eng_model_t *m, const int32_t *tokens, int n, const int *steps, int window,
+                       float *logits)
+{
+    const int V = eng_model_config(m)->vocab;
+    int32_t bt[16], pos[256], slot[256];
+    uint8_t want[256];
+    for (int i = 0; i < n; i++) {
+        pos[i] = i;
+        slot[i] = 0;
+        want[i] = 1;
+    }
+    struct inf_err err = {0};
+    for (int t = 0, k = 0; t < n; t += steps[k++]) {
+        const int first = eng_attn_first_key(window, t);
+        for (int b = 0; b < 16; b++)
+            bt[b] = b < first / ENG_KV_BLOCK ? -1 : 15 - b; /* scattered */
+        struct eng_batch b = {.n_tokens = steps[k],
+                              .tokens = tokens + t,
+                              .pos = pos + t,
+                              .slot = slot,
+                              .want_logits = want,
+                              .n_logits = steps[k],
+                              .block_table = bt,
+                              .n_slots = 1,
+                              .max_blocks = 16};
+        inf_status_t s = eng_model_forward(m, &b, logits + (int64_t)t * V, &err);
+        ck_assert_msg(s == INF_OK, "forward at %d: %s", t, err.msg);
+    }
+}
+
+START_TEST(fp32_mistral_window_matches_naive)
+{
+    make_model(&MISTRAL_SW);
+    eng_model_t *m = load(ENG_QUANT_NONE, 128, true);
+    ck_assert_int_eq(eng_model_config(m)->sliding_window, 7);
+    enum { N = 90 };
+    const int V = MISTRAL_SW.vocab;
+    int32_t tok[N];
+    prompt(tok, N, V, 77);
+    /* 17, 20, 23 tokens, then 30 decode steps */
+    int steps[64] = {17, 20, 23};
+    for (int i = 3; i < 33; i++)
+        steps[i] = 1;
+    float *got = malloc(sizeof(float) * N * V);
+    double *want = malloc(sizeof(double) * N * V), *full = malloc(sizeof(double) * N * V);
+    run_window(m, tok, N, steps, 7, got);
+    naive_forward(dir, tok, N, want);
+    naive_forward_w(dir, tok, N, 0, full);
+    double worst = 0, apart = 0;
+    for (int i = 0; i < N * V; i++) {
+        worst = fmax(worst, fabs(got[i] - want[i]));
+        if (i >= 7 * V) /* past the first window the mask changes the logits */
+            apart = fmax(apart, fabs(want[i] - full[i]));
+        else
+            ck_assert(fabs(want[i] - full[i]) < 1e-9);
+    }
+    ck_assert_msg(worst <= 1e-4, "max |fp32 - naive| = %g", worst);
+    ck_assert_msg(apart > 0.1, "the window changes nothing: %g", apart);
+    /* one step of all 90 tokens: the same logits within rounding */
+    int one[1] = {N};
+    float *pre = malloc(sizeof(float) * N * V);
+    run_window(m, tok, N, one, 7, pre);
+    for (int i = 0; i < N * V; i++)
+        ck_assert(fabs(pre[i] - want[i]) <= 1e-4);
+    eng_model_destroy(m);
+    drop_model();
+
+    /* a window of the context or more is none: the same bits as null */
+    struct tm_spec sp = MISTRAL_SW;
+    sp.sliding_window = 0;
+    make_model(&sp);
+    m = load(ENG_QUANT_NONE, 128, true);
+    float *plain = malloc(sizeof(float) * N * V);
+    run_window(m, tok, N, steps, 0, plain);
+    eng_model_destroy(m);
+    drop_model();
+    static const int big[] = {N, N + 1, 4096};
+    for (int i = 0; i < 3; i++) {
+        sp.sliding_window = big[i];
+        make_model(&sp);
+        m = load(ENG_QUANT_NONE, 128, true);
+        ck_assert_int_eq(eng_model_config(m)->sliding_window, big[i] < 4096 ? big[i] : 0);
+        run_window(m, tok, N, steps, big[i], got);
+        ck_assert_int_eq(memcmp(got, plain, sizeof(float) * N * V), 0);
+        eng_model_destroy(m);
+        drop_model();
+    }
+    free(got), free(want), free(full), free(pre), free(plain);
+}
+END_TEST
+
+/* The windowed Mistral through the scheduler over a pool of 8 blocks (128
+ * tokens): three requests of 20 + 40 tokens run at once (they would need 12
+ * blocks without the window), their blocks freed and taken again as the
+ * windows pass, the prefix cache on; each greedy answer is the naive
+ * forward's, and nothing is held at the end. */
+static int32_t sw_out[4][64], sw_n[4];
+static void naive_generate(const int32_t *p, int plen, int n_new, int V, int32_t *out);
+
+static void sw_collect(void *user, struct eng_event *ev)
+{
+    (void)user;
+    if (ev->kind == ENG_EV_DELTA && ev->req_id < 4)
+        for (int i = 0; i < ev->n_tokens && sw_n[ev->req_id] < 64; i++)
+            sw_out[ev->req_id][sw_n[ev->req_id]++] = ev->tokens[i].id;
+    ck_assert_int_ne(ev->kind, ENG_EV_ERROR);
+    eng_event_destroy(ev);
+}
+
+START_TEST(mistral_window_through_the_scheduler)
+{
+    make_model(&MISTRAL_SW);
+    struct eng_config cfg = {.model_dir = dir,
+                             .backend = ENG_BACKEND_CPU,
+                             .threads = 2,
+                             .max_batched_tokens = 64,
+                             .quantization = ENG_QUANTIZATION_NONE,
+                             .fuse_qkv = true};
+    struct eng_lm lm;
+    struct inf_err err = {0};
+    ck_assert_msg(eng_model_lm_create(&cfg, &lm, &err) == INF_OK, "%s", err.msg);
+    ck_assert_int_eq(lm.window, 7);
+    struct eng_sched_config sc = {.max_batch = 4,
+                                  .max_batched_tokens = 64,
+                                  .max_model_len = 256,
+                                  .kv_blocks = 8,
+                                  .seed = 1,
+                                  .prefix_caching = true};
+    ck_assert_int_eq(lm.kv_reserve(lm.self, 8, &err), INF_OK);
+    eng_sched_t *s = NULL;
+    ck_assert_msg(eng_sched_create(&sc, &lm, &eng_mock_detok, sw_collect, NULL, &s, &err) == INF_OK,
+                  "%s", err.msg);
+    enum { P = 20, NEW = 40 };
+    int32_t pr[3][P];
+    memset(sw_n, 0, sizeof sw_n);
+    for (int k = 1; k <= 3; k++) {
+        prompt(pr[k - 1], P, MISTRAL_SW.vocab, 100 + (uint64_t)k);
+        struct eng_request *r = eng_request_create();
+        ck_assert_ptr_nonnull(r);
+        r->id = (uint64_t)k;
+        r->n_prompt = P;
+        r->prompt = malloc(sizeof(int32_t) * P);
+        memcpy(r->prompt, pr[k - 1], sizeof(int32_t) * P);
+        r->max_tokens = NEW;
+        r->sampling.temperature = 0.0f; /* greedy */
+        r->sampling.ignore_eos = true;
+        ck_assert_msg(eng_sched_add(s, r, inf_now_ns(), &err) == INF_OK, "%s", err.msg);
+    }
+    int steps = 0;
+    while (!eng_sched_idle(s)) {
+        ck_assert_msg(eng_sched_step(s, &err) == INF_OK, "step: %s", err.msg);
+        ck_assert_int_lt(++steps, 500);
+    }
+    struct eng_stats st;
+    eng_sched_stats(s, &st);
+    ck_assert_int_eq(st.max_running_seen, 3);
+    ck_assert_uint_eq(st.preemptions_total, 0); /* 3 x 4 blocks did not have to fit */
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    for (int k = 1; k <= 3; k++) {
+        int32_t want[NEW];
+        naive_generate(pr[k - 1], P, NEW, MISTRAL_SW.vocab, want);
+        ck_assert_int_eq(sw_n[k], NEW);
+        for (int i = 0; i < NEW; i++)
+            ck_assert_msg(sw_out[k][i] == want[i], "request %d token %d: %d, naive %d", k, i,
+                          sw_out[k][i], want[i]);
+    }
+    eng_sched_destroy(s);
+    lm.destroy(lm.self);
+    drop_model();
+}
+END_TEST
 
 /* The decode-graph buckets: a step is padded to the next of 1, 2, 4, 8, 16,
  * 24, 32, 48, 64, 96, 128 rows; nothing above 128 or below 1. */
@@ -971,6 +1178,8 @@ static Suite *suite(void)
     tcase_add_test(t, fp32_llama_matches_naive);
     tcase_add_test(t, fp32_llama3_tied_bf16_matches_naive);
     tcase_add_test(t, fp32_mistral_matches_naive);
+    tcase_add_test(t, fp32_mistral_window_matches_naive);
+    tcase_add_test(t, mistral_window_through_the_scheduler);
     tcase_add_test(t, fp32_qwen2_matches_naive);
     suite_add_tcase(s, t);
     t = tcase_create("int4");

@@ -150,8 +150,9 @@ END_TEST
 
 START_TEST(mistral)
 {
-    /* Mistral-7B-v0.1 has a 4096 window under a 32768 context: refused;
-     * v0.2 and later set sliding_window null. */
+    /* Mistral-7B-v0.1 has a 4096 window under a 32768 context: kept;
+     * v0.2 and later set sliding_window null, and a window that covers
+     * the context is none. */
     const char *base = "{\"architectures\":[\"MistralForCausalLM\"],\"bos_token_id\":1,"
                        "\"eos_token_id\":2,\"hidden_act\":\"silu\",\"hidden_size\":4096,"
                        "\"intermediate_size\":14336,\"max_position_embeddings\":32768,"
@@ -169,10 +170,30 @@ START_TEST(mistral)
     ck_assert_int_eq(c.n_kv_heads, 8);
     ck_assert_float_eq(c.rope_theta, 1e6f);
     ck_assert(!c.qkv_bias);
+    ck_assert_int_eq(c.sliding_window, 0);
     snprintf(js, sizeof js, base, "32768");
     ck_assert_int_eq(parse(js, &c, &err), INF_OK);
+    ck_assert_int_eq(c.sliding_window, 0);
+    snprintf(js, sizeof js, base, "65536");
+    ck_assert_int_eq(parse(js, &c, &err), INF_OK);
+    ck_assert_int_eq(c.sliding_window, 0);
     snprintf(js, sizeof js, base, "4096");
-    ck_assert_int_eq(parse(js, &c, &err), INF_E_UNSUPPORTED);
+    ck_assert_int_eq(parse(js, &c, &err), INF_OK);
+    ck_assert_int_eq(c.sliding_window, 4096);
+    snprintf(js, sizeof js, base, "32767");
+    ck_assert_int_eq(parse(js, &c, &err), INF_OK);
+    ck_assert_int_eq(c.sliding_window, 32767);
+    snprintf(js, sizeof js, base, "1");
+    ck_assert_int_eq(parse(js, &c, &err), INF_OK);
+    ck_assert_int_eq(c.sliding_window, 1);
+    snprintf(js, sizeof js, base, "0");
+    ck_assert_int_eq(parse(js, &c, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "sliding_window"));
+    snprintf(js, sizeof js, base, "-4");
+    ck_assert_int_eq(parse(js, &c, &err), INF_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.msg, "sliding_window"));
+    snprintf(js, sizeof js, base, "4096.5");
+    ck_assert_int_eq(parse(js, &c, &err), INF_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "sliding_window"));
     snprintf(js, sizeof js, base, "\"big\"");
     ck_assert_int_eq(parse(js, &c, &err), INF_E_INVALID);
@@ -213,10 +234,16 @@ START_TEST(qwen2)
     char *p = strstr(js2, "\"use_sliding_window\":false");
     memcpy(p, "\"use_sliding_window\":true ", strlen("\"use_sliding_window\":true "));
     ck_assert_int_eq(parse(js2, &c, &err), INF_OK); /* window 32768 == context: fine */
+    ck_assert_int_eq(c.sliding_window, 0);
     p = strstr(js2, "\"sliding_window\":32768");
     memcpy(p, "\"sliding_window\":4096 ", strlen("\"sliding_window\":4096 "));
     ck_assert_int_eq(parse(js2, &c, &err), INF_E_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.msg, "sliding_window"));
+    /* switched off, the same small window is ignored */
+    p = strstr(js2, "\"use_sliding_window\":true ");
+    memcpy(p, "\"use_sliding_window\":false", strlen("\"use_sliding_window\":false"));
+    ck_assert_int_eq(parse(js2, &c, &err), INF_OK);
+    ck_assert_int_eq(c.sliding_window, 0);
 }
 END_TEST
 

@@ -23,6 +23,7 @@ struct tm_spec {
     enum eng_dtype dtype; /* F32, F16 or BF16 */
     float head_std;       /* lm_head std times sqrt(hidden); 0 means 3 */
     float out_scale;      /* o_proj and down_proj std multiplier; 0 means 1 */
+    int sliding_window;   /* mistral: config.json's sliding_window; 0 means null */
     uint64_t seed;
 };
 
@@ -72,7 +73,9 @@ static int tm_write(const char *dir, const struct tm_spec *sp)
         fprintf(f, ",\n \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
                    "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
                    "\"original_max_position_embeddings\": 64}");
-    if (strcmp(sp->arch, "mistral") == 0)
+    if (strcmp(sp->arch, "mistral") == 0 && sp->sliding_window > 0)
+        fprintf(f, ",\n \"sliding_window\": %d", sp->sliding_window);
+    else if (strcmp(sp->arch, "mistral") == 0)
         fprintf(f, ",\n \"sliding_window\": null");
     fprintf(f, "}\n");
     if (fclose(f) != 0)

@@ -1,6 +1,7 @@
 /* tests/engine/test_scheduler.c — the scheduler stepped by hand over the mock
  * model. Outputs are compared with a naive reference: the mock's logits
- * recomputed from the whole token history (no KV, no batch) and argmax. */
+ * recomputed from the whole token history (no KV, no batch; with a sliding
+ * window, from its last positions) and argmax. */
 #include "engine/mock/mock.h"
 #include "engine/sched/scheduler_impl.h"
 
@@ -140,6 +141,10 @@ static int32_t g_fail_at;
  * replaced by g_hash when set. */
 static bool g_prefix;
 static uint64_t (*g_hash)(uint64_t parent, const int32_t *ids);
+/* The "window" test cases run the mock with a sliding window (its logits
+ * of the last g_window positions only, the reference's too), so that the
+ * scheduler frees the blocks before every sequence's window. */
+static int32_t g_window;
 
 static void prefix_setup(void)
 {
@@ -192,8 +197,11 @@ static void h_open_detok(struct harness *h, int32_t max_batch, int32_t budget, i
                          int32_t kv_blocks, const struct eng_detok_ops *detok)
 {
     outs_reset();
-    struct eng_mock_config mc = {
-        .vocab = VOCAB, .max_len = max_len, .fail_at_step = g_fail_at, .device_sampling = g_dev};
+    struct eng_mock_config mc = {.vocab = VOCAB,
+                                 .max_len = max_len,
+                                 .fail_at_step = g_fail_at,
+                                 .device_sampling = g_dev,
+                                 .window = g_window};
     struct inf_err err;
     ck_assert_int_eq(eng_mock_create(&mc, &h->lm, &err), INF_OK);
     struct eng_sched_config sc = {
@@ -289,7 +297,7 @@ static void ref_greedy(const int32_t *prompt, int32_t n_prompt, int32_t max_toke
     out->n = 0;
     out->fin = ENG_FINISH_NONE;
     while (out->fin == ENG_FINISH_NONE) {
-        eng_mock_logits(VOCAB, hist, len, lg);
+        eng_mock_logits_window(VOCAB, hist, len, g_window, lg);
         if (out->n < min_tokens)
             lg[ENG_MOCK_EOS] = -INFINITY;
         int32_t t = argmax_row(lg, VOCAB);
@@ -2105,6 +2113,176 @@ START_TEST(prefix_preemption_recomputes_less)
 }
 END_TEST
 
+/* ---- sliding window ------------------------------------------------------------------ */
+static void window_setup(void)
+{
+    g_window = 40;
+}
+
+static void window_teardown(void)
+{
+    g_window = 0;
+    g_prefix = false;
+    g_dev = false;
+}
+
+static void window_overlap_setup(void)
+{
+    g_window = 40;
+    g_dev = true;
+}
+
+static void window_prefix_setup(void)
+{
+    g_window = 40;
+    g_prefix = true;
+}
+
+static void window_prefix_overlap_setup(void)
+{
+    g_window = 40;
+    g_prefix = true;
+    g_dev = true;
+}
+
+/* Blocks a decoding sequence may hold at window w: every block its window's
+ * keys touch, one more while a step is queued ahead (it grows for the next
+ * token before the one in flight is computed). */
+static int32_t window_blocks(int32_t w)
+{
+    return (w + 15) / 16 + 1 + (g_dev ? 1 : 0);
+}
+
+START_TEST(window_bounds_blocks_and_reuses_them)
+{
+    /* Four sequences of 50 + 700 tokens need 47 blocks each without a
+     * window; with g_window 40 each holds at most window_blocks(40) while
+     * it decodes, so all four run at once in a pool of 24 blocks without a
+     * preemption, the pool's blocks taken again and again; the outputs are
+     * the windowed reference's and nothing is held at the end. */
+    struct harness h;
+    h_open(&h, 8, 256, 1024, 24);
+    enum { N = 4 };
+    int32_t p[N][50];
+    for (int k = 0; k < N; k++) {
+        mkprompt(p[k], 50, (uint32_t)(300 + k));
+        struct eng_request *r = mkreq((uint64_t)k + 1, p[k], 50, 700);
+        r->sampling.ignore_eos = true;
+        r->stream = k % 2 == 0;
+        add(&h, r);
+    }
+    struct inf_err err;
+    int steps = 0, max_used = 0;
+    while (!eng_sched_idle(h.s)) {
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+        struct eng_stats st;
+        eng_sched_stats(h.s, &st);
+        if (++steps > 2) /* past the prefill (50 tokens: 4 blocks) */
+            ck_assert_int_le(st.kv_blocks_used, N * window_blocks(g_window));
+        max_used = st.kv_blocks_used > max_used ? (int)st.kv_blocks_used : max_used;
+        ck_assert_int_lt(steps, 2000);
+    }
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.preemptions_total, 0);
+    ck_assert_int_eq(st.max_running_seen, N);
+    ck_assert_int_ge(max_used, N * 3);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    for (int k = 0; k < N; k++) {
+        struct ref ref;
+        ref_greedy(p[k], 50, 700, 0, true, 1024, &ref);
+        assert_matches(&outs[k + 1], 0, &ref);
+        ref_free(&ref);
+    }
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(window_long_prompt_in_chunks)
+{
+    /* A prompt of 900 tokens in chunks of 64 through a pool of 12 blocks
+     * (192 tokens): each chunk needs only its window's blocks and its own. */
+    struct harness h;
+    h_open(&h, 4, 64, 1024, 12);
+    static int32_t p[900];
+    mkprompt(p, 900, 77);
+    struct eng_request *r = mkreq(1, p, 900, 60);
+    r->sampling.ignore_eos = true;
+    add(&h, r);
+    struct inf_err err;
+    while (!eng_sched_idle(h.s)) {
+        ck_assert_int_eq(eng_sched_step(h.s, &err), INF_OK);
+        struct eng_stats st;
+        eng_sched_stats(h.s, &st);
+        ck_assert_int_le(st.kv_blocks_used, (g_window + 64 + 15) / 16 + 1 + (g_dev ? 1 : 0));
+    }
+    struct ref ref;
+    ref_greedy(p, 900, 60, 0, true, 1024, &ref);
+    assert_matches(&outs[1], 0, &ref);
+    ref_free(&ref);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(window_n3_fork_keeps_the_recompute_window)
+{
+    /* A window of 5 and a 47-token prompt in chunks of 40: the last chunk
+     * starts at 40, past the prompt's last full block (32), from which the
+     * forked choices recompute; their window reaches back to 28, which
+     * must still be held when they fork (the mock fails a read of a freed
+     * position). */
+    g_window = 5;
+    struct harness h;
+    h_open(&h, 8, 40, 256, 64);
+    int32_t p[47];
+    mkprompt(p, 47, 21);
+    struct eng_request *r = mkreq(1, p, 47, 30);
+    r->n = 3;
+    r->sampling.ignore_eos = true;
+    add(&h, r);
+    h_run(&h, 1000);
+    struct ref ref;
+    ref_greedy(p, 47, 30, 0, true, 256, &ref);
+    for (int c = 0; c < 3; c++)
+        assert_matches(&outs[1], c, &ref);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ref_free(&ref);
+    h_close(&h);
+}
+END_TEST
+
+START_TEST(window_prefix_hits_after_the_head_is_released)
+{
+    /* With the prefix cache: a 300-token prompt's blocks are committed as
+     * they fill and released as the window passes them, yet stay cached
+     * (nobody holds them, none was needed for anything else), so the same
+     * prompt again hits its 18 full blocks, computes 12 tokens, and gives
+     * the same answer; a preemption-free run leaves nothing held. */
+    struct harness h;
+    h_open(&h, 4, 512, 1024, 64);
+    static int32_t a[300];
+    mkprompt(a, 300, 5);
+    int64_t last = 0;
+    run_greedy_and_check(&h, 1, a, 300, 20, 1024);
+    ck_assert_int_eq(computed_since(&h, &last), 300 + 19);
+    struct eng_stats st;
+    eng_sched_stats(h.s, &st);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_int_eq(st.kv_blocks_cached, 319 / 16);
+    run_greedy_and_check(&h, 2, a, 300, 20, 1024);
+    ck_assert_int_eq(computed_since(&h, &last), 300 - 288 + 19);
+    eng_sched_stats(h.s, &st);
+    ck_assert_uint_eq(st.prefix_cache_hits_total, 288);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    h_close(&h);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("scheduler");
@@ -2165,6 +2343,38 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_running_and_queued);
     tcase_add_test(tc, cancel_n3_after_fork);
     suite_add_tcase(s, tc);
+    /* a sliding window: its own cases, and the scheduling cases again, one
+     * step at a time and queued ahead, with the prefix cache off and on */
+    for (int v = 0; v < 4; v++) {
+        static const char *names[] = {"window", "window_overlap", "window_prefix",
+                                      "window_prefix_overlap"};
+        static void (*const setups[])(void) = {window_setup, window_overlap_setup,
+                                               window_prefix_setup, window_prefix_overlap_setup};
+        tc = tcase_create(names[v]);
+        tcase_set_timeout(tc, 300);
+        tcase_add_checked_fixture(tc, setups[v], window_teardown);
+        tcase_add_test(tc, window_bounds_blocks_and_reuses_them);
+        tcase_add_test(tc, window_long_prompt_in_chunks);
+        tcase_add_test(tc, window_n3_fork_keeps_the_recompute_window);
+        tcase_add_test(tc, kv_exhaustion_preempts_and_recomputes);
+        tcase_add_test(tc, single_greedy_matches_reference);
+        tcase_add_test(tc, batch_of_128_matches_alone);
+        tcase_add_test(tc, chunked_prefill_interleaves_decodes);
+        tcase_add_test(tc, random_traffic_invariants);
+        tcase_add_test(tc, n3_shares_prompt_blocks);
+        tcase_add_test(tc, stop_string_across_tokens);
+        tcase_add_test(tc, min_tokens_masks_eos_and_stops);
+        tcase_add_test(tc, max_tokens_and_context_limit);
+        tcase_add_test(tc, cancel_running_and_queued);
+        tcase_add_test(tc, cancel_n3_after_fork);
+        if (v >= 2) {
+            /* the other prefix cases count hits and blocks as without a
+             * window: released early, a sequence's head is evicted first */
+            tcase_add_test(tc, window_prefix_hits_after_the_head_is_released);
+            tcase_add_test(tc, prefix_forced_collision_does_not_alias);
+        }
+        suite_add_tcase(s, tc);
+    }
     /* prefix caching on: its own cases, and the scheduling cases again */
     for (int dev = 0; dev < 2; dev++) {
         tc = tcase_create(dev ? "prefix_overlap" : "prefix");

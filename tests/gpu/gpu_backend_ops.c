@@ -994,6 +994,13 @@ static void test_linear_fp(int32_t m, int32_t n, int32_t k, bool w16, bool y32, 
 }
 
 /* ---- attention ---------------------------------------------------------------- */
+/* A sliding window for test_attention2 (0: none): every sequence's table
+ * entries wholly before the window of its first token point at a block of
+ * NaN K and V, which the CPU never reads; a GPU kernel that loaded any of
+ * its rows, even masked, would turn the output non-finite (0 x NaN), so
+ * the GPU must skip those blocks, not only mask them. */
+static int32_t g_window;
+
 struct seq_spec {
     int32_t before; /* positions already in the cache */
     int32_t n_new;  /* tokens in this step */
@@ -1015,12 +1022,13 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
         n_tok += sp[s].n_new;
     }
     int32_t n_slots = n_seqs + 1; /* one unused slot */
-    int32_t n_blocks = n_slots * max_blocks + 3;
+    int32_t n_blocks = n_slots * max_blocks + 4;
+    const int32_t nan_block = n_blocks - 1; /* the last: NaN rows (g_window) */
     /* Block tables: a shuffled pool, -1 past each sequence's end. */
     int32_t *perm = malloc((size_t)n_blocks * 4);
-    for (int32_t i = 0; i < n_blocks; i++)
+    for (int32_t i = 0; i < n_blocks - 1; i++)
         perm[i] = i;
-    for (int32_t i = n_blocks - 1; i > 0; i--) {
+    for (int32_t i = n_blocks - 2; i > 0; i--) {
         int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -1034,6 +1042,8 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
             int32_t need =
                 q >= 0 ? (sp[q].before + sp[q].n_new + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK : 0;
             bt[s * max_blocks + b] = b < need ? perm[used++] : -1;
+            if (q >= 0 && b < eng_attn_first_key(g_window, sp[q].before) / ENG_KV_BLOCK)
+                bt[s * max_blocks + b] = nan_block; /* before the window: never read */
         }
     /* Batch: sequence s uses slot n_seqs - 1 - s (slots out of order). */
     int32_t *seqs = malloc((size_t)n_seqs * 12), *pos = malloc((size_t)n_tok * 4);
@@ -1049,6 +1059,8 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
      * written straight into both pools (fp16 values). */
     int64_t row = (int64_t)n_kv * hd, pool = (int64_t)n_blocks * ENG_KV_BLOCK * row;
     float *kpool = frand(pool, -1, 1), *vpool = frand(pool, -1, 1);
+    for (int64_t i = (int64_t)nan_block * ENG_KV_BLOCK * row; i < pool; i++)
+        kpool[i] = vpool[i] = NAN;
     struct pair kc = pair_make(kpool, pool), vc = pair_make(vpool, pool);
     /* q | k | v in one row, as the model lays them out. */
     int64_t ldq = (int64_t)(n_heads + 2 * n_kv) * hd;
@@ -1067,7 +1079,8 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
                                 .n_seqs = n_seqs,
                                 .n_slots = n_slots,
                                 .max_blocks = max_blocks,
-                                .n_blocks = n_blocks};
+                                .n_blocks = n_blocks,
+                                .window = g_window};
     struct eng_attn_params ac = a, ag = a;
     ac.q = (struct eng_mat){in.c, 0, ldq};
     ac.k = (struct eng_mat){in.c, (int64_t)n_heads * hd, ldq};
@@ -1092,6 +1105,12 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
     DIE_IF(op(g_cpu, &ac, &err), "cpu attention");
     DIE_IF(op(g_gpu, &ag, &err), "gpu attention");
     char what[160];
+    char wname[96];
+    if (g_window > 0) /* the name says the window */
+        snprintf(wname, sizeof wname, "%s window %d", name, g_window);
+    else
+        snprintf(wname, sizeof wname, "%s", name);
+    name = wname;
     snprintf(what, sizeof what, "attn %s %s h %d/%d hd %d: out", decode ? "decode" : "prefill",
              name, n_heads, n_kv, hd);
     compare(what, &out, 3e-3);
@@ -1133,12 +1152,13 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
         free(eager);
         free(fx);
     }
-    /* The K/V rows this step wrote, compared exactly (the whole pools:
-     * untouched rows must stay as uploaded too). */
+    /* The K/V rows this step wrote, compared exactly (the whole pools but
+     * the NaN block: untouched rows must stay as uploaded too). */
+    const int64_t live = (int64_t)nan_block * ENG_KV_BLOCK * row;
     snprintf(what, sizeof what, "attn %s %s: K cache", decode ? "decode" : "prefill", name);
-    compare(what, &kc, 0.0);
+    compare_view(what, &kc, 0, live, 1, live, 0.0);
     snprintf(what, sizeof what, "attn %s %s: V cache", decode ? "decode" : "prefill", name);
-    compare(what, &vc, 0.0);
+    compare_view(what, &vc, 0, live, 1, live, 0.0);
     pair_free(&kc);
     pair_free(&vc);
     pair_free(&in);
@@ -1337,6 +1357,35 @@ static void test_decode_batches(void)
     test_decode_random(13, 400, 8, 2, 256);
 }
 
+/* Sliding windows (g_window) against the CPU: windows of 1 key, of a
+ * block, below, at and above the contexts; prefill chunks on existing KV
+ * (the tensor-core kernel, the SIMT one at head_dim 256), decode batches
+ * of contexts several windows long (split over the window only), one
+ * sequence of 20000 positions whose window of 4096 is split across many
+ * parts, and fixed-shape steps (the decode graphs' lists). */
+static void test_window(void)
+{
+    const struct seq_spec pre[3] = {{0, 300}, {700, 200}, {40, 90}};
+    const struct seq_spec dec[4] = {{5000, 1}, {16, 1}, {3001, 1}, {1199, 1}};
+    const struct seq_spec one_long[1] = {{19999, 1}};
+    static const int32_t windows[] = {1, 16, 17, 100, 1000, 1201, 4096, 30000};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        g_window = windows[i];
+        test_attention("chunks on existing KV", 16, 4, 128, pre, 3, false);
+        test_attention("chunks on existing KV", 8, 2, 64, pre, 3, false);
+        test_attention("chunks on existing KV", 8, 4, 256, pre, 3, false);
+        test_attention("4 seqs ctx 5001..17", 32, 8, 128, dec, 4, true);
+        test_attention("4 seqs ctx 5001..17", 8, 8, 64, dec, 4, true);
+        test_attention("4 seqs ctx 5001..17", 8, 2, 256, dec, 4, true);
+        test_attention2("4 seqs ctx 5001..17 (fixed)", 32, 8, 128, dec, 4, true, true, false);
+    }
+    g_window = 4096;
+    test_attention("1 seq ctx 20000 (split)", 32, 8, 128, one_long, 1, true);
+    test_attention("1 seq ctx 20000 (split)", 8, 8, 64, one_long, 1, true);
+    test_attention2("1 seq ctx 20000 (fixed)", 32, 8, 128, one_long, 1, true, true, false);
+    g_window = 0;
+}
+
 static void test_attention_errors(void)
 {
     struct inf_err err = {0};
@@ -1524,6 +1573,7 @@ int main(void)
     test_attention("1 chunk of 300 on 1500", 8, 2, 64, pre_long, 1, false);
     test_decode_batches();
     test_decode_fixed();
+    test_window();
     test_attention_errors();
     if (!getenv("INT4SERVE_TEST_NO_TIMING")) {
         time_attention(1, 32768, 1, true);

@@ -28,7 +28,10 @@
  * model as loaded from them (repacked, act-order activations gathered
  * before each GEMM, inside the decode graphs too) on the GPU against the
  * CPU, whose logprobs tests/engine/test_packed.c holds to those of a
- * 16-bit checkpoint of the dequantized weights within 1e-4.
+ * 16-bit checkpoint of the dequantized weights within 1e-4. A tiny Mistral
+ * with a sliding window of 40 keys takes them too: its 256 positions are
+ * six windows, the CPU its windowed reference (tests/engine/test_model.c
+ * holds that to a naive masked forward).
  * Checkpoints: argv[1..] as "name=DIR", else made into a temporary folder
  * with int4serve-mkmodel from $INT4SERVE_MKMODEL or
  * $INT4SERVE_BUILD_DIR/tools/mkmodel. Prints "SKIPPED: no GPU" without a GPU. */
@@ -470,7 +473,7 @@ int main(int argc, char **argv)
     const char *names[8], *dirs[8];
     int32_t nm = 0;
     char tmp[] = "/tmp/int4serve-gpu-model-XXXXXX";
-    static char made[7][600];
+    static char made[8][600];
     if (argc > 1) {
         for (int i = 1; i < argc && nm < 8; i++) {
             char *eq = strchr(argv[i], '=');
@@ -492,17 +495,19 @@ int main(int argc, char **argv)
             fprintf(stderr, "FATAL: mkdtemp\n");
             return 2;
         }
-        static const char *const pn[] = {"tiny",     "small",         "tiny-qwen2",
-                                         "tiny-awq", "tiny-gptq-act", "tiny-gptq-act-sym",
-                                         "tiny-ct"};
+        static const char *const pn[] = {"tiny",          "small",
+                                         "tiny-qwen2",    "tiny-awq",
+                                         "tiny-gptq-act", "tiny-gptq-act-sym",
+                                         "tiny-ct",       "tiny-mistral-window"};
         static const char *const args[] = {
-            "--preset tiny",
-            "--preset small",
+            "--preset tiny", "--preset small",
             "--preset tiny --arch qwen2 --rope-llama3 --tie --kv-heads 2",
             "--preset tiny --format awq --group-size 32",
             "--preset tiny --format gptq-actorder --group-size 128",
             "--preset small --format gptq-actorder --group-size 64 --symmetric",
-            "--preset tiny --arch qwen2 --kv-heads 2 --format ct --group-size 64"};
+            "--preset tiny --arch qwen2 --kv-heads 2 --format ct --group-size 64",
+            /* Mistral's sliding window: 256 positions are six windows */
+            "--preset tiny --arch mistral --kv-heads 2 --sliding-window 40"};
         for (int i = 0; i < (int)(sizeof pn / sizeof pn[0]); i++) {
             char cmd[8192];
             snprintf(made[i], sizeof made[i], "%s/%s", tmp, pn[i]);

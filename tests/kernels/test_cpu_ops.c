@@ -3,7 +3,8 @@
  * repacked layout, padding, odd N, many M, and split ranges giving
  * bit-identical results; the AVX2 and AVX-512 kernels bit for bit the
  * portable loop on random shapes), RMSNorm with residual,
- * RoPE with llama3 scaling, paged attention with GQA in chunks, SiLU*mul, embeddings
+ * RoPE with llama3 scaling, paged attention with GQA in chunks (and within a
+ * sliding window), SiLU*mul, embeddings
  * and row gathers, and the fp16 conversion for every bit pattern. */
 #include "common/inf.h"
 #include "kernels/activation.h"
@@ -350,11 +351,11 @@ START_TEST(paged_attention_matches_naive)
         for (int h = 0; h < NH; h++) {
             int kvh = h / (NH / NKV);
             /* one head alone, and the head in ranges of every size: the same bits */
-            krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h, h + 1, n_ctx, 0.35f, scratch,
-                               out);
+            krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h, h + 1, 0, n_ctx, 0.35f,
+                               scratch, out);
             for (int h1 = h + 1; h1 <= NH; h1 += 2) {
                 float wide[NH * HD];
-                krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h > 0 ? h - 1 : 0, h1,
+                krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h > 0 ? h - 1 : 0, h1, 0,
                                    n_ctx, 0.35f, scratch, wide);
                 ck_assert_int_eq(memcmp(wide + h * HD, out + h * HD, sizeof(float) * HD), 0);
             }
@@ -389,6 +390,69 @@ START_TEST(paged_attention_matches_naive)
         }
     }
     free(kp), free(vp), free(K), free(Vv), free(q);
+}
+END_TEST
+
+START_TEST(paged_attention_window_matches_naive)
+{
+    /* Positions k_lo..n_ctx-1 only (a sliding window): at block sizes 1, 3,
+     * 16 and 32, the table's entries wholly before k_lo point at a block of
+     * NaN (a freed block, rewritten by its next owner), which a read would
+     * show; GQA of three heads a KV head. */
+    enum { NKV = 2, HD = 8, NH = 6, CTX = 200, MAXCH = 5, RS = HD + 2 };
+    const int64_t row = NKV * HD;
+    static const int blks[] = {1, 3, 16, 32};
+    float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.5);
+    for (int bi = 0; bi < 4; bi++) {
+        const int blk = blks[bi], nb = (CTX + blk - 1) / blk + 1; /* the last: NaN */
+        float *kp = malloc(sizeof(float) * (size_t)(nb * blk * row));
+        float *vp = malloc(sizeof(float) * (size_t)(nb * blk * row));
+        int32_t *blocks = malloc(sizeof(int32_t) * (size_t)nb);
+        for (int i = 0; i < nb * blk * row; i++)
+            kp[i] = vp[i] = NAN;
+        static const int ctxs[] = {1, 17, 64, 65, 129, 200};
+        static const int wins[] = {1, 2, 16, 33, 64, 100, 199, 200, 500};
+        for (int ci = 0; ci < 6; ci++)
+            for (int wi = 0; wi < 9; wi++) {
+                const int n_ctx = ctxs[ci], w = wins[wi];
+                const int k_lo = n_ctx - w > 0 ? n_ctx - w : 0;
+                for (int b = 0; b < nb - 1; b++) /* reversed: a block's rows come from far away */
+                    blocks[b] = b < k_lo / blk ? nb - 1 : nb - 2 - b;
+                for (int p = 0; p < CTX; p++)
+                    if (p / blk >= k_lo / blk)
+                        krn_cpu_kv_write(kp, vp, blocks, blk, NKV, HD, p, K + p * row,
+                                         Vv + p * row);
+                float scratch[NH * (KRN_ATTN_CHUNK + MAXCH * RS)], out[NH * HD];
+                ck_assert_int_le(krn_attn_chunks_from(k_lo, n_ctx), MAXCH);
+                krn_cpu_attn_heads(q, kp, vp, blocks, blk, NH, NKV, HD, 0, NH, k_lo, n_ctx, 0.35f,
+                                   scratch, out);
+                for (int h = 0; h < NH; h++) {
+                    const int kvh = h / (NH / NKV);
+                    double sc[CTX], mx = -1e300, sum = 0;
+                    for (int p = k_lo; p < n_ctx; p++) {
+                        double d = 0;
+                        for (int e = 0; e < HD; e++)
+                            d += (double)q[h * HD + e] * K[p * row + kvh * HD + e];
+                        sc[p] = 0.35 * d;
+                        mx = fmax(mx, sc[p]);
+                    }
+                    for (int p = k_lo; p < n_ctx; p++)
+                        sum += (sc[p] = exp(sc[p] - mx));
+                    for (int e = 0; e < HD; e++) {
+                        double a = 0;
+                        for (int p = k_lo; p < n_ctx; p++)
+                            a += sc[p] / sum * Vv[p * row + kvh * HD + e];
+                        ck_assert_msg(fabs(out[h * HD + e] - a) < 1e-5,
+                                      "block %d ctx %d window %d h %d: %g vs %g", blk, n_ctx, w, h,
+                                      out[h * HD + e], a);
+                    }
+                }
+                for (int i = 0; i < (nb - 1) * blk * row; i++) /* poison again */
+                    kp[i] = vp[i] = NAN;
+            }
+        free(kp), free(vp), free(blocks);
+    }
+    free(K), free(Vv), free(q);
 }
 END_TEST
 
@@ -448,6 +512,7 @@ int main(void)
     suite_add_tcase(s, t);
     t = tcase_create("attention");
     tcase_add_test(t, paged_attention_matches_naive);
+    tcase_add_test(t, paged_attention_window_matches_naive);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

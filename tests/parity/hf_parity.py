@@ -42,6 +42,9 @@ MODELS = [
     ("tiny-qwen2", ["--preset", "tiny", "--arch", "qwen2", "--kv-heads", "2", "--tie"]),
     ("tiny-mistral-llama3", ["--preset", "tiny", "--arch", "mistral", "--kv-heads", "3",
                              "--rope-llama3", "--dtype", "bf16"]),
+    # Mistral-7B-v0.1's sliding window, scaled down: 5 keys under 23 positions
+    ("tiny-mistral-window", ["--preset", "tiny", "--arch", "mistral", "--kv-heads", "2",
+                             "--sliding-window", "5"]),
 ]
 PROMPT = [1, 17, 42, 99, 256, 7, 300, 12, 5, 64, 128, 33, 2, 77, 150, 9]
 # Trained checkpoints in the repo, prompted with text through their own

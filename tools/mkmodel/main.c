@@ -51,6 +51,7 @@ struct opts {
     const char *out, *preset, *tokenizer;
     const char *arch;
     int64_t hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, max_pos;
+    int64_t sliding_window; /* mistral: config.json's sliding_window, 0 null */
     double rope_theta;
     int tie, rope_llama3; /* -1 unset */
     enum eng_dtype dtype;
@@ -476,7 +477,8 @@ static json_t *make_config(const struct opts *o, int32_t bos, int32_t eos)
     else
         json_object_set_new(c, "rope_scaling", json_null());
     if (strcmp(o->arch, "mistral") == 0)
-        json_object_set_new(c, "sliding_window", json_null());
+        json_object_set_new(c, "sliding_window",
+                            o->sliding_window > 0 ? json_integer(o->sliding_window) : json_null());
     if (strcmp(o->arch, "qwen2") == 0)
         json_object_set_new(c, "use_sliding_window", json_false());
     json_object_set_new(c, "tie_word_embeddings", json_boolean(o->tie == 1));
@@ -578,6 +580,7 @@ static void usage(FILE *f)
             "  --arch A             llama | mistral | qwen2\n"
             "  --hidden N --intermediate N --layers N --heads N --kv-heads N\n"
             "  --head-dim N --vocab N --max-pos N --rope-theta X\n"
+            "  --sliding-window N   mistral: config.json's sliding_window (default null)\n"
             "  --tie                tie lm_head to embed_tokens\n"
             "  --rope-llama3        llama3 rope scaling (factor 8, original 8192)\n"
             "  --dtype T            f32 | f16 | bf16\n"
@@ -647,6 +650,7 @@ int main(int argc, char **argv)
         O_GROUP,
         O_SYM,
         O_CKFMT,
+        O_SW,
         O_HELP
     };
     static const struct option longopts[] = {
@@ -672,6 +676,7 @@ int main(int argc, char **argv)
         {"group-size", 1, 0, O_GROUP},
         {"symmetric", 0, 0, O_SYM},
         {"checkpoint-format", 1, 0, O_CKFMT},
+        {"sliding-window", 1, 0, O_SW},
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -679,7 +684,8 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int64_t v = 0;
         bool num = c == O_HIDDEN || c == O_INTER || c == O_LAYERS || c == O_HEADS || c == O_KV ||
-                   c == O_HD || c == O_VOCAB || c == O_MAXPOS || c == O_SEED || c == O_SHARDS;
+                   c == O_HD || c == O_VOCAB || c == O_MAXPOS || c == O_SEED || c == O_SHARDS ||
+                   c == O_SW;
         if (num && !parse_i64(optarg, &v)) {
             fprintf(stderr, "int4serve-mkmodel: --%s needs a non-negative integer, got '%s'\n",
                     longopts[c - O_OUT].name, optarg);
@@ -694,6 +700,9 @@ int main(int argc, char **argv)
             break;
         case O_ARCH:
             o.arch = optarg;
+            break;
+        case O_SW:
+            o.sliding_window = v;
             break;
         case O_HIDDEN:
             o.hidden = v;
@@ -840,6 +849,14 @@ int main(int argc, char **argv)
     if (o.quant.v2 && o.quant.fmt != MK_GPTQ && o.quant.fmt != MK_GPTQ_ACT) {
         fprintf(stderr, "int4serve-mkmodel: --checkpoint-format needs --format gptq or "
                         "gptq-actorder\n");
+        return 2;
+    }
+    if (o.sliding_window > 0 && strcmp(o.arch, "mistral") != 0) {
+        fprintf(stderr, "int4serve-mkmodel: --sliding-window needs --arch mistral\n");
+        return 2;
+    }
+    if (o.sliding_window > INT32_MAX) {
+        fprintf(stderr, "int4serve-mkmodel: --sliding-window is too large\n");
         return 2;
     }
     if (!kv_given && o.kv_heads > o.heads)
