@@ -190,7 +190,10 @@ struct eng_attn_block {
                         before the residual add: o is row-parallel */
     int32_t o_lead;  /* o's shard starts with this many zero columns
                         (engine/tp/shard.h): it reads attn.out from o_lead columns
-                        before it (k = o_lead + heads x head_dim), which hold 0 */
+                        before it (k = o_lead + heads x head_dim + o_trail), which
+                        hold 0 */
+    int32_t o_trail; /* and ends with this many, after attn.out's columns (an
+                        act-order shard reads every column of the whole layer) */
 };
 
 /* The gated MLP half of a decoder layer (the slot mlp_block; composed
@@ -212,8 +215,9 @@ struct eng_mlp_block {
     struct eng_mat d; /* [m][dim] scratch */
     const struct eng_buf *norm;
     float eps;
-    bool all_reduce;   /* as in struct eng_attn_block: down is row-parallel */
-    int32_t down_lead; /* as o_lead: down reads h from down_lead zero columns before it */
+    bool all_reduce;    /* as in struct eng_attn_block: down is row-parallel */
+    int32_t down_lead;  /* as o_lead: down reads h from down_lead zero columns before it */
+    int32_t down_trail; /* as o_trail */
 };
 
 /* Sampling on the device (optional slots sample_reserve / sample). One

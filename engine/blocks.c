@@ -35,8 +35,9 @@ static inf_status_t attn_block_check(const struct eng_attn_block *p, struct inf_
         lin = lin_ok(p->qkv[0], qd, p->dim) && lin_ok(p->qkv[1], kvd, p->dim) &&
               lin_ok(p->qkv[2], kvd, p->dim) && !p->qkv[0]->glu && !p->qkv[1]->glu &&
               !p->qkv[2]->glu;
-    if (!lin || p->o_lead < 0 || p->o_lead > a->out.off || !lin_ok(p->o, p->dim, p->o_lead + qd) ||
-        p->o->glu)
+    if (!lin || p->o_lead < 0 || p->o_lead > a->out.off || p->o_trail < 0 ||
+        a->out.off + qd + p->o_trail > a->out.ld ||
+        !lin_ok(p->o, p->dim, p->o_lead + qd + p->o_trail) || p->o->glu)
         return inf_err_set(err, INF_E_INVALID,
                            "attn_block: q/k/v or o linear does not match %d heads of %d",
                            a->n_heads, hd);
@@ -53,8 +54,9 @@ static inf_status_t mlp_block_check(const struct eng_mlp_block *p, struct inf_er
     else if (p->n_gu == 2)
         lin = lin_ok(p->gu[0], p->inter, p->dim) && lin_ok(p->gu[1], p->inter, p->dim) &&
               !p->gu[0]->glu && !p->gu[1]->glu;
-    if (!lin || p->down_lead < 0 || p->down_lead > p->h.off ||
-        !lin_ok(p->down, p->dim, p->down_lead + p->inter) || p->down->glu)
+    if (!lin || p->down_lead < 0 || p->down_lead > p->h.off || p->down_trail < 0 ||
+        p->h.off + p->inter + p->down_trail > p->h.ld ||
+        !lin_ok(p->down, p->dim, p->down_lead + p->inter + p->down_trail) || p->down->glu)
         return inf_err_set(err, INF_E_INVALID,
                            "mlp_block: gate/up or down linear does not match %d x %d", p->dim,
                            p->inter);

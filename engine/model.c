@@ -74,7 +74,8 @@ static struct eng_attn_params attn_params(eng_model_t *m, int32_t n_slots, int32
                                     .q = mat(m->qkv, 0, qkvw),
                                     .k = mat(m->qkv, qd, qkvw),
                                     .v = mat(m->qkv, qd + kvd, qkvw),
-                                    .out = mat(m->att, m->att_lead, m->att_lead + qd),
+                                    .out =
+                                        mat(m->att, m->att_lead, m->att_lead + qd + m->att_trail),
                                     .pos = m->pos,
                                     .block_table = m->bt,
                                     .n_slots = n_slots,
@@ -120,7 +121,7 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
                                .x = x,
                                .xn = xn,
                                .gu_out = mat(m->gu, 0, 2 * I),
-                               .h = mat(m->h, m->h_lead, m->h_lead + I),
+                               .h = mat(m->h, m->h_lead, m->h_lead + I + m->h_trail),
                                .d = d,
                                .eps = c->rms_eps,
                                .all_reduce = reduce};
@@ -132,7 +133,9 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
             ab.qkv[i] = &ly->qkv[i].lin;
         ab.o = &ly->o.lin;
         ab.o_lead = ly->o.lead;
+        ab.o_trail = ly->o.trail;
         mb.down_lead = ly->down.lead;
+        mb.down_trail = ly->down.trail;
         ab.attn.k_cache = ly->k_cache;
         ab.attn.v_cache = ly->v_cache;
         ab.norm = ly->mlp_norm;

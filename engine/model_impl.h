@@ -31,6 +31,7 @@ struct lin {
     int32_t info;    /* index into m->info */
     bool w_borrowed; /* tied lm_head: lin.w is the embedding table */
     int32_t lead;    /* a row-parallel shard's leading zero columns (engine/tp/shard.h) */
+    int32_t trail;   /* and trailing ones (an act-order shard reads every column) */
 };
 
 struct layer {
@@ -60,9 +61,10 @@ struct eng_model {
     struct eng_qcfg qcfg; /* the checkpoint's quantization (LOAD_PACKED) */
     /* this rank's part of the model (the whole model at tp 1), and the
      * columns before the attention output and the MLP's h that the
-     * row-parallel shards read as zeros (the largest lead of any layer) */
+     * row-parallel shards read as zeros (the largest lead of any layer),
+     * and likewise after them (the largest trail) */
     struct eng_tp_shape tp;
-    int32_t att_lead, h_lead;
+    int32_t att_lead, h_lead, att_trail, h_trail;
     bool fused;
     /* projections asked to fuse that an INT4 checkpoint does not let stack
      * (column orders or groups that differ): how many groups, the first */

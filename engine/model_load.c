@@ -299,6 +299,20 @@ static inf_status_t q4_take_cols(const struct shard *sh, struct krn_q4_weight *q
     return INF_OK;
 }
 
+/* A row-parallel rank's columns of q into *out: cut to them (after lead
+ * zero columns), or for an act-order q, whose columns of one range are
+ * spread over every group, the whole layer with the other columns reading
+ * 0 and the rank's input placed among zeros (lead before, trail after). */
+static inf_status_t q4_cut_cols(const struct krn_q4_weight *q, const struct shard *sh,
+                                struct krn_q4_weight *out, struct lin *l, struct inf_err *err)
+{
+    if (!q->perm)
+        return eng_q4_take_cols(q, sh->c0, sh->c1, out, &l->lead, err);
+    l->lead = sh->c0;
+    l->trail = q->k - sh->c1;
+    return eng_q4_mask_cols(q, sh->c0, sh->c1, out, err);
+}
+
 static inf_status_t make_linear(struct eng_model *m, const char *name, const struct src *src,
                                 int32_t n, const float *bias, bool keep, const struct shard *sh,
                                 struct lin *l, struct inf_err *err)
@@ -321,13 +335,8 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
         struct krn_q4_weight cut;
         memset(&cut, 0, sizeof cut);
         const struct krn_q4_weight *q = src->q4;
-        if (split_k && q->perm)
-            return inf_err_set(err, INF_E_UNSUPPORTED,
-                               "%s: an act-order (g_idx) layer split by columns across "
-                               "tensor-parallel ranks is not supported",
-                               name);
         if (split_k) {
-            if ((s = eng_q4_take_cols(q, sh->c0, sh->c1, &cut, &l->lead, err)))
+            if ((s = q4_cut_cols(q, sh, &cut, l, err)))
                 return s;
             q = &cut;
         }
@@ -374,7 +383,7 @@ static inf_status_t make_linear(struct eng_model *m, const char *name, const str
             struct krn_q4_weight cut;
             memset(&cut, 0, sizeof cut);
             const struct krn_q4_weight *q = src->q4;
-            if (split_k && (s = eng_q4_take_cols(q, sh->c0, sh->c1, &cut, &l->lead, err)))
+            if (split_k && (s = q4_cut_cols(q, sh, &cut, l, err)))
                 return s;
             if (split_k)
                 q = &cut;
@@ -836,7 +845,7 @@ static int32_t lo_rows(const struct eng_model *m)
     return m->graph_rows > LOGIT_ROWS ? m->graph_rows : LOGIT_ROWS;
 }
 
-/* The columns before a row-parallel shard's input are read as zeros and
+/* The columns around a row-parallel shard's input are read as zeros and
  * never written: zero the buffer once (when it has such columns). */
 static inf_status_t zero_leads(struct eng_model *m, struct eng_buf *b, int64_t bytes, int32_t lead,
                                struct inf_err *err)
@@ -861,7 +870,8 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
         T = m->graph_rows; /* a padded bucket needs its rows */
     const struct eng_tp_shape *tp = &m->tp;
     int64_t qkvw = (int64_t)(tp->n_heads + 2 * tp->n_kv_heads) * c->head_dim;
-    int64_t attw = m->att_lead + (int64_t)tp->n_heads * c->head_dim, hw = m->h_lead + tp->inter;
+    int64_t attw = m->att_lead + (int64_t)tp->n_heads * c->head_dim + m->att_trail,
+            hw = m->h_lead + tp->inter + m->h_trail;
     inf_status_t s;
     if ((s = alloc_act(m, &m->x, T * c->hidden, es, err)) ||
         (s = alloc_act(m, &m->xn, T * c->hidden, es, err)) ||
@@ -870,8 +880,8 @@ static inf_status_t alloc_work(struct eng_model *m, struct inf_err *err)
         (s = alloc_act(m, &m->att, T * attw, es, err)) ||
         (s = alloc_act(m, &m->gu, T * 2 * tp->inter, es, err)) ||
         (s = alloc_act(m, &m->h, T * hw, es, err)) ||
-        (s = zero_leads(m, m->att, T * attw * (int64_t)es, m->att_lead, err)) ||
-        (s = zero_leads(m, m->h, T * hw * (int64_t)es, m->h_lead, err)) ||
+        (s = zero_leads(m, m->att, T * attw * (int64_t)es, m->att_lead + m->att_trail, err)) ||
+        (s = zero_leads(m, m->h, T * hw * (int64_t)es, m->h_lead + m->h_trail, err)) ||
         (s = alloc_act(m, &m->lx, (int64_t)LOGIT_ROWS * c->hidden, es, err)) ||
         (s = alloc_act(m, &m->lo, (int64_t)lo_rows(m) * c->vocab, 4, err)) ||
         (s = alloc_act(m, &m->tok, T, 4, err)) || (s = alloc_act(m, &m->pos, T, 4, err)) ||
@@ -1056,6 +1066,8 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
             goto fail;
         m->att_lead = L->o.lead > m->att_lead ? L->o.lead : m->att_lead;
         m->h_lead = L->down.lead > m->h_lead ? L->down.lead : m->h_lead;
+        m->att_trail = L->o.trail > m->att_trail ? L->o.trail : m->att_trail;
+        m->h_trail = L->down.trail > m->h_trail ? L->down.trail : m->h_trail;
     }
     if ((s = load_norm(m, st, "model.norm.weight", &m->final_norm, err)) ||
         (s = load_embed_and_head(m, st, err)))

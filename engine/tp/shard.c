@@ -121,3 +121,23 @@ inf_status_t eng_tp_shape_of(int32_t n_heads, int32_t n_kv_heads, int32_t inter,
     out->i0 = rank * out->inter;
     return INF_OK;
 }
+
+inf_status_t eng_q4_mask_cols(const struct krn_q4_weight *w, int32_t c0, int32_t c1,
+                              struct krn_q4_weight *out, struct inf_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (c0 < 0 || c1 <= c0 || c1 > w->k)
+        return inf_err_set(err, INF_E_INVALID, "columns %d..%d outside a weight of %d", c0, c1,
+                           w->k);
+    const struct eng_rows all = {0, w->n};
+    inf_status_t st = eng_q4_take_rows(w, &all, 1, out, err);
+    if (st != INF_OK)
+        return st;
+    for (int32_t i = 0; i < w->k; i++) {
+        const int32_t c = w->perm ? w->perm[i] : i;
+        if (c < c0 || c >= c1)
+            for (int32_t r = 0; r < w->n; r++)
+                set_code(out, r, i, zero_code(out, r, i / w->group));
+    }
+    return INF_OK;
+}

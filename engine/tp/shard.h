@@ -61,6 +61,15 @@ inf_status_t eng_q4_take_rows(const struct krn_q4_weight *w, const struct eng_ro
 inf_status_t eng_q4_take_cols(const struct krn_q4_weight *w, int32_t c0, int32_t c1,
                               struct krn_q4_weight *out, int32_t *lead, struct inf_err *err);
 
+/* out = w with every stored column whose input column (perm[i], or i) lies
+ * outside [c0, c1) reading 0 (its codes set to its group's zero point), all
+ * w->k input columns kept: a row-parallel rank's shard of an act-order w,
+ * whose stored columns of one input range are spread over every group, so
+ * that no group is cut. The rank feeds zeros outside its columns. Errors:
+ * INF_E_INVALID (0 <= c0 < c1 <= w->k does not hold), INF_E_NOMEM. */
+inf_status_t eng_q4_mask_cols(const struct krn_q4_weight *w, int32_t c0, int32_t c1,
+                              struct krn_q4_weight *out, struct inf_err *err);
+
 #ifdef __cplusplus
 }
 #endif

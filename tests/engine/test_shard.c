@@ -110,6 +110,48 @@ START_TEST(split_of_k_sums_to_the_whole)
 }
 END_TEST
 
+/* An act-order weight's rank keeps every stored column whose input column
+ * is its own and reads 0 in the others, so the ranks' layers sum to the
+ * whole one column by column. */
+START_TEST(act_order_mask)
+{
+    struct krn_q4_weight w;
+    const int32_t n = 6, k = 1408, tp = 4;
+    for (int sym = 0; sym < 2; sym++) {
+        quantized(n, k, 128, sym, &w);
+        w.perm = malloc((size_t)k * sizeof *w.perm);
+        for (int32_t i = 0; i < k; i++)
+            w.perm[i] = i;
+        for (int32_t i = k - 1; i > 0; i--) { /* a shuffle */
+            const int32_t j = (int32_t)((urand() + 1) * 0.5 * i), t = w.perm[i];
+            w.perm[i] = w.perm[j < i ? j : i];
+            w.perm[j < i ? j : i] = t;
+        }
+        double *sum = calloc((size_t)n * k, sizeof *sum);
+        for (int32_t p = 0; p < tp; p++) {
+            struct krn_q4_weight s;
+            const int32_t c0 = p * k / tp, c1 = (p + 1) * k / tp;
+            ck_assert_int_eq(eng_q4_mask_cols(&w, c0, c1, &s, NULL), INF_OK);
+            ck_assert_int_eq(s.k, k);
+            ck_assert_mem_eq(s.perm, w.perm, (size_t)k * sizeof *w.perm);
+            for (int32_t r = 0; r < n; r++)
+                for (int32_t i = 0; i < k; i++) {
+                    const float v = eng_q4_dequant_at(&s, r, i);
+                    const bool mine = w.perm[i] >= c0 && w.perm[i] < c1;
+                    ck_assert(mine ? v == eng_q4_dequant_at(&w, r, i) : v == 0.0f);
+                    sum[(int64_t)r * k + i] += v;
+                }
+            eng_q4_free(&s);
+        }
+        for (int32_t r = 0; r < n; r++)
+            for (int32_t i = 0; i < k; i++)
+                ck_assert(sum[(int64_t)r * k + i] == eng_q4_dequant_at(&w, r, i));
+        free(sum);
+        eng_q4_free(&w);
+    }
+}
+END_TEST
+
 START_TEST(row_ranges)
 {
     struct krn_q4_weight w, s;
@@ -138,6 +180,7 @@ int main(void)
     tcase_add_test(t, column_ranges);
     tcase_add_test(t, split_of_k_sums_to_the_whole);
     tcase_add_test(t, row_ranges);
+    tcase_add_test(t, act_order_mask);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

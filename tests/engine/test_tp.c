@@ -4,8 +4,11 @@
  * rank at tp 4: the shards of down cut groups of 128), INT4 (group 128,
  * quantized whole, then sharded) and fp32, fused and not, with Qwen2's
  * q/k/v biases: the teacher-forced logprobs of a 40-token prompt within
- * 1e-3 and 24 greedy ids identical; and the group's refusals (a tp the
- * heads do not divide). */
+ * 1e-3 and 24 greedy ids identical; a GPTQ act-order checkpoint of the
+ * same shape (every linear with its g_idx: o's shards take the whole layer
+ * with the other ranks' columns reading 0, down's order is folded into
+ * gate/up) likewise; and the group's refusals (a tp the heads do not
+ * divide). */
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/sched/scheduler_lm.h"
@@ -18,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PROMPT = 40, NEW = 24, VOCAB = 256, MAX_BLOCKS = 8 };
+enum { PROMPT = 40, NEW = 24, VOCAB = 584, MAX_BLOCKS = 8 }; /* mkmodel's tokenizer fits */
 #define TP_REQUIRE(ok, what, err) ck_assert_msg(ok, "%s: %s", what, (err)->msg)
 #include "tp_run.h"
 
@@ -41,12 +44,30 @@ static void make(const char *arch)
     ck_assert_int_eq(tm_write(dir, &sp), 0);
 }
 
+/* dir as an INT4 checkpoint written by int4serve-mkmodel with args. */
+static void make_packed(const char *args)
+{
+    const char *bd = getenv("INT4SERVE_BUILD_DIR");
+    ck_assert_msg(bd != NULL, "INT4SERVE_BUILD_DIR is not set");
+    snprintf(dir, sizeof dir, "/tmp/int4serve-tp-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/mkmodel/int4serve-mkmodel --out %s --hidden 256 --intermediate 1408 "
+             "--layers 2 --heads 8 --kv-heads 2 --vocab %d --seed 23 %s >/dev/null",
+             bd, dir, (int)VOCAB, args);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+}
+
+static bool g_packed; /* open_lm loads dir's own INT4 format */
+
 /* The model of dir as an lm of tp ranks (1: the whole model). */
 static void open_lm(int32_t tp, bool int4, bool fused, struct eng_lm *lm)
 {
     struct eng_lm_model_opts o = {.dir = dir,
-                                  .quantization =
-                                      int4 ? ENG_QUANTIZATION_INT4 : ENG_QUANTIZATION_NONE,
+                                  .quantization = g_packed ? ENG_QUANTIZATION_AUTO
+                                                  : int4   ? ENG_QUANTIZATION_INT4
+                                                           : ENG_QUANTIZATION_NONE,
                                   .group_size = 128,
                                   .fuse_qkv = fused,
                                   .max_tokens = 64};
@@ -120,6 +141,20 @@ START_TEST(qwen2_biases)
 }
 END_TEST
 
+START_TEST(gptq_actorder)
+{
+    g_packed = true;
+    make_packed("--format gptq-actorder --group-size 128");
+    compare(true, true);
+    compare(true, false);
+    tm_rmdir(dir);
+    make_packed("--format gptq-actorder --group-size 64 --symmetric");
+    compare(true, true);
+    tm_rmdir(dir);
+    g_packed = false;
+}
+END_TEST
+
 START_TEST(refused)
 {
     make("llama");
@@ -152,6 +187,7 @@ int main(void)
     tcase_add_test(t, llama_int4);
     tcase_add_test(t, llama_fp32);
     tcase_add_test(t, qwen2_biases);
+    tcase_add_test(t, gptq_actorder);
     tcase_add_test(t, refused);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
