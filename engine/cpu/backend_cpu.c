@@ -794,6 +794,8 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
     int32_t n = opts ? opts->n_threads : 0;
     if (n < 0 || n > 1024)
         return inf_err_set(err, INF_E_INVALID, "threads must be in [0, 1024], got %d", n);
+    if (opts && opts->kv_fp8)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "kv_cache_dtype: fp8 is not built yet");
     /* 0: one thread per core this process may run on, which measures
      * fastest for decode (docs/PERF.md, "CPU decode") */
     if (n == 0)

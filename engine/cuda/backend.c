@@ -541,6 +541,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
 {
     *out = NULL;
     int32_t dev = opts ? opts->device : 0;
+    if (opts && opts->kv_fp8)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "kv_cache_dtype: fp8 is not built yet");
     size_t ws = opts && opts->workspace_bytes ? opts->workspace_bytes : DEFAULT_WORKSPACE;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);

@@ -9,6 +9,7 @@
 #include "engine/weights/model_config.h"
 #include "engine/eng.h"
 #include "engine/sched/greedy.h"
+#include "engine/weights/kv_scale.h"
 #include "engine/weights/safetensors.h"
 #include "engine/sched/scheduler_impl.h"
 #include "kernels/linear.h"
@@ -24,14 +25,19 @@
 static char dir[256];
 static struct eng_backend *be;
 
-static void make_model(const struct tm_spec *sp)
+static void make_model_kv(const struct tm_spec *sp, bool kv_fp8)
 {
     snprintf(dir, sizeof dir, "/tmp/int4serve-model-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
     ck_assert_int_eq(tm_write(dir, sp), 0);
-    struct eng_backend_cpu_opts o = {.n_threads = 2};
+    struct eng_backend_cpu_opts o = {.n_threads = 2, .kv_fp8 = kv_fp8};
     struct inf_err err;
     ck_assert_int_eq(eng_backend_cpu_create(&o, &be, &err), INF_OK);
+}
+
+static void make_model(const struct tm_spec *sp)
+{
+    make_model_kv(sp, false);
 }
 
 static void drop_model(void)
@@ -422,6 +428,41 @@ START_TEST(int4_close_to_fp32)
     free(b);
     eng_model_destroy(mf);
     eng_model_destroy(mq);
+    drop_model();
+}
+END_TEST
+
+/* The per-layer scales as vLLM names them (engine/weights/kv_scale.h): the
+ * checkpoint's where it has them, 1.0 where not, a bad one refused naming
+ * the tensor. */
+START_TEST(kv_scales_from_checkpoint)
+{
+    struct tm_spec sp = LLAMA;
+    sp.kv_scale = 0.25f;
+    make_model(&sp);
+    eng_st_t *st = NULL;
+    struct inf_err err = {0};
+    ck_assert_int_eq(eng_st_open(dir, &st, &err), INF_OK);
+    float k = 0, v = 0;
+    bool found = false;
+    for (int l = 0; l < sp.layers; l++) {
+        ck_assert_int_eq(eng_kv_scale_read(st, l, &k, &v, &found, &err), INF_OK);
+        ck_assert(found && k == 0.25f && v == 0.5f); /* self_attn.k_scale, v_proj.output_scale */
+    }
+    ck_assert_int_eq(eng_kv_scale_read(st, sp.layers, &k, &v, &found, &err), INF_OK);
+    ck_assert(!found && k == 1.0f && v == 1.0f); /* no such layer: none */
+    eng_st_close(st);
+    drop_model();
+    sp.kv_scale = -0.5f;
+    make_model(&sp);
+    struct eng_model_opts o;
+    eng_model_opts_default(&o);
+    o.quant = ENG_QUANT_NONE;
+    eng_model_t *m = NULL;
+    ck_assert_int_eq(eng_model_load(dir, be, &o, &m, &err), INF_E_FORMAT);
+    ck_assert_msg(strstr(err.msg, "model.layers.0.self_attn.k_scale: a KV cache scale must be "
+                                  "finite and > 0, got -0.5") != NULL,
+                  "%s", err.msg);
     drop_model();
 }
 END_TEST
@@ -976,6 +1017,7 @@ static Suite *suite(void)
     t = tcase_create("int4");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, int4_close_to_fp32);
+    tcase_add_test(t, kv_scales_from_checkpoint);
     tcase_add_test(t, tiny_group256_every_layer_quantized);
     tcase_add_test(t, keep_fp16_patterns);
     suite_add_tcase(s, t);
