@@ -585,16 +585,18 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
                 }
             }
 #pragma unroll
-            for (int wd = 0; wd < NWD; wd++)
-#pragma unroll
-                for (int b = 0; b < 4; b++) {
-                    /* byte b of keys 2t and 2t + 1 (of 2t + 8 and 2t + 9) into bytes 1
-                     * and 3, decoded on the integer units (value / 256) */
-                    const uint32_t sel = (uint32_t)(b << 4 | (4 + b) << 12);
-                    mma16816(o[4 * wd + b], pa,
-                             krnfp8::h2_int(__byte_perm(va[0][wd], va[1][wd], sel)),
-                             krnfp8::h2_int(__byte_perm(va[2][wd], va[3][wd], sel)));
-                }
+            for (int wd = 0; wd < NWD; wd++) {
+                /* bytes 0, 1 and 2, 3 of keys 2t / 2t + 1 (lo) and 2t + 8 / 2t + 9 (hi),
+                 * paired: each 16-bit half is one n-tile's pair of keys */
+                const uint32_t lo01 = __byte_perm(va[0][wd], va[1][wd], 0x5140);
+                const uint32_t lo23 = __byte_perm(va[0][wd], va[1][wd], 0x7362);
+                const uint32_t hi01 = __byte_perm(va[2][wd], va[3][wd], 0x5140);
+                const uint32_t hi23 = __byte_perm(va[2][wd], va[3][wd], 0x7362);
+                mma16816(o[4 * wd], pa, krnfp8::h2(lo01), krnfp8::h2(hi01));
+                mma16816(o[4 * wd + 1], pa, krnfp8::h2(lo01 >> 16), krnfp8::h2(hi01 >> 16));
+                mma16816(o[4 * wd + 2], pa, krnfp8::h2(lo23), krnfp8::h2(hi23));
+                mma16816(o[4 * wd + 3], pa, krnfp8::h2(lo23 >> 16), krnfp8::h2(hi23 >> 16));
+            }
         } else {
 #pragma unroll
             for (int n2 = 0; n2 < NT_O / 2; n2++) {
@@ -605,8 +607,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             }
         }
     }
-    if (F8) { /* the V halves were value / 256 (krnfp8::h2_int) */
-        const float vf = p.v_scale * 256.0f;
+    if (F8) { /* the V halves were value / unit */
+        const float vf = p.v_scale * krnfp8::unit();
 #pragma unroll
         for (int n = 0; n < NT_O; n++)
             o[n][0] *= vf, o[n][1] *= vf, o[n][2] *= vf, o[n][3] *= vf;
@@ -880,10 +882,15 @@ const char *decode_variant_name(int v)
  * (0.772 -> 0.763; left on w8 s2). */
 int decode_variant_auto(int hdp, long long row_sets, bool fp8)
 {
-    if (fp8) /* E4M3: one rule until measured otherwise (docs/CUDA.md) */
-        return hdp == 64 && row_sets <= 264 ? 2 : 0;
     /* row sets one wave holds on the H200: w4 s3 (two blocks an SM), w4 s2 (three) */
     constexpr long long kWaveW4S3 = 264, kWaveW4S2 = 396;
+    /* E4M3 tiles are half the bytes: w4 s4 (three blocks an SM, three tiles
+     * a warp in flight) was the fastest or within 3 % of it on every
+     * bench_attn case (Llama-3 64 x 2048 98.3 -> 91.5 us against w4 s3,
+     * Llama-2 128 x 512 181.4 -> 180.8 (w2 s4 176.5), 1 x 32768 76.6 ->
+     * 75.5); head_dim 64 keeps the fp16 rule. */
+    if (fp8)
+        return hdp == 64 ? (row_sets > kWaveW4S3 ? 0 : 2) : 3;
     if (hdp == 64)
         return row_sets > kWaveW4S3 ? 0 : 2;
     return row_sets >= 768 || (row_sets > kWaveW4S3 && row_sets <= kWaveW4S2) ? 1 : 0;
