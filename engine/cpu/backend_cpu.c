@@ -632,6 +632,9 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
     inf_status_t st = attn_tables(p, &n_tok, &max_ctx, err);
     if (st != INF_OK)
         return st;
+    if (be->kv_dtype == ENG_ACT_E4M3 && p->head_dim > KRN_ATTN_MAX_HEAD_DIM)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "attention: fp8 KV takes head_dim <= %d, got %d",
+                           KRN_ATTN_MAX_HEAD_DIM, p->head_dim);
     const int32_t T = c->n_threads, H = p->n_heads, nch = krn_attn_chunks(max_ctx);
     const bool few = n_tok < 2 * T;
     /* Scratch (every thread's, then the records of a few rows) and the row
