@@ -4,12 +4,18 @@
 #include "engine/backend.h"
 #include "engine/batch.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 size_t eng_act_size(enum eng_act_dtype dt)
 {
-    return dt == ENG_ACT_F16 ? 2 : 4;
+    return dt == ENG_ACT_E4M3 ? 1 : dt == ENG_ACT_F16 ? 2 : 4;
+}
+
+const char *eng_kv_dtype_name(enum eng_act_dtype dt)
+{
+    return dt == ENG_ACT_E4M3 ? "fp8 e4m3" : dt == ENG_ACT_F16 ? "fp16" : "fp32";
 }
 
 size_t eng_w_size(enum eng_wdtype dt)
@@ -349,6 +355,11 @@ static inf_status_t attn_check(struct eng_backend *be, const struct eng_attn_par
         !buf_holds(p->seqs, (int64_t)p->n_seqs * 3, 4) ||
         !buf_holds(p->block_table, (int64_t)p->n_slots * p->max_blocks, 4) || !p->pos)
         return inf_err_set(err, INF_E_INVALID, "attention: cache or tables too small");
+    if (be->kv_dtype == ENG_ACT_E4M3 &&
+        !(p->k_scale > 0.0f && p->k_scale < INFINITY && p->v_scale > 0.0f && p->v_scale < INFINITY))
+        return inf_err_set(err, INF_E_INVALID,
+                           "attention: fp8 KV scales must be finite and > 0, got %g and %g",
+                           (double)p->k_scale, (double)p->v_scale);
     /* Rows: the caller's batch; the views must hold as many rows as the
      * positions buffer describes. */
     int64_t rows = (int64_t)(p->pos->size / 4);

@@ -22,7 +22,11 @@
  *   indices      token ids, positions, sequence tables and block tables are
  *                int32 buffers uploaded by the caller (buf_upload).
  *   KV cache     per layer one K and one V pool of `kv_dtype` elements,
- *                [n_blocks][ENG_KV_BLOCK][n_kv_heads][head_dim] (fp32 on CPU).
+ *                [n_blocks][ENG_KV_BLOCK][n_kv_heads][head_dim] (fp32 on CPU,
+ *                fp16 on CUDA), or ENG_ACT_E4M3 on either when the backend
+ *                was created with kv_fp8: one byte a value, x / scale
+ *                encoded by kernels/fp8.h, read as decode(code) * scale with
+ *                the layer's k_scale / v_scale (struct eng_attn_params).
  * Ownership
  *   Buffers and weight objects belong to the caller that created them and
  *   must be freed through the same backend before it is destroyed. Ops never
@@ -51,6 +55,7 @@ extern "C" {
 enum eng_act_dtype {
     ENG_ACT_F32,
     ENG_ACT_F16,
+    ENG_ACT_E4M3, /* KV pools only: FP8 E4M3 codes (kernels/fp8.h) */
 };
 
 enum eng_wdtype {
@@ -60,6 +65,8 @@ enum eng_wdtype {
 
 /* Bytes per element. */
 size_t eng_act_size(enum eng_act_dtype dt);
+/* "fp32", "fp16", "fp8 e4m3": for logs. */
+const char *eng_kv_dtype_name(enum eng_act_dtype dt);
 size_t eng_w_size(enum eng_wdtype dt);
 
 /* A device buffer: `ptr` is the backend's address (host memory on the CPU,
@@ -121,6 +128,10 @@ struct eng_attn_params {
     int32_t n_blocks;                  /* blocks in each pool */
     int32_t window;                    /* sliding window in keys, the query's own
                                           included; 0: none */
+    /* E4M3 pools (kv_dtype ENG_ACT_E4M3): K is stored as e4m3(k / k_scale)
+     * and read as decode(code) * k_scale, V likewise; finite and > 0.
+     * Not read for other pools. */
+    float k_scale, v_scale;
 };
 
 /* The first key position a query at position pos sees: Hugging Face
@@ -558,6 +569,7 @@ void eng_graph_finish(struct eng_backend *be);
 struct eng_comm; /* engine/tp/comm.h */
 struct eng_backend_cpu_opts {
     int32_t n_threads;
+    bool kv_fp8; /* KV pools of E4M3 codes (kv_dtype ENG_ACT_E4M3) instead of fp32 */
     /* A tensor-parallel rank's communicator (the local kind), which its
      * all_reduce sums over; NULL: a group of one (all_reduce leaves x as it
      * is). It must outlive the backend. */
@@ -609,6 +621,7 @@ void eng_backend_cpu_profile_read(const struct eng_backend *be, struct eng_cpu_p
  * and then one owner at a time (each call selects the device). */
 struct eng_backend_cuda_opts {
     int32_t device;         /* CUDA device ordinal */
+    bool kv_fp8;            /* KV pools of E4M3 codes (kv_dtype ENG_ACT_E4M3) instead of fp16 */
     size_t workspace_bytes; /* scratch for strided copies, conversions and split
                                attention; 0 = 64 MiB */
     /* A tensor-parallel rank's communicator (engine/tp/comm.h): NCCL on the

@@ -35,6 +35,13 @@ enum eng_quantization {
     ENG_QUANTIZATION_CT,   /* compressed-tensors pack-quantized, repacked */
 };
 
+/* The KV cache's element type (engine.kv_cache_dtype). */
+enum eng_kv_dtype {
+    ENG_KV_AUTO, /* the backend's own: fp16 on cuda, fp32 on the cpu backend */
+    ENG_KV_FP16, /* the same as auto */
+    ENG_KV_FP8,  /* FP8 E4M3 with a K and a V scale per layer (the checkpoint's, else 1.0) */
+};
+
 struct eng_config {
     const char *model_dir; /* Hugging Face folder (config.json, safetensors, tokenizer.json) */
     enum eng_backend_kind backend;
@@ -50,6 +57,7 @@ struct eng_config {
     int32_t max_model_len;      /* 0 = the model's max_position_embeddings */
     int64_t kv_cache_tokens;    /* KV capacity in tokens, 0 = automatic */
     float gpu_memory_utilization;
+    enum eng_kv_dtype kv_cache_dtype;
     int32_t max_queue; /* waiting requests before INF_E_BUSY (default 256) */
     enum eng_quantization quantization;
     int32_t group_size;  /* quantizing on load: 32, 64, 128, 256, or -1 per-channel */
@@ -207,6 +215,9 @@ struct eng_info {
     int64_t kv_capacity_tokens;
     int32_t max_batched_tokens; /* the step budget in force (0 resolved) */
     const char *backend_name;
+    const char *kv_dtype;  /* the KV cache's elements: "fp16", "fp32", "fp8 e4m3"
+                              ("none" on the mock backend) */
+    int32_t kv_elem_bytes; /* bytes of one of them (0 on the mock backend) */
 };
 void eng_engine_info(const eng_engine_t *eng, struct eng_info *info);
 
@@ -223,9 +234,10 @@ struct eng_stats {
      * tokens of each request looked up at its first admission, hits those
      * of them found cached (not computed). Both 0 with prefix caching off. */
     uint64_t prefix_cache_queries_total, prefix_cache_hits_total;
-    int64_t kv_blocks_cached;       /* blocks the prefix cache holds (in use or evictable) */
-    int64_t kv_capacity_tokens;     /* the KV pool, in tokens (what the engine planned) */
-    int32_t tp;                     /* tensor-parallel ranks (1: one) */
+    int64_t kv_blocks_cached;   /* blocks the prefix cache holds (in use or evictable) */
+    int64_t kv_capacity_tokens; /* the KV pool, in tokens (what the engine planned) */
+    int32_t kv_elem_bytes;      /* bytes of a KV cache element (1 fp8, 2 fp16, 4 fp32) */
+    int32_t tp;                 /* tensor-parallel ranks (1: one) */
     int32_t max_running_seen;
     bool failed; /* sticky device error: /health answers 503 */
 };

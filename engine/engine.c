@@ -56,6 +56,8 @@ struct eng_engine {
     bool thread_started;
     uint64_t min_step_ns;
     struct eng_info info;
+    enum eng_act_dtype kv_dtype; /* the backend's KV pools (kv_elem 0: the mock's, none) */
+    int32_t kv_elem;
 
     atomic_bool draining;
     atomic_bool stopping;
@@ -114,6 +116,7 @@ static void publish_stats(eng_engine_t *eng)
     eng_sched_stats(eng->sched, &st);
     st.failed = eng->failed;
     st.kv_capacity_tokens = eng->info.kv_capacity_tokens;
+    st.kv_elem_bytes = eng->info.kv_elem_bytes;
     st.tp = eng->cfg.tp > 1 ? eng->cfg.tp : 1;
     pthread_mutex_lock(&eng->stats_mu);
     eng->stats = st;
@@ -351,7 +354,8 @@ static inf_status_t make_backend(const struct eng_config *cfg, int32_t rank, int
             long cores = sysconf(_SC_NPROCESSORS_ONLN);
             threads = cores > tp ? (int32_t)(cores / tp) : 1;
         }
-        struct eng_backend_cpu_opts bo = {.n_threads = threads, .comm = comm};
+        struct eng_backend_cpu_opts bo = {
+            .n_threads = threads, .comm = comm, .kv_fp8 = cfg->kv_cache_dtype == ENG_KV_FP8};
         return eng_backend_cpu_create(&bo, out, err);
     }
     /* cuda: rank r on devices[r] (eng_backend_cuda_create answers
@@ -359,6 +363,7 @@ static inf_status_t make_backend(const struct eng_config *cfg, int32_t rank, int
     struct eng_backend_cuda_opts co = {
         .device = cfg->n_devices > rank && cfg->devices ? cfg->devices[rank] : 0,
         .comm = comm,
+        .kv_fp8 = cfg->kv_cache_dtype == ENG_KV_FP8,
     };
     return eng_backend_cuda_create(&co, out, err);
 }
@@ -452,9 +457,11 @@ static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_back
     t = t / ENG_KV_BLOCK * ENG_KV_BLOCK;
     inf_log(INFO,
             "GPU memory plan: %.2f GiB total, %.2f GiB used by weights and workspaces, "
-            "gpu_memory_utilization %.2f -> KV pool of %lld tokens (%.2f GiB, %lld bytes a token)",
+            "gpu_memory_utilization %.2f -> KV pool of %lld tokens (%.2f GiB, %lld bytes a token, "
+            "%s)",
             (double)total_b / 1073741824.0, used / 1073741824.0, util, (long long)t,
-            (double)t * (double)per_tok / 1073741824.0, (long long)per_tok);
+            (double)t * (double)per_tok / 1073741824.0, (long long)per_tok,
+            eng_kv_dtype_name(be->kv_dtype));
     if (t < cfg->max_model_len)
         return inf_err_set(err, INF_E_NOMEM,
                            "gpu_memory_utilization %.2f leaves room for %lld KV tokens, less than "
@@ -497,6 +504,8 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
     if (st != INF_OK)
         return st;
     struct eng_backend *be = bes[0];
+    eng->kv_dtype = be->kv_dtype;
+    eng->kv_elem = (int32_t)eng_act_size(be->kv_dtype);
     if (cfg->max_batched_tokens == 0) {
         cfg->max_batched_tokens = default_step_budget(cfg->max_batch, be->step_tokens);
         if (be->step_tokens > 0)
@@ -675,6 +684,8 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
         .kv_capacity_tokens = (int64_t)sc.kv_blocks * ENG_KV_BLOCK,
         .max_batched_tokens = eng->cfg.max_batched_tokens,
         .backend_name = eng->lm.name,
+        .kv_dtype = eng->kv_elem ? eng_kv_dtype_name(eng->kv_dtype) : "none",
+        .kv_elem_bytes = eng->kv_elem,
     };
     eng->cfg.model_dir = NULL;
     eng->cfg.devices = NULL;
@@ -688,9 +699,10 @@ inf_status_t eng_engine_create(const struct eng_config *cfg, eng_notify_fn notif
     eng->thread_started = true;
     inf_log(INFO,
             "engine ready: backend %s, vocab %d, max_model_len %d, max_batch %d, "
-            "max_batched_tokens %d, kv %lld tokens",
+            "max_batched_tokens %d, kv %lld tokens (%s)",
             eng->lm.name, eng->lm.vocab, eng->cfg.max_model_len, eng->cfg.max_batch,
-            eng->cfg.max_batched_tokens, (long long)eng->info.kv_capacity_tokens);
+            eng->cfg.max_batched_tokens, (long long)eng->info.kv_capacity_tokens,
+            eng->info.kv_dtype);
     *out = eng;
     return INF_OK;
 

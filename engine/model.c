@@ -83,7 +83,9 @@ static struct eng_attn_params attn_params(eng_model_t *m, int32_t n_slots, int32
                                     .k_cache = m->layers[0].k_cache,
                                     .v_cache = m->layers[0].v_cache,
                                     .n_blocks = m->opts.n_kv_blocks,
-                                    .window = c->sliding_window};
+                                    .window = c->sliding_window,
+                                    .k_scale = m->layers[0].k_scale,
+                                    .v_scale = m->layers[0].v_scale};
 }
 
 /* The device work of a step over T rows whose tables are uploaded: the
@@ -138,6 +140,8 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
         mb.down_trail = ly->down.trail;
         ab.attn.k_cache = ly->k_cache;
         ab.attn.v_cache = ly->v_cache;
+        ab.attn.k_scale = ly->k_scale;
+        ab.attn.v_scale = ly->v_scale;
         ab.norm = ly->mlp_norm;
         mb.gu[0] = &ly->gu[0].lin;
         mb.gu[1] = &ly->gu[1].lin;

@@ -44,6 +44,7 @@ struct layer {
     int32_t n_qkv, n_gu;
     struct lin down;
     struct eng_buf *k_cache, *v_cache;
+    float k_scale, v_scale; /* an FP8 KV cache's scales (1.0 unless the checkpoint has them) */
 };
 
 /* How the linear layers are loaded, from opts.quant and the checkpoint. */

@@ -6,11 +6,13 @@
 #define INF_LOG_MODULE "eng"
 #include "engine/model_impl.h"
 #include "engine/par.h"
+#include "engine/weights/kv_scale.h"
 #include "engine/weights/packed.h"
 #include "engine/weights/quant.h"
 #include "engine/weights/safetensors.h"
 
 #include <fnmatch.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -784,6 +786,36 @@ static void log_checkpoint(const struct eng_model *m)
                       "its own");
 }
 
+/* The KV cache's element type and, for FP8, where its scales came from. */
+static void log_kv_cache(const struct eng_model *m, int32_t n_scaled)
+{
+    const struct eng_model_config *c = &m->cfg;
+    if (m->be->kv_dtype != ENG_ACT_E4M3) {
+        if (n_scaled > 0)
+            inf_log(INFO,
+                    "the checkpoint's KV cache scales (%d layers) apply to an fp8 KV cache "
+                    "only (engine.kv_cache_dtype)",
+                    n_scaled);
+        return;
+    }
+    float kmin = INFINITY, kmax = 0.0f, vmin = INFINITY, vmax = 0.0f;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const struct layer *L = &m->layers[l];
+        kmin = fminf(kmin, L->k_scale);
+        kmax = fmaxf(kmax, L->k_scale);
+        vmin = fminf(vmin, L->v_scale);
+        vmax = fmaxf(vmax, L->v_scale);
+    }
+    if (n_scaled == 0)
+        inf_log(INFO, "KV cache fp8 (e4m3): the checkpoint has no k_scale / v_scale, so every "
+                      "layer uses 1.0 (values beyond +-448 saturate)");
+    else
+        inf_log(INFO,
+                "KV cache fp8 (e4m3): k_scale / v_scale of %d of %d layers from the "
+                "checkpoint (k %g-%g, v %g-%g; the others 1.0)",
+                n_scaled, c->n_layers, (double)kmin, (double)kmax, (double)vmin, (double)vmax);
+}
+
 /* The load mode for opts.quant and the checkpoint's declared quantization;
  * an explicit choice that contradicts the checkpoint is refused, naming
  * both. */
@@ -1027,6 +1059,7 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
                        sh_o = {.cols = true, .c0 = tp->h0 * hd, .c1 = (tp->h0 + tp->n_heads) * hd},
                        sh_gu = {.rows = {{tp->i0, tp->inter}, {tp->i0, tp->inter}}},
                        sh_down = {.cols = true, .c0 = tp->i0, .c1 = tp->i0 + tp->inter};
+    int32_t n_kv_scaled = 0; /* layers whose KV scales the checkpoint gives */
     for (int32_t l = 0; l < c->n_layers; l++) {
         struct layer *L = &m->layers[l];
         char pre[96], nm[128];
@@ -1064,6 +1097,10 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         eng_q4_free(&down);
         if (s != INF_OK)
             goto fail;
+        bool have = false;
+        if ((s = eng_kv_scale_read(st, l, &L->k_scale, &L->v_scale, &have, err)))
+            goto fail;
+        n_kv_scaled += have;
         m->att_lead = L->o.lead > m->att_lead ? L->o.lead : m->att_lead;
         m->h_lead = L->down.lead > m->h_lead ? L->down.lead : m->h_lead;
         m->att_trail = L->o.trail > m->att_trail ? L->o.trail : m->att_trail;
@@ -1088,6 +1125,7 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
     eng_st_close(st);
     log_checkpoint(m);
     log_padding(m);
+    log_kv_cache(m, n_kv_scaled);
     *out = m;
     return INF_OK;
 fail:

@@ -1,9 +1,11 @@
 #pragma once
-/* kernels/attn_cuda.h — paged attention on the GPU: fp16 queries, fp16 K/V
- * pools, fp32 softmax and accumulation.
+/* kernels/attn_cuda.h — paged attention on the GPU: fp16 queries, fp16 or
+ * fp8 (E4M3) K/V pools, fp32 softmax and accumulation.
  *
  * Pool layout (one layer, K and V alike): [n_blocks][block][n_kv_heads]
- * [head_dim] fp16; position p of a sequence lives in block
+ * [head_dim] fp16, or one E4M3 byte a value (kv_fp8: x stored as
+ * e4m3(x / scale), read as decode(code) * scale, kernels/fp8.h, with the
+ * layer's k_scale and v_scale); position p of a sequence lives in block
  * block_table[slot][p / block], row p % block.
  *
  * Work is described by the caller as a list of items (built on the host from
@@ -64,8 +66,10 @@ struct krn_cuda_attn_params {
     int64_t ldq;
     uint16_t *out; /* token t, head h at out + t * ldo + h * head_dim */
     int64_t ldo;
-    const uint16_t *k_pool, *v_pool;
-    const int32_t *block_table; /* [n_slots][max_blocks] */
+    const uint16_t *k_pool, *v_pool; /* fp16 pools, or with kv_fp8 the E4M3 bytes' address */
+    bool kv_fp8;                     /* the pools hold E4M3 codes */
+    float k_scale, v_scale;          /* kv_fp8: a K / V value is decode(code) * scale */
+    const int32_t *block_table;      /* [n_slots][max_blocks] */
     int32_t max_blocks;
     int32_t block; /* tokens per KV block */
     int32_t n_heads, n_kv_heads, head_dim;
@@ -144,11 +148,15 @@ static inline int64_t krn_cuda_attn_splits_cap(int64_t n_chunks, int32_t sms,
 }
 
 /* Fill *out for head_dim, decode or prefill, and impl on the current device
- * (queries the device's occupancy once per configuration).
+ * (queries the device's occupancy once per configuration), for fp16 pools;
+ * _kv for fp16 or (kv_fp8) E4M3 pools, whose decode kernels take half the
+ * shared memory and so fit more blocks an SM.
  * Thread: any. Errors: INF_E_UNSUPPORTED (head_dim; impl not built for the
  * shape), INF_E_INVALID (impl out of range), INF_E_DEVICE. */
 inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
                                   struct krn_cuda_attn_config *out, struct inf_err *err);
+inf_status_t krn_cuda_attn_config_kv(int32_t head_dim, bool decode, int32_t impl, bool kv_fp8,
+                                     struct krn_cuda_attn_config *out, struct inf_err *err);
 
 /* The implementation for a step's shape: KRN_ATTN_AUTO where the per-head_dim
  * default serves it, else the decode configuration that runs a decode step
@@ -162,6 +170,9 @@ inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
  * Thread: any. */
 int32_t krn_cuda_attn_impl_for(int32_t head_dim, bool decode, int32_t rows, int32_t n_heads,
                                int32_t n_kv_heads);
+/* The same for fp16 or (kv_fp8) E4M3 pools. */
+int32_t krn_cuda_attn_impl_for_kv(int32_t head_dim, bool decode, int32_t rows, int32_t n_heads,
+                                  int32_t n_kv_heads, bool kv_fp8);
 
 /* Number of implementations (valid impl values are 0 .. count - 1) and a
  * short name of each ("auto", "simt", "tc-decode w4 s3", ...). */
@@ -182,6 +193,13 @@ inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p, void *stre
 inf_status_t krn_cuda_kv_write(const uint16_t *k, int64_t ldk, const uint16_t *v, int64_t ldv,
                                uint16_t *k_pool, uint16_t *v_pool, int32_t row_elems,
                                const int32_t *dst, int32_t n, void *stream, struct inf_err *err);
+/* The same into E4M3 pools of row_elems bytes a row: element x of k is
+ * stored as e4m3(x / k_scale), of v as e4m3(x / v_scale) (kernels/fp8.h's
+ * krn_e4m3_encode of the fp16 value made fp32, bit for bit). */
+inf_status_t krn_cuda_kv_write_e4m3(const uint16_t *k, int64_t ldk, const uint16_t *v, int64_t ldv,
+                                    uint8_t *k_pool, uint8_t *v_pool, int32_t row_elems,
+                                    float k_scale, float v_scale, const int32_t *dst, int32_t n,
+                                    void *stream, struct inf_err *err);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,18 @@ KRN_FP8_FN float krn_e4m3_decode(uint8_t c)
     return (c & 0x80) ? -v : v;
 }
 
+/* krn_e4m3_decode for every code but the two NaNs (which come out as
+ * +-480 here): the code's bits placed in a float's exponent and mantissa,
+ * then one exact multiply by 2^120 (the bias difference), so the hot loops
+ * that read an fp8 cache vectorize. */
+KRN_FP8_FN float krn_e4m3_decode_finite(uint8_t c)
+{
+    const uint32_t bits = ((uint32_t)(c & 0x80) << 24) | ((uint32_t)(c & 0x7f) << 20);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f * 0x1p120f;
+}
+
 KRN_FP8_FN uint8_t krn_e4m3_encode(float x)
 {
     uint32_t bits;

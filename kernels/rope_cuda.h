@@ -37,6 +37,16 @@ inf_status_t krn_cuda_rope_kv(uint16_t *x, int64_t ldx, int32_t n_q_heads, int32
                               int32_t head_dim, const int32_t *pos, const float *inv_freq,
                               const uint16_t *v, int64_t ldv, uint16_t *k_pool, uint16_t *v_pool,
                               const int32_t *kv_row, int32_t m, void *stream, struct inf_err *err);
+/* krn_cuda_rope_kv into E4M3 pools (pool rows of n_kv_heads * head_dim
+ * bytes): the rotated fp16 k of a row is stored as e4m3(k / k_scale), v as
+ * e4m3(v / v_scale) (kernels/fp8.h's encode of the fp16 values made fp32,
+ * bit for bit); x is rotated in place as krn_cuda_rope_kv rotates it. The
+ * same conditions, the pools 16-byte aligned. */
+inf_status_t krn_cuda_rope_kv_e4m3(uint16_t *x, int64_t ldx, int32_t n_q_heads, int32_t n_kv_heads,
+                                   int32_t head_dim, const int32_t *pos, const float *inv_freq,
+                                   const uint16_t *v, int64_t ldv, uint8_t *k_pool, uint8_t *v_pool,
+                                   float k_scale, float v_scale, const int32_t *kv_row, int32_t m,
+                                   void *stream, struct inf_err *err);
 
 #ifdef __cplusplus
 }

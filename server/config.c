@@ -24,6 +24,7 @@
 static const char *const backends[] = {"cpu", "cuda", "mock", NULL};
 static const char *const quantizations[] = {"auto", "int4", "awq", "gptq", "compressed-tensors",
                                             "none", NULL};
+static const char *const kv_dtypes[] = {"auto", "fp16", "fp8", NULL};
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const int64_t group_sizes[] = {32, 64, 128, 256, -1};
 
@@ -111,6 +112,11 @@ const struct srv_config_key srv_config_keys[] = {
     {.section = "engine", .name = "gpu_memory_utilization", .type = SRV_CFG_FLOAT,
      .offset = OFF(gpu_memory_utilization), .fmin = 0.05, .fmax = 1.0, .def = "0.90",
      .help = "fraction of each GPU's memory for weights, KV cache and workspaces"},
+    {.section = "engine", .name = "kv_cache_dtype", .type = SRV_CFG_ENUM,
+     .offset = OFF(kv_cache_dtype), .choices = kv_dtypes, .def = "\"auto\"",
+     .help = "KV cache elements: fp8 (e4m3, a K and a V scale per layer from the checkpoint, "
+             "else 1.0) holds twice the tokens of fp16; auto and fp16: the backend's own (fp16 on "
+             "cuda, fp32 on cpu)"},
     {.section = "engine", .name = "seed", .type = SRV_CFG_INT, .offset = OFF(seed),
      .min = 0, .max = INT64_MAX, .def = "0",
      .help = "base sampling seed for requests that give none"},

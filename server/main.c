@@ -66,6 +66,9 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     ecfg->kv_cache_tokens = cfg->kv_cache_tokens;
     ecfg->gpu_memory_utilization = (float)cfg->gpu_memory_utilization;
     ecfg->max_queue = (int32_t)cfg->max_queue;
+    ecfg->kv_cache_dtype = strcmp(cfg->kv_cache_dtype, "fp8") == 0    ? ENG_KV_FP8
+                           : strcmp(cfg->kv_cache_dtype, "fp16") == 0 ? ENG_KV_FP16
+                                                                      : ENG_KV_AUTO;
     static const struct {
         const char *name;
         enum eng_quantization q;

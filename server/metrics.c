@@ -89,6 +89,9 @@ char *srv_metrics_render(const struct srv_metrics *m, const struct eng_stats *st
     put_scalar(&b, "int4serve_kv_cache_capacity_tokens", "gauge",
                "KV cache capacity in tokens (every rank holds its KV heads of them).",
                (double)st->kv_capacity_tokens);
+    put_scalar(&b, "int4serve_kv_cache_element_bytes", "gauge",
+               "Bytes of one KV cache element: 1 fp8 (e4m3), 2 fp16, 4 fp32; 0 without a model.",
+               (double)st->kv_elem_bytes);
     put_scalar(&b, "int4serve_tensor_parallel_size", "gauge",
                "Tensor-parallel ranks the model is split over.", st->tp > 0 ? st->tp : 1);
     put_scalar(&b, "int4serve_prompt_tokens_total", "counter", "Prompt tokens processed.",

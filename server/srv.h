@@ -62,6 +62,7 @@ struct srv_config {
     bool enforce_eager;            /* no decode graphs */
     bool warm_up;                  /* warm the device model up before serving */
     int64_t stats_log_interval;    /* seconds between the engine's stats lines; 0 = none */
+    const char *kv_cache_dtype;    /* auto | fp16 | fp8 */
     bool prefix_caching;           /* share the KV blocks of a common prefix */
     /* [limits] */
     int64_t max_queue;          /* requests waiting for admission */

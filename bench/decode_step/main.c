@@ -2,7 +2,7 @@
  * on the CUDA backend.
  *
  *   int4serve-bench-decode-step --model DIR [--prompt P] [--steps N] [--no-engine]
- *       [--step-only] [--batch B] [--fp16] [--tp T [--devices LIST]]
+ *       [--step-only] [--batch B] [--fp16] [--fp8-kv] [--tp T [--devices LIST]]
  *
  * B sequences (default 1; B a decode-graph bucket, above 1 with --step-only):
  * each a P-token prompt (default 128) prefilled, then N decode steps
@@ -38,7 +38,8 @@
  * at tp 1 and at tp T in the same call, and prints the ratio.
  * --no-engine skips the engine part; --step-only runs the step and replay
  * parts alone (one model load); --fp16 loads the model unquantized
- * (quantization none: every linear fp16).
+ * (quantization none: every linear fp16); --fp8-kv keeps the KV cache in
+ * fp8 (E4M3, engine.kv_cache_dtype = "fp8") instead of fp16.
  * Checkpoints come from int4serve-mkmodel (e.g. --preset llama2-7b, with
  * --layers L for a quick per-layer measurement). */
 #include "common/inf.h"
@@ -478,7 +479,8 @@ static void prefill(eng_model_t *m, struct seq *s, int32_t prompt)
     }
 }
 
-static bool g_fp16; /* --fp16: the checkpoint's weights as they are (quantization none) */
+static bool g_fp16;   /* --fp16: the checkpoint's weights as they are (quantization none) */
+static bool g_kv_fp8; /* --fp8-kv: the KV pools in E4M3 */
 
 static eng_model_t *load(const char *dir, struct eng_backend *be, enum eng_graphs g)
 {
@@ -621,6 +623,7 @@ static double engine_run(const char *dir, int32_t prompt, int32_t n, double mode
     cfg.max_batched_tokens = 512;
     cfg.max_model_len = prompt + n + 16;
     cfg.kv_cache_tokens = 4096;
+    cfg.kv_cache_dtype = g_kv_fp8 ? ENG_KV_FP8 : ENG_KV_AUTO;
     cfg.quantization = ENG_QUANTIZATION_INT4;
     cfg.group_size = 128;
     cfg.fuse_qkv = true;
@@ -707,12 +710,17 @@ int main(int argc, char **argv)
     int32_t prompt = 128, steps = 256;
     bool engine = true, step_only = false;
     int32_t tp = 1, devices[16], n_dev = 0;
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
-        {"steps", required_argument, 0, 'n'},   {"no-engine", no_argument, 0, 'E'},
-        {"step-only", no_argument, 0, 'S'},     {"batch", required_argument, 0, 'b'},
-        {"fp16", no_argument, 0, 'F'},          {"tp", required_argument, 0, 't'},
-        {"devices", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"prompt", required_argument, 0, 'p'},
+                                       {"steps", required_argument, 0, 'n'},
+                                       {"no-engine", no_argument, 0, 'E'},
+                                       {"step-only", no_argument, 0, 'S'},
+                                       {"batch", required_argument, 0, 'b'},
+                                       {"fp16", no_argument, 0, 'F'},
+                                       {"tp", required_argument, 0, 't'},
+                                       {"devices", required_argument, 0, 'd'},
+                                       {"fp8-kv", no_argument, 0, 'K'},
+                                       {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -737,6 +745,9 @@ int main(int argc, char **argv)
             break;
         case 'F':
             g_fp16 = true;
+            break;
+        case 'K':
+            g_kv_fp8 = true;
             break;
         case 't':
             tp = atoi(optarg);
@@ -778,17 +789,18 @@ int main(int argc, char **argv)
     }
     struct inf_err err = {0};
     struct eng_backend *be1 = NULL, *be2 = NULL;
-    if (eng_backend_cuda_create(NULL, &be1, &err) != INF_OK ||
-        eng_backend_cuda_create(NULL, &be2, &err) != INF_OK)
+    const struct eng_backend_cuda_opts bo = {.kv_fp8 = g_kv_fp8};
+    if (eng_backend_cuda_create(&bo, &be1, &err) != INF_OK ||
+        eng_backend_cuda_create(&bo, &be2, &err) != INF_OK)
         die("backend", err.msg);
     struct wrap *wa = wrap_create(be1, W_STEP), *wb = wrap_create(be1, W_OPS),
                 *wc = wrap_create(be2, W_SKIP_Q4);
     eng_model_t *ma = load(dir, &wa->pub, ENG_GRAPHS_ON);
     const struct eng_model_config *cfg = eng_model_config(ma);
     printf("model: hidden %d, intermediate %d, layers %d, heads %d/%d, vocab %d; prompt %d, "
-           "%d decode steps of %d sequences\n",
+           "%d decode steps of %d sequences; KV cache %s\n",
            cfg->hidden, cfg->intermediate, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->vocab,
-           prompt, steps, g_batch);
+           prompt, steps, g_batch, eng_kv_dtype_name(be1->kv_dtype));
 
     /* 1. the step as the scheduler runs it */
     static struct seq sa, sb, sc, s2;

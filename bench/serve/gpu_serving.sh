@@ -22,7 +22,10 @@
 #   results.json (one object per load plus the start-up times).
 # Environment:
 #   MODELS    mkmodel presets, in order (default "llama2-7b llama3-8b")
-#   WEIGHTS   "int4 fp16" (default), any of int4, int4-lmhead, fp16
+#   WEIGHTS   "int4 fp16" (default), any of int4, int4-lmhead, fp16, each
+#             optionally with "+fp8": the same weights on an fp8 (E4M3) KV
+#             cache (engine.kv_cache_dtype = "fp8"), e.g. "int4 int4+fp8 fp16"
+#   LOADS     the concurrencies run per server, of "1 32 128" (the default)
 #   N         requests at C = 32 and at C = 128 (default 512); N32 and N128
 #             override each; N1 requests at batch 1 (default 8)
 #   BUDGET_S  seconds this run may take (default 560): a load that would
@@ -42,7 +45,10 @@
 #   PORT (18000), BACKEND (cuda; BACKEND=cpu MODELS=tiny N1=2 N=6 tries the
 #             script end to end on a machine without a GPU, in about 15 s;
 #             there "fp16" is quantization none, fp32 on the CPU backend),
-#             MODEL_DIR (where checkpoints are written, default /tmp)
+#             MODEL_DIR (where checkpoints are written, default /tmp),
+#             MODEL_REUSE (1: a checkpoint already at MODEL_DIR/int4serve-bench-MODEL
+#             from an earlier run of the same mkmodel preset is served as it
+#             is, and kept)
 #
 # Time per model, from the rates measured on one H200 (docs/PERF.md,
 # "Serving (GPU)": INT4 llama2-7b at 192 tok/s batch 1, 2536 tok/s at C = 32,
@@ -73,11 +79,13 @@ N=${N:-512}
 N32=${N32:-$N}
 N128=${N128:-$N}
 BUDGET_S=${BUDGET_S:-560}
+LOADS=${LOADS:-1 32 128}
 PORT=${PORT:-18000}
 BACKEND=${BACKEND:-cuda}
 TP=${TP:-1}
 DEVICES=${DEVICES:-$(seq -s ', ' 0 $((TP - 1)))}
 MODEL_DIR=${MODEL_DIR:-/tmp}
+MODEL_REUSE=${MODEL_REUSE:-0}
 TOKCACHE=${INT4SERVE_TOKENIZER_CACHE:-}
 mkdir -p "$OUT" || exit 1
 if ! command -v curl >/dev/null && ! env -u LD_LIBRARY_PATH python3 -c "import urllib.request" 2>/dev/null; then
@@ -141,11 +149,22 @@ emit() {
         "$(num "$err")" >>"$JSON_ROWS"
 }
 
-# skip_all MODEL WEIGHTS TOK STATUS: the three loads of a server, not run.
+# load_args C: N C P O of the load at concurrency C.
+load_args() {
+    case $1 in
+    1) echo "$N1 1 128 256" ;;
+    32) echo "$N32 32 256 256" ;;
+    *) echo "$N128 $1 256 256" ;;
+    esac
+}
+
+# skip_all MODEL WEIGHTS TOK STATUS: the loads of a server, not run.
 skip_all() {
-    emit "$1" "$2" "$3" "$N1" 1 128 256 /dev/null "$4"
-    emit "$1" "$2" "$3" "$N32" 32 256 256 /dev/null "$4"
-    emit "$1" "$2" "$3" "$N128" 128 256 256 /dev/null "$4"
+    local c
+    for c in $LOADS; do
+        # shellcheck disable=SC2046
+        emit "$1" "$2" "$3" $(load_args "$c") /dev/null "$4"
+    done
 }
 
 # bench MODEL WEIGHTS TOK N C P O: one load under the time left, its report
@@ -197,9 +216,11 @@ for model in $MODELS; do
         tok=real
     fi
     M=$MODEL_DIR/int4serve-bench-$model
-    rm -rf "$M"
     t0=$(ms)
-    if ! "$BIN/int4serve-mkmodel" --preset "$model" "${tokargs[@]}" --out "$M" >"$OUT/$model-mkmodel.log" 2>&1; then
+    if [ "$MODEL_REUSE" = 1 ] && [ -s "$M/config.json" ]; then
+        echo "== $model: the checkpoint at $M, as it is"
+    elif ! rm -rf "$M" ||
+        ! "$BIN/int4serve-mkmodel" --preset "$model" "${tokargs[@]}" --out "$M" >"$OUT/$model-mkmodel.log" 2>&1; then
         echo "== $model: mkmodel failed"
         tail -3 "$OUT/$model-mkmodel.log"
         continue
@@ -207,12 +228,18 @@ for model in $MODELS; do
     t_write=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }')
     echo "== $model: checkpoint written in $t_write s ($(du -sh "$M" | cut -f1)), tokenizer $tok${tokargs[1]:+ (${tokargs[1]})}"
     for weights in $WEIGHTS; do
+        kvdt=auto
+        case $weights in
+        *+fp8) kvdt=fp8 ;;
+        esac
+        weights=${weights%+fp8}
         case $weights in
         int4) quant=int4 keep='["embed_tokens", "lm_head"]' ;;
         int4-lmhead) quant=int4 keep='["embed_tokens"]' ;;
         fp16 | none) weights=fp16 quant=none keep='["embed_tokens", "lm_head"]' ;;
         *) echo "== unknown weights '$weights' (int4, int4-lmhead or fp16)" && continue ;;
         esac
+        [ "$kvdt" = fp8 ] && weights="$weights+fp8kv"
         if [ "$(left)" -le 30 ]; then
             echo "== $model $weights: skipped, time budget spent"
             skip_all "$model" "$weights" "$tok" "skipped (time budget)"
@@ -234,6 +261,7 @@ max_model_len = 2048
 [engine]
 backend = "$BACKEND"
 max_batch = 128
+kv_cache_dtype = "$kvdt"
 tp = $TP
 $([ "$BACKEND" = cuda ] && echo "devices = [$DEVICES]")
 [limits]
@@ -271,14 +299,15 @@ EOF
         printf '{"model": %s, "weights": %s, "checkpoint_s": %s, "startup_s": %s, "weights_loaded": %s}\n' \
             "$(json_str "$model")" "$(json_str "$weights")" "$t_write" "$t_up" \
             "$(json_str "$loaded")" >>"$OUT/.startup.json"
-        bench "$model" "$weights" "$tok" "$N1" 1 128 256
-        bench "$model" "$weights" "$tok" "$N32" 32 256 256
-        bench "$model" "$weights" "$tok" "$N128" 128 256 256
+        for c in $LOADS; do
+            # shellcheck disable=SC2046
+            bench "$model" "$weights" "$tok" $(load_args "$c")
+        done
         kill -TERM $pid
         wait $pid
         grep -E " W | E " "$log" | head -5
     done
-    rm -rf "$M"
+    [ "$MODEL_REUSE" = 1 ] || rm -rf "$M"
 done
 
 {

@@ -540,6 +540,7 @@ struct attn_job {
     int32_t n_items, groups;          /* few rows: (row, chunk, head group) items */
     const int32_t *row_item;          /* few rows: each row's first item, [n_rows + 1] */
     float *rec;                       /* few rows: records [row][chunk][head][head_dim + 2] */
+    struct krn_kv_pools kv;           /* the layer's pools: fp32, or E4M3 with its scales */
 };
 
 /* Validate the tables (they are caller data) and count the tokens. */
@@ -560,10 +561,17 @@ static void kv_write_task(void *ctx, int32_t id, int32_t n_threads)
     for (int32_t s = s0; s < s1; s++) {
         int32_t t0 = j->seqs[3 * s], nt = j->seqs[3 * s + 1], slot = j->seqs[3 * s + 2];
         const int32_t *blocks = j->bt + (int64_t)slot * p->max_blocks;
-        for (int32_t t = t0; t < t0 + nt; t++)
-            krn_cpu_kv_write(p->k_cache->ptr, p->v_cache->ptr, blocks, ENG_KV_BLOCK, p->n_kv_heads,
-                             p->head_dim, j->pos[t], fptr(p->k) + (int64_t)t * p->k.ld,
-                             fptr(p->v) + (int64_t)t * p->v.ld);
+        for (int32_t t = t0; t < t0 + nt; t++) {
+            const float *k = fptr(p->k) + (int64_t)t * p->k.ld,
+                        *v = fptr(p->v) + (int64_t)t * p->v.ld;
+            if (j->kv.k8)
+                krn_cpu_kv_write_e4m3(p->k_cache->ptr, p->v_cache->ptr, blocks, ENG_KV_BLOCK,
+                                      p->n_kv_heads, p->head_dim, j->pos[t], k, v, p->k_scale,
+                                      p->v_scale);
+            else
+                krn_cpu_kv_write(p->k_cache->ptr, p->v_cache->ptr, blocks, ENG_KV_BLOCK,
+                                 p->n_kv_heads, p->head_dim, j->pos[t], k, v);
+        }
     }
 }
 
@@ -587,8 +595,8 @@ static void attn_task(void *ctx, int32_t id, int32_t n_threads)
     if (!j->rec) {
         for (int32_t r = id; r < j->n_rows; r += n_threads) {
             int32_t t = j->row_tok[r];
-            krn_cpu_attn_heads(fptr(p->q) + (int64_t)t * p->q.ld, p->k_cache->ptr, p->v_cache->ptr,
-                               row_blocks(j, r), ENG_KV_BLOCK, H, p->n_kv_heads, hd, 0, H,
+            krn_cpu_attn_heads(fptr(p->q) + (int64_t)t * p->q.ld, &j->kv, row_blocks(j, r),
+                               ENG_KV_BLOCK, H, p->n_kv_heads, hd, 0, H,
                                eng_attn_first_key(p->window, j->pos[t]), j->pos[t] + 1, p->scale,
                                scratch, fptr(p->out) + (int64_t)t * p->out.ld);
         }
@@ -610,9 +618,9 @@ static void attn_task(void *ctx, int32_t id, int32_t n_threads)
         const int32_t p1 = n_ctx - p0 < KRN_ATTN_CHUNK ? n_ctx : p0 + KRN_ATTN_CHUNK;
         p0 = p0 < lo ? lo : p0;
         float *rec = j->rec + (((int64_t)r * j->nch + c) * H + h0) * (hd + 2);
-        krn_cpu_attn_chunk(fptr(p->q) + (int64_t)t * p->q.ld, p->k_cache->ptr, p->v_cache->ptr,
-                           row_blocks(j, r), ENG_KV_BLOCK, H, p->n_kv_heads, hd, h0, h1, p0, p1,
-                           p->scale, scratch, rec, hd + 2);
+        krn_cpu_attn_chunk(fptr(p->q) + (int64_t)t * p->q.ld, &j->kv, row_blocks(j, r),
+                           ENG_KV_BLOCK, H, p->n_kv_heads, hd, h0, h1, p0, p1, p->scale, scratch,
+                           rec, hd + 2);
     }
 }
 
@@ -629,6 +637,9 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
     inf_status_t st = attn_tables(p, &n_tok, NULL, err);
     if (st != INF_OK)
         return st;
+    if (be->kv_dtype == ENG_ACT_E4M3 && p->head_dim > KRN_ATTN_MAX_HEAD_DIM)
+        return inf_err_set(err, INF_E_UNSUPPORTED, "attention: fp8 KV takes head_dim <= %d, got %d",
+                           KRN_ATTN_MAX_HEAD_DIM, p->head_dim);
     const int32_t *pos = p->pos->ptr, *seqs = p->seqs->ptr;
     int32_t nch = 0; /* chunks of the longest context, within its window */
     for (int32_t s = 0; s < p->n_seqs; s++)
@@ -670,6 +681,13 @@ static inf_status_t cpu_attn(struct eng_backend *be, const struct eng_attn_param
                          .row_tok = rows,
                          .row_seq = rows + c->rows_cap,
                          .nch = nch};
+    if (be->kv_dtype == ENG_ACT_E4M3)
+        j.kv = (struct krn_kv_pools){.k8 = p->k_cache->ptr,
+                                     .v8 = p->v_cache->ptr,
+                                     .k_scale = p->k_scale,
+                                     .v_scale = p->v_scale};
+    else
+        j.kv = (struct krn_kv_pools){.k = p->k_cache->ptr, .v = p->v_cache->ptr};
     int32_t *row_item = rows + 2 * c->rows_cap;
     int32_t r = 0, chunks = 0;
     int64_t work = 0;
@@ -828,7 +846,7 @@ inf_status_t eng_backend_cpu_create(const struct eng_backend_cpu_opts *opts,
     c->comm = opts ? opts->comm : NULL;
     be->iface = &cpu_iface;
     be->act_dtype = ENG_ACT_F32;
-    be->kv_dtype = ENG_ACT_F32;
+    be->kv_dtype = opts && opts->kv_fp8 ? ENG_ACT_E4M3 : ENG_ACT_F32;
     /* the x86-64 kernels widen fp16 weights as they load them, which costs
      * nothing next to reading twice the bytes; the portable loop converts
      * each one in software, so it gets them as fp32 */

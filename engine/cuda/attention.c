@@ -57,10 +57,10 @@ inf_status_t eng_cuda_attn_list(struct cu_ctx *c, const struct eng_attn_params *
                            "attention: positions and tables must be filled with buf_upload");
     const int32_t hd = p->head_dim, G = p->n_heads / p->n_kv_heads;
     /* decode: a token a sequence; a fixed shape is its bucket's */
-    const int32_t impl =
-        krn_cuda_attn_impl_for(hd, decode, fixed ? fixed : p->n_seqs, p->n_heads, p->n_kv_heads);
+    const int32_t impl = krn_cuda_attn_impl_for_kv(hd, decode, fixed ? fixed : p->n_seqs,
+                                                   p->n_heads, p->n_kv_heads, c->kv_fp8);
     struct krn_cuda_attn_config cfg;
-    inf_status_t st = krn_cuda_attn_config(hd, decode, impl, &cfg, err);
+    inf_status_t st = krn_cuda_attn_config_kv(hd, decode, impl, c->kv_fp8, &cfg, err);
     if (st != INF_OK)
         return st;
     const int32_t R = cfg.rows, tile = cfg.tile;
@@ -250,6 +250,9 @@ static struct krn_cuda_attn_params attn_kparams(const struct cu_ctx *c,
         .ldo = p->out.ld,
         .k_pool = p->k_cache->ptr,
         .v_pool = p->v_cache->ptr,
+        .kv_fp8 = c->kv_fp8,
+        .k_scale = c->kv_fp8 ? p->k_scale : 1.0f,
+        .v_scale = c->kv_fp8 ? p->v_scale : 1.0f,
         .block_table = p->block_table->ptr,
         .max_blocks = p->max_blocks,
         .block = ENG_KV_BLOCK,
@@ -288,9 +291,15 @@ static inf_status_t cu_attn(struct eng_backend *be, const struct eng_attn_params
         return INF_OK;
     const struct list_cache *lc = &c->lists[decode ? 0 : 1];
     const int64_t kv_row = (int64_t)p->n_kv_heads * p->head_dim;
-    KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
-                             p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev, lay.n_kv,
-                             c->stream, lep_));
+    if (c->kv_fp8)
+        KRN(c,
+            krn_cuda_kv_write_e4m3(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
+                                   p->v_cache->ptr, (int32_t)kv_row, p->k_scale, p->v_scale,
+                                   (const int32_t *)lc->dev, lay.n_kv, c->stream, lep_));
+    else
+        KRN(c, krn_cuda_kv_write(dptr(p->k, 2), p->k.ld, dptr(p->v, 2), p->v.ld, p->k_cache->ptr,
+                                 p->v_cache->ptr, (int32_t)kv_row, (const int32_t *)lc->dev,
+                                 lay.n_kv, c->stream, lep_));
     const struct krn_cuda_attn_params kp = attn_kparams(c, p, decode, &lay, lc);
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));
     eng_cuda_written(p->out.buf);
@@ -367,9 +376,14 @@ inf_status_t eng_cuda_attn_fused(struct cu_ctx *c, const struct eng_attn_params 
     if (qkv_words >= 0 &&
         (st = eng_cuda_words_reduce(c, qkv_words, p->q, c->step.rows, qkv_n, err)))
         return st;
-    KRN(c,
-        krn_cuda_rope_kv(q, p->q.ld, p->n_heads, p->n_kv_heads, hd, pos, c->d_inv_freq, v, p->v.ld,
-                         p->k_cache->ptr, p->v_cache->ptr, map, c->step.rows, c->stream, lep_));
+    if (c->kv_fp8)
+        KRN(c, krn_cuda_rope_kv_e4m3(q, p->q.ld, p->n_heads, p->n_kv_heads, hd, pos, c->d_inv_freq,
+                                     v, p->v.ld, p->k_cache->ptr, p->v_cache->ptr, p->k_scale,
+                                     p->v_scale, map, c->step.rows, c->stream, lep_));
+    else
+        KRN(c, krn_cuda_rope_kv(q, p->q.ld, p->n_heads, p->n_kv_heads, hd, pos, c->d_inv_freq, v,
+                                p->v.ld, p->k_cache->ptr, p->v_cache->ptr, map, c->step.rows,
+                                c->stream, lep_));
     if (lay.n_kv == 0)
         return INF_OK;
     KRN(c, krn_cuda_attention(&kp, c->stream, lep_));

@@ -635,7 +635,8 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
         goto fail;
     be->iface = &cuda_iface;
     be->act_dtype = ENG_ACT_F16;
-    be->kv_dtype = ENG_ACT_F16;
+    be->kv_dtype = opts && opts->kv_fp8 ? ENG_ACT_E4M3 : ENG_ACT_F16;
+    c->kv_fp8 = be->kv_dtype == ENG_ACT_E4M3;
     /* The default step budget (engine.max_batched_tokens = 0): 8192 tokens on
      * Hopper-class devices with 70 GiB or more, as vLLM's OpenAI server does
      * on H100-class GPUs. Prefill chunks of 8192 rows amortize the INT4

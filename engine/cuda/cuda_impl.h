@@ -133,6 +133,7 @@ struct cu_step {
 struct cu_ctx {
     int device;
     int sms;
+    bool kv_fp8;                /* the KV pools hold E4M3 codes (kv_dtype ENG_ACT_E4M3) */
     struct krn_cuda_device gpu; /* what the INT4 GEMM plans are made for */
     cudaStream_t stream;
     cublasHandle_t blas;

@@ -30,6 +30,7 @@
  */
 #include "kernels/attn_cuda.h"
 #include "kernels/cuda/attn_decode.cuh"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/rope_cuda.h"
 
@@ -39,6 +40,27 @@
 namespace {
 
 constexpr int kAcc = 8; /* accumulators per thread */
+
+/* Eight K or V elements at element offset off of a pool as fp16: the
+ * halves themselves, or (E4M3) the codes decoded to value / unit. */
+__device__ __forceinline__ uint4 load8(const uint16_t *pool, int64_t off, bool f8)
+{
+    if (f8)
+        return krnfp8::h8(
+            *reinterpret_cast<const uint2 *>(reinterpret_cast<const uint8_t *>(pool) + off));
+    return *reinterpret_cast<const uint4 *>(pool + off);
+}
+
+/* The factors an E4M3 pool's decoded halves take: K's into the scores,
+ * V's into the output (1 for fp16 pools). */
+__device__ __forceinline__ float k_factor(const krn_cuda_attn_params &p)
+{
+    return p.kv_fp8 ? p.k_scale * krnfp8::unit() : 1.0f;
+}
+__device__ __forceinline__ float v_factor(const krn_cuda_attn_params &p)
+{
+    return p.kv_fp8 ? p.v_scale * krnfp8::unit() : 1.0f;
+}
 
 template <int HDP> struct tile_of {
     static constexpr int value = HDP > 128 ? 32 : 64;
@@ -74,7 +96,7 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
             int rr = it.row0 + r;
             int64_t t = it.t_first + rr / G;
             int h = it.kvh * G + rr % G;
-            v = __half2float(qg[t * p.ldq + (int64_t)h * hd + d]) * p.scale;
+            v = __half2float(qg[t * p.ldq + (int64_t)h * hd + d]) * (p.scale * k_factor(p));
         }
         q_s[r][d] = v;
     }
@@ -96,10 +118,8 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
             int kp = kt + pr;
             int64_t blk = bt[kp / p.block];
             int64_t off = (blk * p.block + kp % p.block) * kv_row + (int64_t)it.kvh * hd + cc * 8;
-            *reinterpret_cast<uint4 *>(&k_s[pr][cc * 8]) =
-                *reinterpret_cast<const uint4 *>(p.k_pool + off);
-            *reinterpret_cast<uint4 *>(&v_s[pr][cc * 8]) =
-                *reinterpret_cast<const uint4 *>(p.v_pool + off);
+            *reinterpret_cast<uint4 *>(&k_s[pr][cc * 8]) = load8(p.k_pool, off, p.kv_fp8);
+            *reinterpret_cast<uint4 *>(&v_s[pr][cc * 8]) = load8(p.v_pool, off, p.kv_fp8);
         }
         __syncthreads();
         for (int e = tid; e < R * TILE; e += NT) {
@@ -168,6 +188,7 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
     }
     __syncthreads();
     __half *og = reinterpret_cast<__half *>(p.out);
+    const float vf = v_factor(p);
 #pragma unroll
     for (int i = 0; i < kAcc; i++) {
         const int e = tid + i * NT;
@@ -178,10 +199,10 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
             int rr = it.row0 + r;
             int64_t t = it.t_first + rr / G;
             int h = it.kvh * G + rr % G;
-            og[t * p.ldo + (int64_t)h * hd + d] = __float2half_rn(acc[i] / l_s[r]);
+            og[t * p.ldo + (int64_t)h * hd + d] = __float2half_rn(acc[i] * vf / l_s[r]);
         } else {
             float *slot = p.partials + ((int64_t)it.part * R + r) * (hd + 2);
-            slot[d] = acc[i];
+            slot[d] = acc[i] * vf;
             if (d == 0) {
                 slot[hd] = m_s[r];
                 slot[hd + 1] = l_s[r];
@@ -293,6 +314,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
     for (int n = 0; n < NT_O; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const float sk = p.scale * k_factor(p), vf = v_factor(p);
 
     const int cpr = HDP / 8; /* 16-byte chunks per shared row */
     for (int kt = it.k0; kt < it.k1; kt += TILE) {
@@ -306,8 +328,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
                 const int64_t blk = bt[kp / p.block];
                 const int64_t off =
                     (blk * p.block + kp % p.block) * kv_row + (int64_t)it.kvh * hd + cc * 8;
-                kv = *reinterpret_cast<const uint4 *>(p.k_pool + off);
-                vv = *reinterpret_cast<const uint4 *>(p.v_pool + off);
+                kv = load8(p.k_pool, off, p.kv_fp8);
+                vv = load8(p.v_pool, off, p.kv_fp8);
             }
             *reinterpret_cast<uint4 *>(&k_s[pr][cc * 8]) = kv;
             *reinterpret_cast<uint4 *>(&v_s[pr][cc * 8]) = vv;
@@ -332,7 +354,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
             for (int e = 0; e < 4; e++) {
                 const int h = e >> 1, col = j * 8 + 2 * t + (e & 1), kp = kt + col;
                 const float v =
-                    (col < nk && kp < lim[h] && kp >= lo[h]) ? sc[j][e] * p.scale : -INFINITY;
+                    (col < nk && kp < lim[h] && kp >= lo[h]) ? sc[j][e] * sk : -INFINITY;
                 sc[j][e] = v;
                 mx[h] = fmaxf(mx[h], v);
             }
@@ -398,7 +420,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
             const int rr = it.row0 + r;
             const int64_t ooff =
                 (int64_t)(it.t_first + rr / G) * p.ldo + (int64_t)(it.kvh * G + rr % G) * hd;
-            const float inv = 1.0f / l_run[h];
+            const float inv = vf / l_run[h];
 #pragma unroll
             for (int n = 0; n < NT_O; n++) {
                 const int d = n * 8 + 2 * t;
@@ -413,8 +435,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
             for (int n = 0; n < NT_O; n++) {
                 const int d = n * 8 + 2 * t;
                 if (d < hd) {
-                    slot[d] = o[n][2 * h];
-                    slot[d + 1] = o[n][2 * h + 1];
+                    slot[d] = o[n][2 * h] * vf;
+                    slot[d + 1] = o[n][2 * h + 1] * vf;
                 }
             }
             if (t == 0) {
@@ -450,6 +472,34 @@ __global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
     }
 }
 
+/* kv_write_kernel into E4M3 pools: eight elements a step (VEC), else one. */
+template <bool VEC>
+__global__ void kv_write_e4m3_kernel(const __half *k, int64_t ldk, /* batch rows */
+                                     const __half *v, int64_t ldv, uint8_t *k_pool,
+                                     uint8_t *v_pool, /* [rows][row_elems] */
+                                     int32_t row_elems, float k_scale, float v_scale,
+                                     const int32_t *dst) /* [n][2]: batch token, pool row */
+{
+    const int64_t t = dst[2 * blockIdx.x], row = dst[2 * blockIdx.x + 1];
+    if (row < 0)
+        return; /* a padding entry */
+    const __half *ks = k + t * ldk, *vs = v + t * ldv;
+    uint8_t *kd = k_pool + row * row_elems, *vd = v_pool + row * row_elems;
+    if (VEC) {
+        for (int i = threadIdx.x; i < row_elems / 8; i += blockDim.x) {
+            reinterpret_cast<uint2 *>(kd)[i] =
+                krnfp8::encode8(reinterpret_cast<const uint4 *>(ks)[i], k_scale);
+            reinterpret_cast<uint2 *>(vd)[i] =
+                krnfp8::encode8(reinterpret_cast<const uint4 *>(vs)[i], v_scale);
+        }
+    } else {
+        for (int i = threadIdx.x; i < row_elems; i += blockDim.x) {
+            kd[i] = (uint8_t)krnfp8::encode1(__half2float(ks[i]) / k_scale);
+            vd[i] = (uint8_t)krnfp8::encode1(__half2float(vs[i]) / v_scale);
+        }
+    }
+}
+
 /* Implementations. Automatic: decode with head_dim <= 128 on the
  * tensor-core decode kernel (attn_decode.cu), prefill with head_dim <= 128
  * on the tensor-core prefill kernel, the rest (head_dim 256) on the SIMT
@@ -458,11 +508,14 @@ __global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
 constexpr int kFirstDecodeImpl = 2;
 
 /* The decode configuration impl selects for hdp, or -1 for none. */
-int decode_variant_of(int hdp, bool decode, int32_t impl)
+int decode_variant_of(int hdp, bool decode, int32_t impl, bool fp8, int32_t head_dim)
 {
-    if (!decode || hdp > 128 || impl == KRN_ATTN_SIMT)
+    /* E4M3 rows are copied in 16-element chunks: a head_dim not a multiple
+     * of 16 decodes on the SIMT kernel */
+    if (!decode || hdp > 128 || impl == KRN_ATTN_SIMT || (fp8 && head_dim % 16))
         return -1;
-    return impl == KRN_ATTN_AUTO ? krnattn::decode_variant_auto(hdp, 0) : impl - kFirstDecodeImpl;
+    return impl == KRN_ATTN_AUTO ? krnattn::decode_variant_auto(hdp, 0, fp8)
+                                 : impl - kFirstDecodeImpl;
 }
 
 /* Rows per item of the SIMT and tensor-core prefill kernels. */
@@ -476,7 +529,7 @@ int rows_legacy(int hdp, bool decode, int32_t impl)
 template <int HDP>
 cudaError_t launch(const krn_cuda_attn_params &p, cudaStream_t s)
 {
-    const int dv = decode_variant_of(HDP, p.decode, p.impl);
+    const int dv = decode_variant_of(HDP, p.decode, p.impl, p.kv_fp8, p.head_dim);
     if (dv >= 0)
         return krnattn::decode_launch(p, HDP, dv, s); /* combines its own splits */
     if (p.decode)
@@ -517,18 +570,31 @@ extern "C" const char *krn_cuda_attn_impl_name(int32_t impl)
 extern "C" int32_t krn_cuda_attn_impl_for(int32_t head_dim, bool decode, int32_t rows,
                                           int32_t n_heads, int32_t n_kv_heads)
 {
+    return krn_cuda_attn_impl_for_kv(head_dim, decode, rows, n_heads, n_kv_heads, false);
+}
+
+extern "C" int32_t krn_cuda_attn_impl_for_kv(int32_t head_dim, bool decode, int32_t rows,
+                                             int32_t n_heads, int32_t n_kv_heads, bool kv_fp8)
+{
     const int hdp = hdp_of(head_dim);
     if (!hdp || !decode || hdp > 128 || rows <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads)
         return KRN_ATTN_AUTO;
     const int G = n_heads / n_kv_heads;
     const long long row_sets =
         (long long)rows * n_kv_heads * ((G + krnattn::kDecodeRows - 1) / krnattn::kDecodeRows);
-    const int v = krnattn::decode_variant_auto(hdp, row_sets);
-    return v == krnattn::decode_variant_auto(hdp, 0) ? KRN_ATTN_AUTO : kFirstDecodeImpl + v;
+    const int v = krnattn::decode_variant_auto(hdp, row_sets, kv_fp8);
+    return v == krnattn::decode_variant_auto(hdp, 0, kv_fp8) ? KRN_ATTN_AUTO : kFirstDecodeImpl + v;
 }
 
 extern "C" inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int32_t impl,
                                              struct krn_cuda_attn_config *out, struct inf_err *err)
+{
+    return krn_cuda_attn_config_kv(head_dim, decode, impl, false, out, err);
+}
+
+extern "C" inf_status_t krn_cuda_attn_config_kv(int32_t head_dim, bool decode, int32_t impl,
+                                                bool kv_fp8, struct krn_cuda_attn_config *out,
+                                                struct inf_err *err)
 {
     const int hdp = hdp_of(head_dim);
     if (!hdp)
@@ -542,10 +608,10 @@ extern "C" inf_status_t krn_cuda_attn_config(int32_t head_dim, bool decode, int3
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: %s takes decode with head_dim <= 128 only",
                            krn_cuda_attn_impl_name(impl));
-    const int dv = decode_variant_of(hdp, decode, impl);
+    const int dv = decode_variant_of(hdp, decode, impl, kv_fp8, head_dim);
     if (dv >= 0) {
         int ctas = 0;
-        cudaError_t e = krnattn::decode_ctas_per_sm(hdp, dv, &ctas);
+        cudaError_t e = krnattn::decode_ctas_per_sm(hdp, dv, kv_fp8, &ctas);
         if (e != cudaSuccess)
             return inf_err_set(err, INF_E_DEVICE, "attention: %s", cudaGetErrorString(e));
         *out = (struct krn_cuda_attn_config){.rows = krnattn::kDecodeRows,
@@ -587,15 +653,18 @@ extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p,
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: %s takes decode with head_dim <= 128 only",
                            krn_cuda_attn_impl_name(p->impl));
-    if (decode_variant_of(hdp, p->decode, p->impl) >= 0 &&
+    if (p->kv_fp8 && !(p->k_scale > 0.0f && p->v_scale > 0.0f))
+        return inf_err_set(err, INF_E_INVALID, "attention: fp8 KV scales %g and %g",
+                           (double)p->k_scale, (double)p->v_scale);
+    if (decode_variant_of(hdp, p->decode, p->impl, p->kv_fp8, p->head_dim) >= 0 &&
         ((p->block & (p->block - 1)) || (p->n_groups > 0 && !p->group_done)))
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: the decode kernel needs a power-of-2 block (got %d) and "
                            "arrival counters for its groups",
                            p->block);
     if (p->rope_inv_freq &&
-        (decode_variant_of(hdp, p->decode, p->impl) < 0 || p->head_dim != hdp || !p->rope_pos ||
-         !p->kv_map ||
+        (decode_variant_of(hdp, p->decode, p->impl, p->kv_fp8, p->head_dim) < 0 ||
+         p->head_dim != hdp || !p->rope_pos || !p->kv_map ||
          !krn_cuda_rope_kv_ok(p->q, p->ldq, p->n_heads, p->n_kv_heads, p->head_dim, p->v_new,
                               p->ldv, p->k_pool, p->v_pool)))
         return inf_err_set(err, INF_E_UNSUPPORTED,
@@ -635,5 +704,31 @@ extern "C" inf_status_t krn_cuda_kv_write(const uint16_t *k, int64_t ldk, const 
     else
         kv_write_kernel<false><<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, kp, vp, row_elems,
                                                            dst);
+    return krncuda::launched("kv_write", err);
+}
+
+extern "C" inf_status_t krn_cuda_kv_write_e4m3(const uint16_t *k, int64_t ldk, const uint16_t *v,
+                                               int64_t ldv, uint8_t *k_pool, uint8_t *v_pool,
+                                               int32_t row_elems, float k_scale, float v_scale,
+                                               const int32_t *dst, int32_t n, void *stream,
+                                               struct inf_err *err)
+{
+    if (n < 0 || row_elems <= 0 || !(k_scale > 0.0f) || !(v_scale > 0.0f))
+        return inf_err_set(err, INF_E_INVALID, "kv_write: n=%d row=%d scales %g %g", n, row_elems,
+                           (double)k_scale, (double)v_scale);
+    if (n == 0)
+        return INF_OK;
+    const bool vec = row_elems % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 &&
+                     ((uintptr_t)k | (uintptr_t)v) % 16 == 0 &&
+                     ((uintptr_t)k_pool | (uintptr_t)v_pool) % 8 == 0;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const __half *kh = reinterpret_cast<const __half *>(k),
+                 *vh = reinterpret_cast<const __half *>(v);
+    if (vec)
+        kv_write_e4m3_kernel<true><<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, k_pool, v_pool,
+                                                               row_elems, k_scale, v_scale, dst);
+    else
+        kv_write_e4m3_kernel<false><<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, k_pool, v_pool,
+                                                                row_elems, k_scale, v_scale, dst);
     return krncuda::launched("kv_write", err);
 }

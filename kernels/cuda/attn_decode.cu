@@ -64,6 +64,7 @@
  */
 #include "kernels/cuda/acc64.cuh"
 #include "kernels/cuda/attn_decode.cuh"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rope.cuh"
 
@@ -175,20 +176,81 @@ template <int HDP> __device__ __forceinline__ uint32_t swz(int key, int ch)
     return (uint32_t)((key * HDP + ((ch ^ (key & 7)) * 8)) * 2);
 }
 
-template <int HDP, int S> __host__ __device__ constexpr int ring_bytes()
+/* The same in a tile of E4M3 rows (HDP bytes). The lanes read whole pieces
+ * of rows themselves (no ldmatrix for 8-bit elements before sm_100), so
+ * the swizzle is chosen for those reads: for HDP 128 a quarter warp's K
+ * loads take rows 2i, 2i + 1 and chunks 0-3 (or 4-7), its V loads rows 2t
+ * (or 2t + 1) of four t and two chunks, and key & 6 ^ (key & 1) << 2 puts
+ * both on 32 different banks; for HDP 64 (rows of 4 chunks, 64-bit reads)
+ * key & 2 keeps the K reads apart, the V reads conflict two ways. */
+template <int HDP> __device__ __forceinline__ uint32_t swz8(int key, int ch)
 {
-    return S * 2 * TK * HDP * 2; /* S stages of a K and a V tile */
+    const int f = HDP == 128 ? ((key & 6) ^ ((key & 1) << 2)) : (key & 2);
+    return (uint32_t)(key * HDP + ((ch ^ f) * 16));
 }
 
-template <int HDP, int NW, int S>
+template <int HDP, bool F8> __device__ __forceinline__ uint32_t tile_off(int key, int ch)
+{
+    return F8 ? swz8<HDP>(key, ch) : swz<HDP>(key, ch);
+}
+
+/* A stage's ring: S stages of a K and a V tile; at least the warp's final
+ * (O, max, sum) exchange. */
+template <int HDP, int S, bool F8> __host__ __device__ constexpr int ring_bytes()
+{
+    return S * 2 * TK * HDP * (F8 ? 1 : 2) > R * (HDP + 4) * 4 + 2 * R * 4
+               ? S * 2 * TK * HDP * (F8 ? 1 : 2)
+               : R * (HDP + 4) * 4 + 2 * R * 4;
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t a)
+{
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(a));
+    return v;
+}
+
+__device__ __forceinline__ uint2 lds64(uint32_t a)
+{
+    uint2 v;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+
+__device__ __forceinline__ void sts64(uint32_t a, uint2 v)
+{
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(a), "r"(v.x), "r"(v.y) : "memory");
+}
+
+/* The dims of E4M3 tiles are permuted for the lanes' own reads (the dot
+ * products and P.V do not care in which order they sum): in Q K^T, lane
+ * t's four k values of k-step ks are four consecutive dims, the k-steps of
+ * one half of the head taking a lane's HDP / 8 consecutive dims
+ * (pairing d with d + HDP / 2 as the RoPE does); in P V, n-tile n column g
+ * is dim g * (HDP / 8) + n, so a lane reads HDP / 8 consecutive bytes of
+ * each of its four keys. The dim of A fragment register i of k-step ks: */
+template <int HDP, bool F8> __device__ __forceinline__ int qdim(int ks, int i, int t)
+{
+    constexpr int KS2 = HDP / 32; /* k-steps a half */
+    return F8 ? (ks / KS2) * (HDP / 2) + t * (HDP / 8) + (ks % KS2) * 4 + (i >> 1) * 2
+              : ks * 16 + 2 * t + (i >> 1) * 8;
+}
+
+template <int HDP, int NW, int S, bool F8>
 __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_params p)
 {
-    constexpr int CH = HDP / 8;            /* 16-byte chunks per K/V row */
+    constexpr int EB = F8 ? 1 : 2;         /* bytes an element */
+    constexpr int RB = HDP * EB;           /* bytes a K/V row of a tile */
+    constexpr int CH = RB / 16;            /* 16-byte chunks per K/V row */
+    constexpr int CE = 16 / EB;            /* elements a chunk */
     constexpr int KSTEPS = HDP / 16;       /* mma k-steps of Q K^T */
+    constexpr int KS2 = KSTEPS / 2;        /* of one half of the head */
     constexpr int NT_O = HDP / 8;          /* mma n-tiles of O */
     constexpr int KEYS_PER_PASS = 32 / CH; /* rows one warp-wide copy covers */
     constexpr int PASSES = TK / KEYS_PER_PASS;
-    constexpr int RING = ring_bytes<HDP, S>();
+    constexpr int RING = ring_bytes<HDP, S, F8>();
     constexpr int OS = HDP + 4; /* row stride (floats) of O in the final exchange */
     constexpr int NT = NW * 32;
     static_assert(R * OS * 4 + 2 * R * 4 <= RING, "a warp's ring holds its final state");
@@ -224,8 +286,10 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
 
     /* This lane's copies: chunk lc of rows lk, lk + KEYS_PER_PASS, ... */
     const int lc = lane % CH, lk = lane / CH;
-    const bool chunk_ok = lc * 8 < hd;
-    const int64_t col = (int64_t)it.kvh * hd + lc * 8;
+    const bool chunk_ok = lc * CE < hd;
+    const int64_t col = (int64_t)it.kvh * hd + lc * CE;
+    const unsigned char *kb = reinterpret_cast<const unsigned char *>(p.k_pool);
+    const unsigned char *vb = reinterpret_cast<const unsigned char *>(p.v_pool);
     /* The fused RoPE (p.rope_inv_freq, a decode step): the token's own
      * position (p_first) is not in the pools yet. Its row of the tile is
      * zero-filled by the copies, which therefore need not wait for the
@@ -244,9 +308,9 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             int64_t off = 0;
             if (ok)
                 off = (((int64_t)bt[kp >> bshift] << bshift) + (kp & bmask)) * kv_row + col;
-            const uint32_t dst = st + swz<HDP>(key, lc);
-            cp_async16(dst, p.k_pool + off, ok ? 16 : 0);
-            cp_async16(dst + TK * HDP * 2, p.v_pool + off, ok ? 16 : 0);
+            const uint32_t dst = st + tile_off<HDP, F8>(key, lc);
+            cp_async16(dst, kb + off * EB, ok ? 16 : 0);
+            cp_async16(dst + TK * RB, vb + off * EB, ok ? 16 : 0);
         }
     };
     /* Start the ring before anything else, so Q's loads overlap it: the
@@ -313,7 +377,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     for (int ks = 0; ks < KSTEPS; ks++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int h = i & 1, d = ks * 16 + 2 * t + (i >> 1) * 8;
+            const int h = i & 1, d = qdim<HDP, F8>(ks, i, t);
             __half lo = zero, hi = zero;
             if (live[h] && d < hd && words) { /* hd % 8 == 0: d + 1 < hd too */
                 qa[ks][i] = s_qkv[(g + 8 * h) * QS + d / 2];
@@ -340,7 +404,18 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
                 nk1 = *reinterpret_cast<const uint4 *>(kx + HDP / 2);
             }
             krnrope::rotate8(nk0, nk1, s_cos, s_sin, lane * 8);
-            if (prow >= 0) {
+            if (F8) { /* the codes go into the pool and the tile */
+                const uint2 e0 = krnfp8::encode8(nk0, p.k_scale),
+                            e1 = krnfp8::encode8(nk1, p.k_scale);
+                nk0 = make_uint4(e0.x, e0.y, 0, 0);
+                nk1 = make_uint4(e1.x, e1.y, 0, 0);
+                if (prow >= 0) {
+                    unsigned char *kd =
+                        const_cast<unsigned char *>(kb) + prow * kv_row + (int64_t)it.kvh * HDP;
+                    *reinterpret_cast<uint2 *>(kd + lane * 8) = e0;
+                    *reinterpret_cast<uint2 *>(kd + lane * 8 + HDP / 2) = e1;
+                }
+            } else if (prow >= 0) {
                 __half *kd = reinterpret_cast<__half *>(const_cast<uint16_t *>(p.k_pool)) +
                              prow * kv_row + (int64_t)it.kvh * HDP;
                 *reinterpret_cast<uint4 *>(kd + lane * 8) = nk0;
@@ -349,14 +424,20 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         } else {
             const int c = lane - NKP;
             const int64_t vc = (int64_t)it.kvh * HDP + c * 8;
-            nv = words ? reinterpret_cast<const uint4 *>(s_qkv + R * QS + HDP / 2)[c]
-                       : *reinterpret_cast<const uint4 *>(
-                             reinterpret_cast<const __half *>(p.v_new) +
-                             (int64_t)it.t_first * p.ldv + vc);
-            if (prow >= 0)
-                *reinterpret_cast<uint4 *>(reinterpret_cast<__half *>(const_cast<uint16_t *>(
-                                               p.v_pool)) +
-                                           prow * kv_row + (int64_t)it.kvh * HDP + c * 8) = nv;
+            nv = words
+                     ? reinterpret_cast<const uint4 *>(s_qkv + R * QS + HDP / 2)[c]
+                     : *reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.v_new) +
+                                                        (int64_t)it.t_first * p.ldv + vc);
+            if (F8) {
+                const uint2 e = krnfp8::encode8(nv, p.v_scale);
+                nv = make_uint4(e.x, e.y, 0, 0);
+                if (prow >= 0)
+                    *reinterpret_cast<uint2 *>(const_cast<unsigned char *>(vb) + prow * kv_row +
+                                               (int64_t)it.kvh * HDP + c * 8) = e;
+            } else if (prow >= 0)
+                *reinterpret_cast<uint4 *>(
+                    reinterpret_cast<__half *>(const_cast<uint16_t *>(p.v_pool)) + prow * kv_row +
+                    (int64_t)it.kvh * HDP + c * 8) = nv;
         }
     }
     if (rope) { /* element d of a lane's A fragments pairs with d + HDP / 2, KSTEPS / 2 on */
@@ -364,12 +445,13 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         for (int ks = 0; ks < KSTEPS / 2; ks++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const int d = ks * 16 + 2 * t + (i >> 1) * 8;
-                krnrope::rotate2(qa[ks][i], qa[ks + KSTEPS / 2][i], s_cos, s_sin, d);
+                krnrope::rotate2(qa[ks][i], qa[ks + KSTEPS / 2][i], s_cos, s_sin,
+                                 qdim<HDP, F8>(ks, i, t));
             }
     }
 
-    const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
+    /* scores in log2 units; an E4M3 tile's halves are value / unit */
+    const float sl2 = p.scale * 1.4426950408889634f * (F8 ? p.k_scale * krnfp8::unit() : 1.0f);
     float o[NT_O][4];
 #pragma unroll
     for (int n = 0; n < NT_O; n++)
@@ -386,8 +468,19 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         __syncwarp();           /* ... and every lane's */
         const int kt = it.k0 + (warp + i * NW) * TK;
         const uint32_t ks_s = ring + (uint32_t)((i % S) * (RING / S));
-        const uint32_t vs_s = ks_s + TK * HDP * 2;
-        if (i == own_i) { /* the token's own key, over the zeros its copy left */
+        const uint32_t vs_s = ks_s + TK * RB;
+        if (F8 && i == own_i) { /* the token's own codes, over the zeros its copy left */
+            if (lane < NKP) {
+                sts64(ks_s + swz8<HDP>(own_row, lane / 2) + (lane & 1) * 8,
+                      make_uint2(nk0.x, nk0.y));
+                sts64(ks_s + swz8<HDP>(own_row, HDP / 32 + lane / 2) + (lane & 1) * 8,
+                      make_uint2(nk1.x, nk1.y));
+            } else if (lane < NKP + NVP) {
+                const int c = lane - NKP;
+                sts64(vs_s + swz8<HDP>(own_row, c / 2) + (c & 1) * 8, make_uint2(nv.x, nv.y));
+            }
+            __syncwarp();
+        } else if (i == own_i) { /* the token's own key, over the zeros its copy left */
             if (lane < NKP) {
                 asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(
                                  ks_s + swz<HDP>(own_row, lane)),
@@ -410,13 +503,33 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
-            const int key = j * 8 + (lane & 7);
+            if constexpr (F8) { /* key j * 8 + g: each half's HDP / 8 bytes at t * HDP / 8 */
+                const int key = j * 8 + g;
 #pragma unroll
-            for (int k2 = 0; k2 < KSTEPS / 2; k2++) {
-                uint32_t b[4];
-                ldsm_x4(b, ks_s + swz<HDP>(key, 4 * k2 + (lane >> 3)));
-                mma16816(sc[j], qa[2 * k2], b[0], b[1]);
-                mma16816(sc[j], qa[2 * k2 + 1], b[2], b[3]);
+                for (int hh = 0; hh < 2; hh++) {
+                    uint32_t w[4];
+                    if constexpr (HDP == 128) {
+                        const uint4 v = lds128(ks_s + swz8<HDP>(key, hh * 4 + t));
+                        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+                    } else {
+                        const uint2 v =
+                            lds64(ks_s + swz8<HDP>(key, hh * 2 + (t >> 1)) + (t & 1) * 8);
+                        w[0] = v.x, w[1] = v.y, w[2] = w[3] = 0;
+                    }
+#pragma unroll
+                    for (int kl = 0; kl < KS2; kl++)
+                        mma16816(sc[j], qa[hh * KS2 + kl], krnfp8::h2(w[kl]),
+                                 krnfp8::h2(w[kl] >> 16));
+                }
+            } else {
+                const int key = j * 8 + (lane & 7);
+#pragma unroll
+                for (int k2 = 0; k2 < KSTEPS / 2; k2++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, ks_s + swz<HDP>(key, 4 * k2 + (lane >> 3)));
+                    mma16816(sc[j], qa[2 * k2], b[0], b[1]);
+                    mma16816(sc[j], qa[2 * k2 + 1], b[2], b[3]);
+                }
             }
         }
         float mx[2] = {-INFINITY, -INFINITY};
@@ -464,13 +577,48 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         }
         const uint32_t pa[4] = {pack_half2(sc[0][0], sc[0][1]), pack_half2(sc[0][2], sc[0][3]),
                                 pack_half2(sc[1][0], sc[1][1]), pack_half2(sc[1][2], sc[1][3])};
+        if constexpr (F8) { /* keys 2t, 2t + 1, 2t + 8, 2t + 9: HDP / 8 bytes each at g * HDP / 8 */
+            constexpr int NWD = HDP / 32; /* words a key */
+            uint32_t va[4][4];
 #pragma unroll
-        for (int n2 = 0; n2 < NT_O / 2; n2++) {
-            uint32_t b[4];
-            ldsm_x4_trans(b, vs_s + swz<HDP>(vkey, 2 * n2 + (lane >> 4)));
-            mma16816(o[2 * n2], pa, b[0], b[1]);
-            mma16816(o[2 * n2 + 1], pa, b[2], b[3]);
+            for (int q = 0; q < 4; q++) {
+                const int key = 2 * t + (q & 1) + (q >> 1) * 8;
+                if constexpr (HDP == 128) {
+                    const uint4 v = lds128(vs_s + swz8<HDP>(key, g));
+                    va[q][0] = v.x, va[q][1] = v.y, va[q][2] = v.z, va[q][3] = v.w;
+                } else {
+                    const uint2 v = lds64(vs_s + swz8<HDP>(key, g >> 1) + (g & 1) * 8);
+                    va[q][0] = v.x, va[q][1] = v.y, va[q][2] = va[q][3] = 0;
+                }
+            }
+#pragma unroll
+            for (int wd = 0; wd < NWD; wd++) {
+                /* bytes 0, 1 and 2, 3 of keys 2t / 2t + 1 (lo) and 2t + 8 / 2t + 9 (hi),
+                 * paired: each 16-bit half is one n-tile's pair of keys */
+                const uint32_t lo01 = __byte_perm(va[0][wd], va[1][wd], 0x5140);
+                const uint32_t lo23 = __byte_perm(va[0][wd], va[1][wd], 0x7362);
+                const uint32_t hi01 = __byte_perm(va[2][wd], va[3][wd], 0x5140);
+                const uint32_t hi23 = __byte_perm(va[2][wd], va[3][wd], 0x7362);
+                mma16816(o[4 * wd], pa, krnfp8::h2(lo01), krnfp8::h2(hi01));
+                mma16816(o[4 * wd + 1], pa, krnfp8::h2(lo01 >> 16), krnfp8::h2(hi01 >> 16));
+                mma16816(o[4 * wd + 2], pa, krnfp8::h2(lo23), krnfp8::h2(hi23));
+                mma16816(o[4 * wd + 3], pa, krnfp8::h2(lo23 >> 16), krnfp8::h2(hi23 >> 16));
+            }
+        } else {
+#pragma unroll
+            for (int n2 = 0; n2 < NT_O / 2; n2++) {
+                uint32_t b[4];
+                ldsm_x4_trans(b, vs_s + swz<HDP>(vkey, 2 * n2 + (lane >> 4)));
+                mma16816(o[2 * n2], pa, b[0], b[1]);
+                mma16816(o[2 * n2 + 1], pa, b[2], b[3]);
+            }
         }
+    }
+    if (F8) { /* the V halves were value / unit */
+        const float vf = p.v_scale * krnfp8::unit();
+#pragma unroll
+        for (int n = 0; n < NT_O; n++)
+            o[n][0] *= vf, o[n][1] *= vf, o[n][2] *= vf, o[n][3] *= vf;
     }
     cp_async_wait<0>(); /* only empty groups can be left; the ring is free */
 #pragma unroll
@@ -490,9 +638,9 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             if (r >= it.nrows)
                 continue;
 #pragma unroll
-            for (int n = 0; n < NT_O; n++) {
-                wf[r * OS + n * 8 + 2 * t] = o[n][2 * h];
-                wf[r * OS + n * 8 + 2 * t + 1] = o[n][2 * h + 1];
+            for (int n = 0; n < NT_O; n++) { /* E4M3: column c of n-tile n is dim c * NT_O + n */
+                wf[r * OS + (F8 ? 2 * t * NT_O + n : n * 8 + 2 * t)] = o[n][2 * h];
+                wf[r * OS + (F8 ? (2 * t + 1) * NT_O + n : n * 8 + 2 * t + 1)] = o[n][2 * h + 1];
             }
             if (t == 0) {
                 wf[R * OS + r] = m_run[h];
@@ -625,8 +773,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
 struct Variant {
     int nw, s;
     const char *name;
-    const void *kernel[2]; /* HDP 64, 128 */
-    int smem[2];
+    const void *kernel[2][2]; /* [fp16, E4M3][HDP 64, 128] */
+    int smem[2][2];
 };
 
 template <int NW, int S> Variant variant(const char *name)
@@ -634,9 +782,12 @@ template <int NW, int S> Variant variant(const char *name)
     return {NW,
             S,
             name,
-            {reinterpret_cast<const void *>(decode_kernel<64, NW, S>),
-             reinterpret_cast<const void *>(decode_kernel<128, NW, S>)},
-            {NW * ring_bytes<64, S>(), NW * ring_bytes<128, S>()}};
+            {{reinterpret_cast<const void *>(decode_kernel<64, NW, S, false>),
+              reinterpret_cast<const void *>(decode_kernel<128, NW, S, false>)},
+             {reinterpret_cast<const void *>(decode_kernel<64, NW, S, true>),
+              reinterpret_cast<const void *>(decode_kernel<128, NW, S, true>)}},
+            {{NW * ring_bytes<64, S, false>(), NW * ring_bytes<128, S, false>()},
+             {NW * ring_bytes<64, S, true>(), NW * ring_bytes<128, S, true>()}}};
 }
 
 /* Index order is the impl order of kernels/attn_cuda.h (impl - 2). */
@@ -650,45 +801,55 @@ constexpr int kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]);
 /* Per device, variant and HDP: resident blocks per SM once the limit was
  * raised (0: not yet). Racing writers store the same value. */
 constexpr int kMaxDevices = 16;
-int g_ctas[kMaxDevices][kNumVariants][2];
+int g_ctas[kMaxDevices][kNumVariants][2][2];
 
-cudaError_t prepare(int hdp, int v, int *ctas)
+cudaError_t prepare(int hdp, int v, bool fp8, int *ctas)
 {
-    const int hi = hdp == 64 ? 0 : 1;
+    const int hi = hdp == 64 ? 0 : 1, f = fp8 ? 1 : 0;
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess)
         return e;
-    if (dev >= 0 && dev < kMaxDevices && g_ctas[dev][v][hi] > 0) {
-        *ctas = g_ctas[dev][v][hi];
+    if (dev >= 0 && dev < kMaxDevices && g_ctas[dev][v][f][hi] > 0) {
+        *ctas = g_ctas[dev][v][f][hi];
         return cudaSuccess;
     }
     const Variant &c = kVariants[v];
-    e = cudaFuncSetAttribute(c.kernel[hi], cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem[hi]);
+    e = cudaFuncSetAttribute(c.kernel[f][hi], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             c.smem[f][hi]);
     if (e != cudaSuccess)
         return e;
     int n = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, c.kernel[hi], c.nw * 32,
-                                                      (size_t)c.smem[hi]);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, c.kernel[f][hi], c.nw * 32,
+                                                      (size_t)c.smem[f][hi]);
     if (e != cudaSuccess)
         return e;
     if (n < 1)
         return cudaErrorInvalidConfiguration;
     if (dev >= 0 && dev < kMaxDevices)
-        g_ctas[dev][v][hi] = n;
+        g_ctas[dev][v][f][hi] = n;
     *ctas = n;
     return cudaSuccess;
+}
+
+template <int NW, int S, bool F8>
+void launch_f(const krn_cuda_attn_params &p, int hdp, int smem, cudaStream_t s)
+{
+    if (hdp == 64)
+        krncuda::launch_pdl(decode_kernel<64, NW, S, F8>, dim3((unsigned)p.n_items), dim3(NW * 32),
+                            (size_t)smem, s, p);
+    else
+        krncuda::launch_pdl(decode_kernel<128, NW, S, F8>, dim3((unsigned)p.n_items), dim3(NW * 32),
+                            (size_t)smem, s, p);
 }
 
 template <int NW, int S>
 void launch_one(const krn_cuda_attn_params &p, int hdp, int smem, cudaStream_t s)
 {
-    if (hdp == 64)
-        krncuda::launch_pdl(decode_kernel<64, NW, S>, dim3((unsigned)p.n_items), dim3(NW * 32),
-                            (size_t)smem, s, p);
+    if (p.kv_fp8)
+        launch_f<NW, S, true>(p, hdp, smem, s);
     else
-        krncuda::launch_pdl(decode_kernel<128, NW, S>, dim3((unsigned)p.n_items), dim3(NW * 32),
-                            (size_t)smem, s, p);
+        launch_f<NW, S, false>(p, hdp, smem, s);
 }
 
 } // namespace
@@ -726,10 +887,17 @@ const char *decode_variant_name(int v)
  * 1.276 / 1.375 / 1.923 / 2.003 ms; at 32 rows (256 row sets) w4 s3 lost
  * (1.190 -> 1.238 ms), at 1 row too (0.577 -> 0.587), at 8 it gained 1 %
  * (0.772 -> 0.763; left on w8 s2). */
-int decode_variant_auto(int hdp, long long row_sets)
+int decode_variant_auto(int hdp, long long row_sets, bool fp8)
 {
     /* row sets one wave holds on the H200: w4 s3 (two blocks an SM), w4 s2 (three) */
     constexpr long long kWaveW4S3 = 264, kWaveW4S2 = 396;
+    /* E4M3 tiles are half the bytes: w4 s4 (three blocks an SM, three tiles
+     * a warp in flight) was the fastest or within 3 % of it on every
+     * bench_attn case (Llama-3 64 x 2048 98.3 -> 91.5 us against w4 s3,
+     * Llama-2 128 x 512 181.4 -> 180.8 (w2 s4 176.5), 1 x 32768 76.6 ->
+     * 75.5); head_dim 64 keeps the fp16 rule. */
+    if (fp8)
+        return hdp == 64 ? (row_sets > kWaveW4S3 ? 0 : 2) : 3;
     if (hdp == 64)
         return row_sets > kWaveW4S3 ? 0 : 2;
     return row_sets >= 768 || (row_sets > kWaveW4S3 && row_sets <= kWaveW4S2) ? 1 : 0;
@@ -745,18 +913,18 @@ int decode_split_keys(int v)
     return kVariants[v].nw * TK;
 }
 
-cudaError_t decode_ctas_per_sm(int hdp, int v, int *out)
+cudaError_t decode_ctas_per_sm(int hdp, int v, bool fp8, int *out)
 {
-    return prepare(hdp, v, out);
+    return prepare(hdp, v, fp8, out);
 }
 
 cudaError_t decode_launch(const krn_cuda_attn_params &p, int hdp, int v, cudaStream_t s)
 {
     int ctas = 0;
-    cudaError_t e = prepare(hdp, v, &ctas);
+    cudaError_t e = prepare(hdp, v, p.kv_fp8, &ctas);
     if (e != cudaSuccess)
         return e;
-    const int smem = kVariants[v].smem[hdp == 64 ? 0 : 1];
+    const int smem = kVariants[v].smem[p.kv_fp8 ? 1 : 0][hdp == 64 ? 0 : 1];
     switch (v) {
     case 0:
         launch_one<4, 3>(p, hdp, smem, s);

@@ -18,13 +18,14 @@ const char *decode_variant_name(int v);
 /* The configuration chosen automatically for padded head_dim hdp, for a
  * decode step of row_sets items before any split (kDecodeRows query rows
  * of one KV head each; 0: not known). */
-int decode_variant_auto(int hdp, long long row_sets);
+int decode_variant_auto(int hdp, long long row_sets, bool fp8);
 /* Fewest keys worth a split of their own: one tile a warp, NW * kDecodeTile. */
 int decode_split_keys(int v);
 /* Resident blocks per SM of configuration v for hdp on the current device
  * (raises the kernel's shared-memory limit first; cached per device). */
-cudaError_t decode_ctas_per_sm(int hdp, int v, int *out);
-/* Launch configuration v for hdp (64 or 128) over p's items. */
+cudaError_t decode_ctas_per_sm(int hdp, int v, bool fp8, int *out);
+/* Launch configuration v for hdp (64 or 128) over p's items (its fp16 or,
+ * p.kv_fp8, its E4M3 kernel). */
 cudaError_t decode_launch(const krn_cuda_attn_params &p, int hdp, int v, cudaStream_t s);
 
 } // namespace krnattn

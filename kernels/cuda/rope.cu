@@ -11,10 +11,12 @@
  *          Launched with programmatic dependent launch (sm_90).
  * Numerics fp32 angle and rotation exactly as the CPU reference; sinf/cosf
  *          are the precise versions (no fast-math), so large positions keep
- *          their full range reduction. The pools receive the same fp16
- *          values as the rotated row.
+ *          their full range reduction. fp16 pools receive the same fp16
+ *          values as the rotated row; E4M3 pools their codes of value /
+ *          scale (kernels/cuda/fp8.cuh).
  * Arch     any.
  */
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/rope_cuda.h"
@@ -59,14 +61,15 @@ __global__ void __launch_bounds__(kThreads)
 
 /* KV: false, rotate heads [0, n_heads) of each row in place. KV: true, also
  * write heads [n_q, n_heads) (K, rotated) and the row's V into the pools at
- * pool row kv_row[r] (none when negative). */
-template <bool KV>
+ * pool row kv_row[r] (none when negative): fp16 values, or with F8 their
+ * E4M3 codes of value / k_scale (v_scale), the pools then being bytes. */
+template <bool KV, bool F8>
 __global__ void __launch_bounds__(kMaxThreads)
     rope_vec_kernel(__half *__restrict__ x, int64_t ldx, int32_t n_heads, int32_t head_dim,
                     const int32_t *__restrict__ pos, const float *__restrict__ inv_freq,
                     int32_t n_q, const __half *__restrict__ v, int64_t ldv,
-                    __half *__restrict__ k_pool, __half *__restrict__ v_pool, int32_t kv_elems,
-                    const int32_t *__restrict__ kv_row)
+                    void *__restrict__ k_pool, void *__restrict__ v_pool, int32_t kv_elems,
+                    const int32_t *__restrict__ kv_row, float k_scale, float v_scale)
 {
     __shared__ float cs[256], sn[256];
     const bool early = krncuda::pdl_early(gridDim.x); /* a block a row */
@@ -100,16 +103,28 @@ __global__ void __launch_bounds__(kMaxThreads)
         *reinterpret_cast<uint4 *>(xr + (int64_t)h * head_dim + i0) = a;
         *reinterpret_cast<uint4 *>(xr + (int64_t)h * head_dim + i0 + half) = b;
         if (KV && prow >= 0 && h >= n_q) {
-            __half *kd = k_pool + prow * kv_elems + (int64_t)(h - n_q) * head_dim;
-            *reinterpret_cast<uint4 *>(kd + i0) = a;
-            *reinterpret_cast<uint4 *>(kd + i0 + half) = b;
+            const int64_t at = prow * kv_elems + (int64_t)(h - n_q) * head_dim;
+            if (F8) {
+                uint8_t *kd = static_cast<uint8_t *>(k_pool) + at;
+                *reinterpret_cast<uint2 *>(kd + i0) = krnfp8::encode8(a, k_scale);
+                *reinterpret_cast<uint2 *>(kd + i0 + half) = krnfp8::encode8(b, k_scale);
+            } else {
+                __half *kd = static_cast<__half *>(k_pool) + at;
+                *reinterpret_cast<uint4 *>(kd + i0) = a;
+                *reinterpret_cast<uint4 *>(kd + i0 + half) = b;
+            }
         }
     }
     if (KV && prow >= 0) {
         const uint4 *vs = reinterpret_cast<const uint4 *>(v + r * ldv);
-        uint4 *vd = reinterpret_cast<uint4 *>(v_pool + prow * kv_elems);
-        for (int32_t i = threadIdx.x; i < kv_elems / 8; i += blockDim.x)
-            vd[i] = vs[i];
+        for (int32_t i = threadIdx.x; i < kv_elems / 8; i += blockDim.x) {
+            if (F8)
+                reinterpret_cast<uint2 *>(static_cast<uint8_t *>(v_pool) + prow * kv_elems)[i] =
+                    krnfp8::encode8(vs[i], v_scale);
+            else
+                reinterpret_cast<uint4 *>(static_cast<__half *>(v_pool) + prow * kv_elems)[i] =
+                    vs[i];
+        }
     }
 }
 
@@ -141,11 +156,11 @@ extern "C" inf_status_t krn_cuda_rope(uint16_t *x, int64_t ldx, int32_t n_heads,
     __half *xh = reinterpret_cast<__half *>(x);
     cudaError_t e;
     if (head_dim % 16 == 0 && ldx % 8 == 0 && aligned16(x))
-        e = krncuda::launch_pdl(rope_vec_kernel<false>, dim3((unsigned)m),
+        e = krncuda::launch_pdl(rope_vec_kernel<false, false>, dim3((unsigned)m),
                                 dim3(vec_threads(n_heads, head_dim)), 0, s, xh, ldx, n_heads,
                                 head_dim, pos, inv_freq, n_heads, (const __half *)nullptr,
-                                (int64_t)0, (__half *)nullptr, (__half *)nullptr, (int32_t)0,
-                                (const int32_t *)nullptr);
+                                (int64_t)0, (void *)nullptr, (void *)nullptr, (int32_t)0,
+                                (const int32_t *)nullptr, 1.0f, 1.0f);
     else
         e = krncuda::launch_pdl(rope_kernel, dim3((unsigned)m), dim3(kThreads), 0, s, xh, ldx,
                                 n_heads, head_dim, pos, inv_freq);
@@ -178,11 +193,38 @@ extern "C" inf_status_t krn_cuda_rope_kv(uint16_t *x, int64_t ldx, int32_t n_q_h
         return INF_OK;
     const int32_t n = n_q_heads + n_kv_heads;
     cudaError_t e = krncuda::launch_pdl(
-        rope_vec_kernel<true>, dim3((unsigned)m), dim3(vec_threads(n, head_dim)), 0,
+        rope_vec_kernel<true, false>, dim3((unsigned)m), dim3(vec_threads(n, head_dim)), 0,
         static_cast<cudaStream_t>(stream), reinterpret_cast<__half *>(x), ldx, n, head_dim, pos,
-        inv_freq, n_q_heads, reinterpret_cast<const __half *>(v), ldv,
-        reinterpret_cast<__half *>(k_pool), reinterpret_cast<__half *>(v_pool),
-        n_kv_heads * head_dim, kv_row);
+        inv_freq, n_q_heads, reinterpret_cast<const __half *>(v), ldv, static_cast<void *>(k_pool),
+        static_cast<void *>(v_pool), n_kv_heads * head_dim, kv_row, 1.0f, 1.0f);
+    if (e != cudaSuccess)
+        return inf_err_set(err, INF_E_DEVICE, "rope_kv: %s", cudaGetErrorString(e));
+    return krncuda::launched("rope_kv", err);
+}
+
+extern "C" inf_status_t krn_cuda_rope_kv_e4m3(uint16_t *x, int64_t ldx, int32_t n_q_heads,
+                                              int32_t n_kv_heads, int32_t head_dim,
+                                              const int32_t *pos, const float *inv_freq,
+                                              const uint16_t *v, int64_t ldv, uint8_t *k_pool,
+                                              uint8_t *v_pool, float k_scale, float v_scale,
+                                              const int32_t *kv_row, int32_t m, void *stream,
+                                              struct inf_err *err)
+{
+    if (m < 0 ||
+        !krn_cuda_rope_kv_ok(x, ldx, n_q_heads, n_kv_heads, head_dim, v, ldv,
+                             reinterpret_cast<const uint16_t *>(k_pool),
+                             reinterpret_cast<const uint16_t *>(v_pool)) ||
+        !(k_scale > 0.0f) || !(v_scale > 0.0f))
+        return inf_err_set(err, INF_E_INVALID, "rope_kv: m=%d heads=%d/%d head_dim=%d scales %g %g",
+                           m, n_q_heads, n_kv_heads, head_dim, (double)k_scale, (double)v_scale);
+    if (m == 0)
+        return INF_OK;
+    const int32_t n = n_q_heads + n_kv_heads;
+    cudaError_t e = krncuda::launch_pdl(
+        rope_vec_kernel<true, true>, dim3((unsigned)m), dim3(vec_threads(n, head_dim)), 0,
+        static_cast<cudaStream_t>(stream), reinterpret_cast<__half *>(x), ldx, n, head_dim, pos,
+        inv_freq, n_q_heads, reinterpret_cast<const __half *>(v), ldv, static_cast<void *>(k_pool),
+        static_cast<void *>(v_pool), n_kv_heads * head_dim, kv_row, k_scale, v_scale);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "rope_kv: %s", cudaGetErrorString(e));
     return krncuda::launched("rope_kv", err);

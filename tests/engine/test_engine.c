@@ -563,6 +563,7 @@ static void remove_model(void)
 }
 
 static bool g_prefix; /* engine.prefix_caching of the next open_cpu */
+static bool g_kv_fp8; /* engine.kv_cache_dtype = "fp8" for the next open_cpu */
 
 /* budget: max_batched_tokens (0: the backend's default) */
 static eng_engine_t *open_cpu_budget(int32_t max_batch, int64_t kv_tokens, int32_t budget)
@@ -581,6 +582,7 @@ static eng_engine_t *open_cpu_budget(int32_t max_batch, int64_t kv_tokens, int32
     cfg.fuse_qkv = true;
     cfg.max_queue = 64;
     cfg.prefix_caching = g_prefix;
+    cfg.kv_cache_dtype = g_kv_fp8 ? ENG_KV_FP8 : ENG_KV_AUTO;
     eng_engine_t *eng = NULL;
     struct inf_err err;
     inf_status_t st = eng_engine_create(&cfg, on_notify, NULL, &eng, &err);
@@ -729,6 +731,75 @@ START_TEST(cpu_model_preemption_keeps_outputs)
     ck_assert_uint_gt(st.preemptions_total, 0);
     ck_assert_int_eq(st.kv_blocks_used, 0);
     eng_engine_destroy(eng);
+    remove_model();
+}
+END_TEST
+
+/* An fp8 (E4M3) KV cache: a quarter of the fp32 cache's bytes a token on
+ * the CPU backend, so its automatic pool (256 MiB) holds at least twice the
+ * tokens (four times, up to max_batch full sequences); info and /metrics
+ * name it. */
+START_TEST(cpu_model_fp8_capacity)
+{
+    make_model();
+    g_kv_fp8 = false;
+    eng_engine_t *eng = open_cpu_budget(1024, 0, 1024);
+    struct eng_info i32, i8;
+    eng_engine_info(eng, &i32);
+    eng_engine_destroy(eng);
+    g_kv_fp8 = true;
+    eng = open_cpu_budget(1024, 0, 1024);
+    eng_engine_info(eng, &i8);
+    struct eng_stats st;
+    eng_engine_stats(eng, &st);
+    eng_engine_destroy(eng);
+    g_kv_fp8 = false;
+    ck_assert_str_eq(i32.kv_dtype, "fp32");
+    ck_assert_int_eq(i32.kv_elem_bytes, 4);
+    ck_assert_str_eq(i8.kv_dtype, "fp8 e4m3");
+    ck_assert_int_eq(i8.kv_elem_bytes, 1);
+    ck_assert_int_eq(st.kv_elem_bytes, 1);
+    ck_assert_int_eq(st.kv_capacity_tokens, i8.kv_capacity_tokens);
+    const int64_t want = 1024 * 160; /* max_batch full sequences */
+    ck_assert_msg(i32.kv_capacity_tokens < want, "fp32 pool %lld not limited by its bytes",
+                  (long long)i32.kv_capacity_tokens);
+    /* four times the bytes' tokens, within the rounding to blocks */
+    const int64_t four = 4 * i32.kv_capacity_tokens;
+    ck_assert_int_ge(i8.kv_capacity_tokens, four - 64 < want ? four - 64 : want);
+    ck_assert_int_le(i8.kv_capacity_tokens, four + 64);
+    ck_assert_int_ge(i8.kv_capacity_tokens, 2 * i32.kv_capacity_tokens);
+    remove_model();
+}
+END_TEST
+
+/* Preemption and recompute on an fp8 KV cache: a recomputed prefix writes
+ * the same codes, so every output equals the request run alone. */
+START_TEST(cpu_model_fp8_preemption_keeps_outputs)
+{
+    make_model();
+    g_kv_fp8 = true;
+    eng_engine_t *eng = open_cpu(4, 160);
+    static struct out alone[4];
+    for (int t = 0; t < 4; t++) {
+        submit_ok(eng, text_req(eng, 1, t, 40));
+        pump(eng, 1, 60000);
+        alone[t] = outs[1];
+        reset();
+    }
+    for (int t = 0; t < 4; t++)
+        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, 40));
+    pump(eng, 4, 120000);
+    for (int t = 0; t < 4; t++) {
+        ck_assert_int_eq(outs[t + 1].n_toks, 40);
+        ck_assert_msg(memcmp(outs[t + 1].toks, alone[t].toks, sizeof(int32_t) * 40) == 0,
+                      "text %d: output after preemption differs from alone", t);
+    }
+    struct eng_stats st;
+    WAIT_FOR(eng, st, st.running == 0);
+    ck_assert_uint_gt(st.preemptions_total, 0);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    eng_engine_destroy(eng);
+    g_kv_fp8 = false;
     remove_model();
 }
 END_TEST
@@ -902,6 +973,8 @@ static Suite *suite(void)
     tcase_add_test(tc, default_step_budget);
     tcase_add_test(tc, cpu_model_batched_equals_alone);
     tcase_add_test(tc, cpu_model_preemption_keeps_outputs);
+    tcase_add_test(tc, cpu_model_fp8_capacity);
+    tcase_add_test(tc, cpu_model_fp8_preemption_keeps_outputs);
     tcase_add_test(tc, cpu_model_prefix_caching_same_outputs);
     tcase_add_test(tc, cpu_model_keep_fp16_names);
     suite_add_tcase(s, tc);

@@ -24,6 +24,9 @@ struct tm_spec {
     float head_std;       /* lm_head std times sqrt(hidden); 0 means 3 */
     float out_scale;      /* o_proj and down_proj std multiplier; 0 means 1 */
     int sliding_window;   /* mistral: config.json's sliding_window; 0 means null */
+    float kv_scale;       /* nonzero: each layer carries self_attn.k_scale = kv_scale and
+                             self_attn.v_proj.output_scale = 2 x kv_scale (FP8 KV scales as
+                             vLLM reads them) */
     uint64_t seed;
 };
 
@@ -119,6 +122,10 @@ static int tm_write(const char *dir, const struct tm_spec *sp)
             TM_L("self_attn.v_proj.bias", kvd, 0, 0.1f, 0.0f);
         }
         TM_L("self_attn.o_proj.weight", H, qd, os / sqrtf((float)qd), 0.0f);
+        if (sp->kv_scale != 0) {
+            TM_L("self_attn.k_scale", 1, 0, 0.0f, sp->kv_scale);
+            TM_L("self_attn.v_proj.output_scale", 1, 0, 0.0f, 2 * sp->kv_scale);
+        }
         TM_L("post_attention_layernorm.weight", H, 0, 0.1f, 1.0f);
         TM_L("mlp.gate_proj.weight", I, H, sh, 0.0f);
         TM_L("mlp.up_proj.weight", I, H, sh, 0.0f);

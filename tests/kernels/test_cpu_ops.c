@@ -10,6 +10,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/q4.h"
@@ -331,19 +332,68 @@ START_TEST(rope_matches_naive)
 }
 END_TEST
 
-START_TEST(paged_attention_matches_naive)
+/* An E4M3 code's value from the format's definition, written here apart
+ * from kernels/fp8.h: sign, exponent field E (bias 7), mantissa M. */
+static double e4m3_value(uint8_t c)
+{
+    const int E = (c >> 3) & 15, M = c & 7;
+    const double v = E == 0 ? (M / 8.0) * pow(2.0, -6) : (1.0 + M / 8.0) * pow(2.0, E - 7);
+    return (c & 0x80) ? -v : v;
+}
+
+/* The paged attention on fp32 pools, or (fp8) on E4M3 pools with a K and a
+ * V scale, against a double-precision softmax over the values the pools
+ * hold (the fp32 rows, or each code's value from its definition times its
+ * scale). */
+static void paged_attention_case(bool fp8)
 {
     /* 150 positions: three chunks, the last cut; scattered physical blocks */
     enum { BLK = 16, NB = 13, NKV = 2, HD = 8, NH = 6, CTX = 150, NCH = 3, RS = HD + 2 };
+    const float ks = 0.0125f, vs = 0.375f; /* K values up to 80 codes, V up to ~3 */
     int64_t row = NKV * HD;
-    float *kp = calloc((size_t)(NB * BLK * row), sizeof(float));
-    float *vp = calloc((size_t)(NB * BLK * row), sizeof(float));
+    const size_t es = fp8 ? 1 : sizeof(float);
+    void *kp = calloc((size_t)(NB * BLK * row), es), *vp = calloc((size_t)(NB * BLK * row), es);
     int32_t blocks[10] = {7, 2, 5, 12, 0, 9, 3, 11, 1, 6};
     float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.5);
+    if (fp8) {
+        K[5 * row + 1] = 1000.0f * ks; /* beyond 448 x k_scale: saturates */
+        Vv[7 * row + 2] = -600.0f * vs;
+    }
+    for (int p = 0; p < CTX; p++) {
+        if (fp8)
+            krn_cpu_kv_write_e4m3(kp, vp, blocks, BLK, NKV, HD, p, K + p * row, Vv + p * row, ks,
+                                  vs);
+        else
+            krn_cpu_kv_write(kp, vp, blocks, BLK, NKV, HD, p, K + p * row, Vv + p * row);
+    }
+    /* what the pools hold, position by position, as doubles */
+    double *Kh = malloc(sizeof(double) * CTX * row), *Vh = malloc(sizeof(double) * CTX * row);
     for (int p = 0; p < CTX; p++)
-        krn_cpu_kv_write(kp, vp, blocks, BLK, NKV, HD, p, K + p * row, Vv + p * row);
-    /* the row of position 20 is in block blocks[1], row 4 */
-    ck_assert(kp[((int64_t)2 * BLK + 4) * row + 3] == K[20 * row + 3]);
+        for (int64_t e = 0; e < row; e++) {
+            const int64_t at = ((int64_t)blocks[p / BLK] * BLK + p % BLK) * row + e;
+            if (fp8) {
+                const uint8_t kc = ((uint8_t *)kp)[at], vc = ((uint8_t *)vp)[at];
+                ck_assert_int_eq(kc, krn_e4m3_encode(K[p * row + e] / ks));
+                ck_assert_int_eq(vc, krn_e4m3_encode(Vv[p * row + e] / vs));
+                Kh[p * row + e] = e4m3_value(kc) * ks;
+                Vh[p * row + e] = e4m3_value(vc) * vs;
+                /* nearest code: within half a step of 1/16 relative (3 mantissa bits) */
+                const double kx = K[p * row + e] / ks;
+                if (fabs(kx) <= 448 && fabs(kx) >= 0x1p-6)
+                    ck_assert(fabs(e4m3_value(kc) - kx) <= fabs(kx) / 16);
+            } else {
+                Kh[p * row + e] = ((float *)kp)[at];
+                Vh[p * row + e] = ((float *)vp)[at];
+                ck_assert(Kh[p * row + e] == K[p * row + e]);
+            }
+        }
+    if (fp8) {
+        ck_assert(Kh[5 * row + 1] == 448.0 * ks);
+        ck_assert(Vh[7 * row + 2] == -448.0 * vs);
+    }
+    const struct krn_kv_pools pools =
+        fp8 ? (struct krn_kv_pools){.k8 = kp, .v8 = vp, .k_scale = ks, .v_scale = vs}
+            : (struct krn_kv_pools){.k = kp, .v = vp};
     float scratch[NH * (KRN_ATTN_CHUNK + NCH * RS)], out[NH * HD];
     static const int ctxs[] = {1, 13, 64, 65, 128, 150};
     for (int ci = 0; ci < 6; ci++) {
@@ -351,11 +401,11 @@ START_TEST(paged_attention_matches_naive)
         for (int h = 0; h < NH; h++) {
             int kvh = h / (NH / NKV);
             /* one head alone, and the head in ranges of every size: the same bits */
-            krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h, h + 1, 0, n_ctx, 0.35f,
+            krn_cpu_attn_heads(q, &pools, blocks, BLK, NH, NKV, HD, h, h + 1, 0, n_ctx, 0.35f,
                                scratch, out);
             for (int h1 = h + 1; h1 <= NH; h1 += 2) {
                 float wide[NH * HD];
-                krn_cpu_attn_heads(q, kp, vp, blocks, BLK, NH, NKV, HD, h > 0 ? h - 1 : 0, h1, 0,
+                krn_cpu_attn_heads(q, &pools, blocks, BLK, NH, NKV, HD, h > 0 ? h - 1 : 0, h1, 0,
                                    n_ctx, 0.35f, scratch, wide);
                 ck_assert_int_eq(memcmp(wide + h * HD, out + h * HD, sizeof(float) * HD), 0);
             }
@@ -365,7 +415,7 @@ START_TEST(paged_attention_matches_naive)
             for (int c = 0; c < nch; c++) {
                 int h0 = c % 2 ? 0 : h, p0 = c * KRN_ATTN_CHUNK;
                 int p1 = n_ctx - p0 < KRN_ATTN_CHUNK ? n_ctx : p0 + KRN_ATTN_CHUNK;
-                krn_cpu_attn_chunk(q, kp, vp, blocks, BLK, NH, NKV, HD, h0, NH, p0, p1, 0.35f,
+                krn_cpu_attn_chunk(q, &pools, blocks, BLK, NH, NKV, HD, h0, NH, p0, p1, 0.35f,
                                    scores, rec + (c * NH + h0) * RS, RS);
             }
             krn_cpu_attn_combine(rec + h * RS, NH * RS, nch, HD, alone);
@@ -374,7 +424,7 @@ START_TEST(paged_attention_matches_naive)
             for (int p = 0; p < n_ctx; p++) {
                 double d = 0;
                 for (int e = 0; e < HD; e++)
-                    d += (double)q[h * HD + e] * K[p * row + kvh * HD + e];
+                    d += (double)q[h * HD + e] * Kh[p * row + kvh * HD + e];
                 s[p] = 0.35 * d;
                 mx = fmax(mx, s[p]);
             }
@@ -383,13 +433,24 @@ START_TEST(paged_attention_matches_naive)
             for (int e = 0; e < HD; e++) {
                 double a = 0;
                 for (int p = 0; p < n_ctx; p++)
-                    a += s[p] / sum * Vv[p * row + kvh * HD + e];
-                ck_assert_msg(fabs(out[h * HD + e] - a) < 1e-5, "h=%d ctx=%d: %g vs %g", h, n_ctx,
-                              out[h * HD + e], a);
+                    a += s[p] / sum * Vh[p * row + kvh * HD + e];
+                ck_assert_msg(fabs(out[h * HD + e] - a) < 1e-5 * (fp8 ? 4 : 1),
+                              "fp8=%d h=%d ctx=%d: %g vs %g", fp8, h, n_ctx, out[h * HD + e], a);
             }
         }
     }
-    free(kp), free(vp), free(K), free(Vv), free(q);
+    free(kp), free(vp), free(K), free(Vv), free(q), free(Kh), free(Vh);
+}
+
+START_TEST(paged_attention_matches_naive)
+{
+    paged_attention_case(false);
+}
+END_TEST
+
+START_TEST(paged_attention_fp8_matches_naive)
+{
+    paged_attention_case(true);
 }
 END_TEST
 
@@ -424,7 +485,8 @@ START_TEST(paged_attention_window_matches_naive)
                                          Vv + p * row);
                 float scratch[NH * (KRN_ATTN_CHUNK + MAXCH * RS)], out[NH * HD];
                 ck_assert_int_le(krn_attn_chunks_from(k_lo, n_ctx), MAXCH);
-                krn_cpu_attn_heads(q, kp, vp, blocks, blk, NH, NKV, HD, 0, NH, k_lo, n_ctx, 0.35f,
+                const struct krn_kv_pools pools = {.k = kp, .v = vp};
+                krn_cpu_attn_heads(q, &pools, blocks, blk, NH, NKV, HD, 0, NH, k_lo, n_ctx, 0.35f,
                                    scratch, out);
                 for (int h = 0; h < NH; h++) {
                     const int kvh = h / (NH / NKV);
@@ -513,6 +575,7 @@ int main(void)
     t = tcase_create("attention");
     tcase_add_test(t, paged_attention_matches_naive);
     tcase_add_test(t, paged_attention_window_matches_naive);
+    tcase_add_test(t, paged_attention_fp8_matches_naive);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -41,6 +41,10 @@ expect 0 "int4serve 0.1.0" out -- --version
 expect 2 "unknown flag '--bogus' (see --help)" err -- --bogus
 expect 2 "--max-batch: must be in [1, 1024], got 0" err -- --max-batch 0
 
+printf '[engine]\nkv_cache_dtype = "fp8_e5m2"\n' >"$tmp/kv.toml"
+expect 2 "$tmp/kv.toml:2: key 'engine.kv_cache_dtype': must be one of \"auto\", \"fp16\", \"fp8\", got \"fp8_e5m2\"" err -- --config "$tmp/kv.toml"
+expect 2 "--set engine.kv_cache_dtype: must be one of \"auto\", \"fp16\", \"fp8\", got \"int8\"" err -- --set engine.kv_cache_dtype=int8
+
 printf '[engine]\nmax_batch = 0\n' >"$tmp/bad.toml"
 expect 2 "$tmp/bad.toml:2: key 'engine.max_batch': must be in [1, 1024], got 0" err -- --config "$tmp/bad.toml"
 
