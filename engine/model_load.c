@@ -440,31 +440,6 @@ struct group_extra {
     const int32_t *row_order;
 };
 
-/* out = w's rows in order (row i is w's row order[i]), as runs of
- * consecutive rows. */
-static inf_status_t q4_reorder_rows(struct krn_q4_weight *w, const int32_t *order,
-                                    struct inf_err *err)
-{
-    struct eng_rows *runs = malloc((size_t)w->n * sizeof *runs);
-    if (!runs)
-        return inf_err_set(err, INF_E_NOMEM, "out of memory reordering rows");
-    int32_t nr = 0;
-    for (int32_t i = 0; i < w->n; i++) {
-        if (nr > 0 && runs[nr - 1].first + runs[nr - 1].count == order[i])
-            runs[nr - 1].count++;
-        else
-            runs[nr++] = (struct eng_rows){order[i], 1};
-    }
-    struct krn_q4_weight out;
-    inf_status_t s = eng_q4_take_rows(w, runs, nr, &out, err);
-    free(runs);
-    if (s == INF_OK) {
-        eng_q4_free(w);
-        *w = out;
-    }
-    return s;
-}
-
 static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
                                const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
                                bool with_bias, const char *fused_name, bool glu,
@@ -510,7 +485,7 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
                 s = eng_q4_from_checkpoint(st, mod, &lq, rows[i], k, m->par, &q[i], err);
             }
             if (s == INF_OK && ex && ex->row_order)
-                s = q4_reorder_rows(&q[i], ex->row_order, err);
+                s = eng_q4_order_rows(&q[i], ex->row_order, err);
             if (s == INF_OK && take[i].count != rows[i]) {
                 struct krn_q4_weight part;
                 s = eng_q4_take_rows(&q[i], &take[i], 1, &part, err);

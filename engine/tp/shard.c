@@ -141,3 +141,26 @@ inf_status_t eng_q4_mask_cols(const struct krn_q4_weight *w, int32_t c0, int32_t
     }
     return INF_OK;
 }
+
+inf_status_t eng_q4_order_rows(struct krn_q4_weight *w, const int32_t *order, struct inf_err *err)
+{
+    /* as runs of consecutive rows, one take */
+    struct eng_rows *runs = malloc((size_t)w->n * sizeof *runs);
+    if (!runs)
+        return inf_err_set(err, INF_E_NOMEM, "out of memory reordering rows");
+    int32_t nr = 0;
+    for (int32_t i = 0; i < w->n; i++) {
+        if (nr > 0 && runs[nr - 1].first + runs[nr - 1].count == order[i])
+            runs[nr - 1].count++;
+        else
+            runs[nr++] = (struct eng_rows){order[i], 1};
+    }
+    struct krn_q4_weight out;
+    inf_status_t s = eng_q4_take_rows(w, runs, nr, &out, err);
+    free(runs);
+    if (s == INF_OK) {
+        eng_q4_free(w);
+        *w = out;
+    }
+    return s;
+}

@@ -61,6 +61,12 @@ inf_status_t eng_q4_take_rows(const struct krn_q4_weight *w, const struct eng_ro
 inf_status_t eng_q4_take_cols(const struct krn_q4_weight *w, int32_t c0, int32_t c1,
                               struct krn_q4_weight *out, int32_t *lead, struct inf_err *err);
 
+/* *w's rows put in order, in place: row i becomes w's row order[i] (order
+ * a permutation of 0..n-1; a row's codes, scales and zeros move with it).
+ * Errors: INF_E_INVALID (an order entry outside w), INF_E_NOMEM; *w is
+ * unchanged on error. */
+inf_status_t eng_q4_order_rows(struct krn_q4_weight *w, const int32_t *order, struct inf_err *err);
+
 /* out = w with every stored column whose input column (perm[i], or i) lies
  * outside [c0, c1) reading 0 (its codes set to its group's zero point), all
  * w->k input columns kept: a row-parallel rank's shard of an act-order w,
