@@ -454,38 +454,58 @@ START_TEST(paged_attention_fp8_matches_naive)
 }
 END_TEST
 
-START_TEST(paged_attention_window_matches_naive)
+/* Positions k_lo..n_ctx-1 only (a sliding window), from fp32 or E4M3
+ * pools: at block sizes 1, 3, 16 and 32, the table's entries wholly before
+ * k_lo point at a block of NaN (a freed block, rewritten by its next
+ * owner; the E4M3 NaN code 0x7f), which a read would show; GQA of three
+ * heads a KV head. The naive reference reads what the pools hold. */
+static void window_case(bool fp8)
 {
-    /* Positions k_lo..n_ctx-1 only (a sliding window): at block sizes 1, 3,
-     * 16 and 32, the table's entries wholly before k_lo point at a block of
-     * NaN (a freed block, rewritten by its next owner), which a read would
-     * show; GQA of three heads a KV head. */
     enum { NKV = 2, HD = 8, NH = 6, CTX = 200, MAXCH = 5, RS = HD + 2 };
     const int64_t row = NKV * HD;
+    const float ks = 0.05f, vs = 0.03f;
     static const int blks[] = {1, 3, 16, 32};
     float *K = rvec(CTX * row, 1.0), *Vv = rvec(CTX * row, 1.0), *q = rvec(NH * HD, 1.5);
+    if (fp8) /* the values the pools hold */
+        for (int64_t i = 0; i < CTX * row; i++) {
+            K[i] = (float)(e4m3_value(krn_e4m3_encode(K[i] / ks)) * ks);
+            Vv[i] = (float)(e4m3_value(krn_e4m3_encode(Vv[i] / vs)) * vs);
+        }
+    const size_t es = fp8 ? 1 : sizeof(float);
     for (int bi = 0; bi < 4; bi++) {
         const int blk = blks[bi], nb = (CTX + blk - 1) / blk + 1; /* the last: NaN */
-        float *kp = malloc(sizeof(float) * (size_t)(nb * blk * row));
-        float *vp = malloc(sizeof(float) * (size_t)(nb * blk * row));
+        const size_t n_el = (size_t)(nb * blk * row);
+        void *kp = malloc(es * n_el), *vp = malloc(es * n_el);
         int32_t *blocks = malloc(sizeof(int32_t) * (size_t)nb);
-        for (int i = 0; i < nb * blk * row; i++)
-            kp[i] = vp[i] = NAN;
         static const int ctxs[] = {1, 17, 64, 65, 129, 200};
         static const int wins[] = {1, 2, 16, 33, 64, 100, 199, 200, 500};
         for (int ci = 0; ci < 6; ci++)
             for (int wi = 0; wi < 9; wi++) {
+                for (size_t i = 0; i < n_el; i++) { /* poison */
+                    if (fp8)
+                        ((uint8_t *)kp)[i] = ((uint8_t *)vp)[i] = 0x7f;
+                    else
+                        ((float *)kp)[i] = ((float *)vp)[i] = NAN;
+                }
                 const int n_ctx = ctxs[ci], w = wins[wi];
                 const int k_lo = n_ctx - w > 0 ? n_ctx - w : 0;
                 for (int b = 0; b < nb - 1; b++) /* reversed: a block's rows come from far away */
                     blocks[b] = b < k_lo / blk ? nb - 1 : nb - 2 - b;
-                for (int p = 0; p < CTX; p++)
-                    if (p / blk >= k_lo / blk)
+                for (int p = 0; p < CTX; p++) {
+                    if (p / blk < k_lo / blk)
+                        continue;
+                    if (fp8)
+                        krn_cpu_kv_write_e4m3(kp, vp, blocks, blk, NKV, HD, p, K + p * row,
+                                              Vv + p * row, ks, vs);
+                    else
                         krn_cpu_kv_write(kp, vp, blocks, blk, NKV, HD, p, K + p * row,
                                          Vv + p * row);
+                }
                 float scratch[NH * (KRN_ATTN_CHUNK + MAXCH * RS)], out[NH * HD];
                 ck_assert_int_le(krn_attn_chunks_from(k_lo, n_ctx), MAXCH);
-                const struct krn_kv_pools pools = {.k = kp, .v = vp};
+                const struct krn_kv_pools pools =
+                    fp8 ? (struct krn_kv_pools){.k8 = kp, .v8 = vp, .k_scale = ks, .v_scale = vs}
+                        : (struct krn_kv_pools){.k = kp, .v = vp};
                 krn_cpu_attn_heads(q, &pools, blocks, blk, NH, NKV, HD, 0, NH, k_lo, n_ctx, 0.35f,
                                    scratch, out);
                 for (int h = 0; h < NH; h++) {
@@ -505,16 +525,20 @@ START_TEST(paged_attention_window_matches_naive)
                         for (int p = k_lo; p < n_ctx; p++)
                             a += sc[p] / sum * Vv[p * row + kvh * HD + e];
                         ck_assert_msg(fabs(out[h * HD + e] - a) < 1e-5,
-                                      "block %d ctx %d window %d h %d: %g vs %g", blk, n_ctx, w, h,
-                                      out[h * HD + e], a);
+                                      "%s block %d ctx %d window %d h %d: %g vs %g",
+                                      fp8 ? "fp8" : "fp32", blk, n_ctx, w, h, out[h * HD + e], a);
                     }
                 }
-                for (int i = 0; i < (nb - 1) * blk * row; i++) /* poison again */
-                    kp[i] = vp[i] = NAN;
             }
         free(kp), free(vp), free(blocks);
     }
     free(K), free(Vv), free(q);
+}
+
+START_TEST(paged_attention_window_matches_naive)
+{
+    window_case(false);
+    window_case(true);
 }
 END_TEST
 
