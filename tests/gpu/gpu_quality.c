@@ -7,7 +7,8 @@
  * - every INT4 setting (group 128, 64, 32, per-channel; asymmetric and
  *   symmetric) within its CPU bound plus GPU_QUALITY_MARGIN, and within
  *   GPU_CPU_TOL of what the CPU backend gives for the same setting (the same
- *   INT4 weights; only the activations' precision differs).
+ *   INT4 weights; only the activations' precision differs);
+ * - INT4 with an FP8 KV cache within QUALITY_FP8_KV_BOUND of the fp16 cache.
  * Needs $INT4SERVE_SOURCE_DIR and $INT4SERVE_BUILD_DIR (ctest sets both).
  * Prints "SKIPPED: no GPU" without a GPU. */
 #include "tests/tools/quality.h"
@@ -50,6 +51,17 @@ int main(void)
         printf("fp16: ppl %.5f, transformers fp32 %.5f (%+.3f%%)\n", r.ppl, want,
                100 * (r.ppl / want - 1));
         check(fabs(r.ppl / want - 1) <= QUALITY_FP16_TOL, "fp16 ppl", r.ppl, want);
+    }
+    /* an FP8 KV cache on the GPU: within its bound of the fp16 cache */
+    struct quality_run k16, k8;
+    bool ok8 =
+        quality_run_tool(bd, sd, "--backend cuda --quantization int4", &k16) &&
+        quality_run_tool(bd, sd, "--backend cuda --quantization int4 --kv-cache-dtype fp8", &k8);
+    check(ok8, "fp8 KV run", 0, 0);
+    if (ok8) {
+        printf("int4 with fp8 KV: gpu ppl %.5f (%+.2f%% over the fp16 cache)\n", k8.ppl,
+               100 * (k8.ppl / k16.ppl - 1));
+        check(k8.ppl / k16.ppl - 1 <= QUALITY_FP8_KV_BOUND, "fp8 KV ppl", k8.ppl, k16.ppl);
     }
     for (int c = 0; c < QUALITY_N_CASES; c++) {
         const struct quality_case *q = &quality_cases[c];

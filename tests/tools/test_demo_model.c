@@ -7,7 +7,9 @@
  *   greedy ids for every reference prompt;
  * - int4serve-perplexity in fp32 gives transformers' held-out perplexity
  *   within 1e-4, and every INT4 setting (group 128, 64, 32, per-channel;
- *   asymmetric and symmetric) stays within its bound of it (quality.h);
+ *   asymmetric and symmetric) stays within its bound of it, and an FP8 KV
+ *   cache adds at most QUALITY_FP8_KV_BOUND to fp32 and to INT4 weights
+ *   (quality.h);
  * - the tool refuses a window longer than the model and a missing file. */
 #include "common/inf.h"
 #include "engine/backend.h"
@@ -124,6 +126,15 @@ START_TEST(perplexity_fp32_and_int4)
     printf("fp32: ppl %.5f, transformers %.5f\n", fp.ppl, want);
     ck_assert_msg(fabs(fp.ppl / want - 1) <= QUALITY_FP32_TOL, "fp32 ppl %.6f, transformers %.6f",
                   fp.ppl, want);
+    /* an FP8 KV cache costs little more, with 16-bit or INT4 weights */
+    struct quality_run f8, q4, q4f8;
+    ck_assert(quality_run_tool(bd, sd, "--quantization none --kv-cache-dtype fp8", &f8));
+    ck_assert(quality_run_tool(bd, sd, "--quantization int4", &q4));
+    ck_assert(quality_run_tool(bd, sd, "--quantization int4 --kv-cache-dtype fp8", &q4f8));
+    printf("fp8 KV: fp32 weights %.5f (%+.2f%%), int4 %.5f (%+.2f%% over int4)\n", f8.ppl,
+           100 * (f8.ppl / fp.ppl - 1), q4f8.ppl, 100 * (q4f8.ppl / q4.ppl - 1));
+    ck_assert(f8.ppl / fp.ppl - 1 <= QUALITY_FP8_KV_BOUND && f8.ppl != fp.ppl);
+    ck_assert(q4f8.ppl / q4.ppl - 1 <= QUALITY_FP8_KV_BOUND && q4f8.ppl != q4.ppl);
     for (int c = 0; c < QUALITY_N_CASES; c++) {
         const struct quality_case *q = &quality_cases[c];
         char flags[128];

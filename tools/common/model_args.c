@@ -60,6 +60,13 @@ int tool_model_args_take(struct tool_model_args *a, int c, const char *arg, cons
         }
         a->cuda = strcmp(arg, "cuda") == 0;
         return 1;
+    case 7:
+        if (strcmp(arg, "auto") != 0 && strcmp(arg, "fp16") != 0 && strcmp(arg, "fp8") != 0) {
+            fprintf(stderr, "%s: --kv-cache-dtype must be auto, fp16 or fp8\n", prog);
+            return -1;
+        }
+        a->kv_fp8 = strcmp(arg, "fp8") == 0;
+        return 1;
     case 6:
         a->device = atoi(arg);
         if (a->device < 0) {
@@ -76,9 +83,9 @@ inf_status_t tool_model_args_backend(const struct tool_model_args *a, struct eng
                                      struct inf_err *err)
 {
     if (a->cuda) {
-        struct eng_backend_cuda_opts co = {.device = a->device};
+        struct eng_backend_cuda_opts co = {.device = a->device, .kv_fp8 = a->kv_fp8};
         return eng_backend_cuda_create(&co, be, err);
     }
-    struct eng_backend_cpu_opts bo = {.n_threads = a->threads};
+    struct eng_backend_cpu_opts bo = {.n_threads = a->threads, .kv_fp8 = a->kv_fp8};
     return eng_backend_cpu_create(&bo, be, err);
 }

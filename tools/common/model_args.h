@@ -3,6 +3,7 @@
  *   --quantization auto|int4|awq|gptq|compressed-tensors|none
  *   --group-size G (0 or -1: per-channel)  --symmetric  --no-fuse
  *   --threads T (CPU)  --backend cpu|cuda  --device N (CUDA)
+ *   --kv-cache-dtype auto|fp8 (fp8: FP8 E4M3 KV pools, engine.kv_cache_dtype)
  * One parser, so every tool spells and checks them alike. */
 #include "engine/backend.h"
 #include "engine/model.h"
@@ -13,7 +14,7 @@
 struct tool_model_args {
     struct eng_model_opts mo;
     int threads, device;
-    bool cuda;
+    bool cuda, kv_fp8;
 };
 
 /* getopt_long entries for the flags above, to put in a tool's option table;
@@ -26,13 +27,14 @@ enum { TOOL_ARG_FIRST = 0x100 };
         {"no-fuse", no_argument, 0, TOOL_ARG_FIRST + 3},                                           \
         {"threads", required_argument, 0, TOOL_ARG_FIRST + 4},                                     \
         {"backend", required_argument, 0, TOOL_ARG_FIRST + 5},                                     \
+        {"device", required_argument, 0, TOOL_ARG_FIRST + 6},                                      \
     {                                                                                              \
-        "device", required_argument, 0, TOOL_ARG_FIRST + 6                                         \
+        "kv-cache-dtype", required_argument, 0, TOOL_ARG_FIRST + 7                                 \
     }
 #define TOOL_MODEL_USAGE                                                                           \
     "       [--quantization auto|int4|awq|gptq|compressed-tensors|none]\n"                         \
     "       [--group-size G] [--symmetric] [--no-fuse]\n"                                          \
-    "       [--threads T] [--backend cpu|cuda] [--device N]\n"
+    "       [--threads T] [--backend cpu|cuda] [--device N] [--kv-cache-dtype auto|fp8]\n"
 
 /* The engine's defaults: AUTO (INT4), group 128, asymmetric, fused, CPU. */
 void tool_model_args_init(struct tool_model_args *a);

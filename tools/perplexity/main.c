@@ -229,13 +229,14 @@ int main(int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double predicted = (double)n_win * (ctx - 1), nll = sc.nll / predicted;
-    json_t *o = json_pack(
-        "{s:s, s:s, s:i, s:b, s:s, s:i, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "model", model,
-        "quantization", quant_name(mo.quant), "group_size", mo.group_size, "symmetric",
-        mo.symmetric, "backend", ma.cuda ? "cuda" : "cpu", "ctx", ctx, "windows", (json_int_t)n_win,
-        "predicted", (json_int_t)predicted, "tokens", (json_int_t)ids.n, "fnv1a32",
-        (json_int_t)fnv1a_ids(ids.ids, ids.n), "nll", nll, "ppl", exp(nll), "seconds",
-        (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:b, s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "model",
+                  model, "quantization", quant_name(mo.quant), "group_size", mo.group_size,
+                  "symmetric", mo.symmetric, "backend", ma.cuda ? "cuda" : "cpu", "kv_cache_dtype",
+                  eng_kv_dtype_name(be->kv_dtype), "ctx", ctx, "windows", (json_int_t)n_win,
+                  "predicted", (json_int_t)predicted, "tokens", (json_int_t)ids.n, "fnv1a32",
+                  (json_int_t)fnv1a_ids(ids.ids, ids.n), "nll", nll, "ppl", exp(nll), "seconds",
+                  (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
     char *js = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
     if (js) {
         puts(js);
