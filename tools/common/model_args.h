@@ -20,17 +20,18 @@ struct tool_model_args {
 /* getopt_long entries for the flags above, to put in a tool's option table;
  * their values are TOOL_ARG_FIRST and up, above any character a tool uses. */
 enum { TOOL_ARG_FIRST = 0x100 };
+/* (kept by hand: the formatter breaks the list's last entry apart) */
+/* clang-format off */
 #define TOOL_MODEL_LONGOPTS                                                                        \
     {"quantization", required_argument, 0, TOOL_ARG_FIRST + 0},                                    \
-        {"group-size", required_argument, 0, TOOL_ARG_FIRST + 1},                                  \
-        {"symmetric", no_argument, 0, TOOL_ARG_FIRST + 2},                                         \
-        {"no-fuse", no_argument, 0, TOOL_ARG_FIRST + 3},                                           \
-        {"threads", required_argument, 0, TOOL_ARG_FIRST + 4},                                     \
-        {"backend", required_argument, 0, TOOL_ARG_FIRST + 5},                                     \
-        {"device", required_argument, 0, TOOL_ARG_FIRST + 6},                                      \
-    {                                                                                              \
-        "kv-cache-dtype", required_argument, 0, TOOL_ARG_FIRST + 7                                 \
-    }
+    {"group-size", required_argument, 0, TOOL_ARG_FIRST + 1},                                      \
+    {"symmetric", no_argument, 0, TOOL_ARG_FIRST + 2},                                             \
+    {"no-fuse", no_argument, 0, TOOL_ARG_FIRST + 3},                                               \
+    {"threads", required_argument, 0, TOOL_ARG_FIRST + 4},                                         \
+    {"backend", required_argument, 0, TOOL_ARG_FIRST + 5},                                         \
+    {"device", required_argument, 0, TOOL_ARG_FIRST + 6},                                          \
+    {"kv-cache-dtype", required_argument, 0, TOOL_ARG_FIRST + 7}
+/* clang-format on */
 #define TOOL_MODEL_USAGE                                                                           \
     "       [--quantization auto|int4|awq|gptq|compressed-tensors|none]\n"                         \
     "       [--group-size G] [--symmetric] [--no-fuse]\n"                                          \
