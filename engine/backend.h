@@ -614,14 +614,18 @@ void eng_backend_cpu_profile_read(const struct eng_backend *be, struct eng_cpu_p
  * uploaded bytes, as the CPU backend does.
  * Without INT4SERVE_HAVE_CUDA the create function exists and answers
  * INF_E_UNSUPPORTED. Errors: INF_E_UNSUPPORTED (no GPU or no driver, compute
- * capability below 8.0 (7.5 would need kernels built for it), a build
- * without kernels for the device, a CPU-only build), INF_E_INVALID (device
+ * capability below 7.5, a build without kernels for the device, a CPU-only
+ * build), INF_E_INVALID (device
  * ordinal out of range), INF_E_DEVICE (a CUDA error), INF_E_NOMEM (device or
  * pinned memory). Thread: the creating thread
  * and then one owner at a time (each call selects the device). */
 struct eng_backend_cuda_opts {
-    int32_t device;         /* CUDA device ordinal */
-    bool kv_fp8;            /* KV pools of E4M3 codes (kv_dtype ENG_ACT_E4M3) instead of fp16 */
+    int32_t device; /* CUDA device ordinal */
+    bool kv_fp8;    /* KV pools of E4M3 codes (kv_dtype ENG_ACT_E4M3) instead of fp16 */
+    /* The sm_75 kernels (engine.cuda_kernels = "sm75", what a T4 runs)
+     * whatever the GPU: set for the device, process-wide, when the backend
+     * is created (krn_cuda_kernels_set, kernels/cuda_device.h). */
+    bool sm75;
     size_t workspace_bytes; /* scratch for strided copies, conversions and split
                                attention; 0 = 64 MiB */
     /* A tensor-parallel rank's communicator (engine/tp/comm.h): NCCL on the

@@ -58,21 +58,22 @@ struct eng_config {
     int64_t kv_cache_tokens;    /* KV capacity in tokens, 0 = automatic */
     float gpu_memory_utilization;
     enum eng_kv_dtype kv_cache_dtype;
+    bool cuda_sm75;    /* engine.cuda_kernels = "sm75": the sm_75 paths on any GPU */
     int32_t max_queue; /* waiting requests before INF_E_BUSY (default 256) */
     enum eng_quantization quantization;
     int32_t group_size;  /* quantizing on load: 32, 64, 128, 256, or -1 per-channel */
     bool symmetric;      /* quantizing on load: zero point 8 */
     int32_t n_keep_fp16; /* name patterns of layers kept in fp16 */
     const char *const *keep_fp16;
-    bool fuse_qkv;      /* fuse q/k/v and gate/up (default true) */
-    uint64_t seed;      /* base seed for requests without one */
-    bool prefix_caching; /* share the KV blocks of a common prefix between
-                          * sequences (automatic prefix caching; the
-                          * server's default: on) */
-    bool enforce_eager; /* decode steps run their ops as they come: no
-                           recorded graphs (a device backend) */
-    bool skip_warm_up;  /* serve at once: no warm-up (decode graphs recorded and
-                           kernels first launched by the first requests) */
+    bool fuse_qkv;        /* fuse q/k/v and gate/up (default true) */
+    uint64_t seed;        /* base seed for requests without one */
+    bool prefix_caching;  /* share the KV blocks of a common prefix between
+                           * sequences (automatic prefix caching; the
+                           * server's default: on) */
+    bool enforce_eager;   /* decode steps run their ops as they come: no
+                             recorded graphs (a device backend) */
+    bool skip_warm_up;    /* serve at once: no warm-up (decode graphs recorded and
+                             kernels first launched by the first requests) */
     uint32_t stats_log_s; /* seconds between the engine's stats lines; 0: none */
     /* Test hooks, for the project's own tests (0 / false: off). */
     uint32_t min_step_us;      /* every step lasts at least this long */
@@ -228,8 +229,8 @@ struct eng_stats {
     uint64_t prompt_tokens_total, generation_tokens_total;
     uint64_t preemptions_total;
     uint64_t steps_total;
-    uint64_t batched_steps_total;   /* steps that ran more than one sequence */
-    uint64_t steps_ahead_total;     /* decode steps queued before the step before them was back */
+    uint64_t batched_steps_total; /* steps that ran more than one sequence */
+    uint64_t steps_ahead_total;   /* decode steps queued before the step before them was back */
     /* The prefix cache, in tokens as vLLM counts them: queries are the
      * tokens of each request looked up at its first admission, hits those
      * of them found cached (not computed). Both 0 with prefix caching off. */

@@ -364,6 +364,7 @@ static inf_status_t make_backend(const struct eng_config *cfg, int32_t rank, int
         .device = cfg->n_devices > rank && cfg->devices ? cfg->devices[rank] : 0,
         .comm = comm,
         .kv_fp8 = cfg->kv_cache_dtype == ENG_KV_FP8,
+        .sm75 = cfg->cuda_sm75,
     };
     return eng_backend_cuda_create(&co, out, err);
 }
@@ -425,8 +426,8 @@ static inf_status_t make_ranks(const struct eng_config *cfg, const struct eng_mo
  * total (cudaMemGetInfo), less a headroom, capped at max_batch full
  * sequences. Answers the capacity in tokens (a multiple of ENG_KV_BLOCK). */
 static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_backend *be,
-                                   const struct eng_model_config *mc, int32_t tp,
-                                   int64_t *tokens, struct inf_err *err)
+                                   const struct eng_model_config *mc, int32_t tp, int64_t *tokens,
+                                   struct inf_err *err)
 {
     size_t free_b = 0, total_b = 0;
     inf_status_t st = eng_backend_mem_info(be, &free_b, &total_b, err);

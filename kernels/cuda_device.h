@@ -33,7 +33,7 @@ struct krn_int4_gemm_residency {
 
 struct krn_cuda_device {
     int32_t ordinal;        /* CUDA device index */
-    int32_t cc;             /* compute capability, 10 major + minor: 75, 80, 86, 89, 90 */
+    int32_t cc;             /* krn_cuda_kernels_cc: 75, 80, 86, 89, 90 */
     int32_t sms;            /* streaming multiprocessors */
     int32_t smem_per_block; /* bytes of shared memory a block may opt in to */
     int32_t smem_per_sm;    /* bytes of shared memory an SM has */
@@ -41,6 +41,25 @@ struct krn_cuda_device {
     bool sm90a; /* the build has the sm_90a kernels (wgmma) and the device runs them */
     struct krn_int4_gemm_residency int4_gemm;
 };
+
+/* Which kernels run on a device. Every launcher on the device follows this
+ * setting, process-wide: AUTO those built for its compute capability; SM75
+ * the sm_75 paths (mma.sync m16n8k8, no cp.async, no PDL, the INT4 GEMM's
+ * Turing kernel: what a T4 runs) whatever the GPU, for testing and to bound
+ * a T4's speed from a newer GPU. */
+enum krn_cuda_kernels { KRN_CUDA_KERNELS_AUTO = 0, KRN_CUDA_KERNELS_SM75 = 1 };
+
+/* Set the kernels of device `ordinal` (before any launch on it; a backend
+ * does so when it is created). Errors: INF_E_INVALID (ordinal or value),
+ * INF_E_UNSUPPORTED (no CUDA in this build). */
+inf_status_t krn_cuda_kernels_set(int32_t ordinal, enum krn_cuda_kernels k, struct inf_err *err);
+
+/* The compute capability (10 major + minor) the kernels of device `ordinal`
+ * are chosen for: the device's, capped by KRN_CUDA_KERNELS_SM75 at 75 and by
+ * the newest code this build has for it (the PTX architecture the loaded
+ * code came from: a build of compute_75 alone runs the sm_75 paths on any
+ * newer GPU, JIT-compiled by the driver). 0 when it cannot be asked. */
+int32_t krn_cuda_kernels_cc(int32_t ordinal);
 
 /* Fill *d for CUDA device `ordinal` and prepare the INT4 GEMM's kernels on
  * it: raise each kernel's shared-memory limit to what it uses (every launch

@@ -25,6 +25,7 @@ static const char *const backends[] = {"cpu", "cuda", "mock", NULL};
 static const char *const quantizations[] = {"auto", "int4", "awq", "gptq", "compressed-tensors",
                                             "none", NULL};
 static const char *const kv_dtypes[] = {"auto", "fp16", "fp8", NULL};
+static const char *const cuda_kernel_sets[] = {"auto", "sm75", NULL};
 static const char *const log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 static const int64_t group_sizes[] = {32, 64, 128, 256, -1};
 
@@ -117,6 +118,11 @@ const struct srv_config_key srv_config_keys[] = {
      .help = "KV cache elements: fp8 (e4m3, a K and a V scale per layer from the checkpoint, "
              "else 1.0) holds twice the tokens of fp16; auto and fp16: the backend's own (fp16 on "
              "cuda, fp32 on cpu)"},
+    {.section = "engine", .name = "cuda_kernels", .type = SRV_CFG_ENUM,
+     .offset = OFF(cuda_kernels), .choices = cuda_kernel_sets, .def = "\"auto\"",
+     .help = "CUDA kernels: auto, those built for each GPU's compute capability; sm75, the "
+             "compute capability 7.5 paths (what a T4 runs) on any GPU, to test them or bound a "
+             "T4's speed"},
     {.section = "engine", .name = "seed", .type = SRV_CFG_INT, .offset = OFF(seed),
      .min = 0, .max = INT64_MAX, .def = "0",
      .help = "base sampling seed for requests that give none"},
@@ -763,8 +769,9 @@ inf_status_t srv_config_finish(struct srv_config *cfg, struct inf_err *err)
     const bool cuda = strcmp(cfg->backend, "cuda") == 0;
     if (cfg->tp > 1 && strcmp(cfg->backend, "mock") == 0) {
         bad = srv_config_key_find("engine.tp");
-        why_set(why, "tensor parallelism (%lld ranks) needs backend \"cpu\" or \"cuda\", not "
-                     "\"mock\"",
+        why_set(why,
+                "tensor parallelism (%lld ranks) needs backend \"cpu\" or \"cuda\", not "
+                "\"mock\"",
                 (long long)cfg->tp);
     } else if (cuda && (size_t)cfg->tp > cfg->devices.n) {
         bad = srv_config_key_find("engine.tp");

@@ -69,6 +69,7 @@ static int options_from_config(const struct srv_config *cfg, struct srv_options 
     ecfg->kv_cache_dtype = strcmp(cfg->kv_cache_dtype, "fp8") == 0    ? ENG_KV_FP8
                            : strcmp(cfg->kv_cache_dtype, "fp16") == 0 ? ENG_KV_FP16
                                                                       : ENG_KV_AUTO;
+    ecfg->cuda_sm75 = strcmp(cfg->cuda_kernels, "sm75") == 0;
     static const struct {
         const char *name;
         enum eng_quantization q;

@@ -63,6 +63,7 @@ struct srv_config {
     bool warm_up;                  /* warm the device model up before serving */
     int64_t stats_log_interval;    /* seconds between the engine's stats lines; 0 = none */
     const char *kv_cache_dtype;    /* auto | fp16 | fp8 */
+    const char *cuda_kernels;      /* auto | sm75 */
     bool prefix_caching;           /* share the KV blocks of a common prefix */
     /* [limits] */
     int64_t max_queue;          /* requests waiting for admission */

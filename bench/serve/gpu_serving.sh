@@ -24,7 +24,9 @@
 #   MODELS    mkmodel presets, in order (default "llama2-7b llama3-8b")
 #   WEIGHTS   "int4 fp16" (default), any of int4, int4-lmhead, fp16, each
 #             optionally with "+fp8": the same weights on an fp8 (E4M3) KV
-#             cache (engine.kv_cache_dtype = "fp8"), e.g. "int4 int4+fp8 fp16"
+#             cache (engine.kv_cache_dtype = "fp8"), e.g. "int4 int4+fp8 fp16",
+#             and "+sm75": on the compute capability 7.5 paths, what a T4
+#             runs (engine.cuda_kernels = "sm75"), e.g. "int4 int4+sm75"
 #   LOADS     the concurrencies run per server, of "1 32 128" (the default)
 #   N         requests at C = 32 and at C = 128 (default 512); N32 and N128
 #             override each; N1 requests at batch 1 (default 8)
@@ -228,11 +230,14 @@ for model in $MODELS; do
     t_write=$(awk -v a="$t0" -v b="$(ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }')
     echo "== $model: checkpoint written in $t_write s ($(du -sh "$M" | cut -f1)), tokenizer $tok${tokargs[1]:+ (${tokargs[1]})}"
     for weights in $WEIGHTS; do
-        kvdt=auto
+        kvdt=auto kern=auto
         case $weights in
-        *+fp8) kvdt=fp8 ;;
+        *+fp8*) kvdt=fp8 ;;
         esac
-        weights=${weights%+fp8}
+        case $weights in
+        *+sm75*) kern=sm75 ;;
+        esac
+        weights=${weights%%+*}
         case $weights in
         int4) quant=int4 keep='["embed_tokens", "lm_head"]' ;;
         int4-lmhead) quant=int4 keep='["embed_tokens"]' ;;
@@ -240,6 +245,7 @@ for model in $MODELS; do
         *) echo "== unknown weights '$weights' (int4, int4-lmhead or fp16)" && continue ;;
         esac
         [ "$kvdt" = fp8 ] && weights="$weights+fp8kv"
+        [ "$kern" = sm75 ] && weights="$weights+sm75"
         if [ "$(left)" -le 30 ]; then
             echo "== $model $weights: skipped, time budget spent"
             skip_all "$model" "$weights" "$tok" "skipped (time budget)"
@@ -262,6 +268,7 @@ max_model_len = 2048
 backend = "$BACKEND"
 max_batch = 128
 kv_cache_dtype = "$kvdt"
+cuda_kernels = "$kern"
 tp = $TP
 $([ "$BACKEND" = cuda ] && echo "devices = [$DEVICES]")
 [limits]

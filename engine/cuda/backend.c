@@ -563,7 +563,7 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     if (prop.major * 10 + prop.minor < 75)
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "CUDA device %d (%s) has compute capability %d.%d; the CUDA backend "
-                           "needs 8.0 or newer (7.5 with the INT4 GEMM fallback)",
+                           "needs 7.5 or newer",
                            dev, prop.name, prop.major, prop.minor);
 
     inf_status_t st = INF_OK;
@@ -629,8 +629,12 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
             goto fail;
         }
     }
-    /* The INT4 GEMM's device description, its kernels prepared on it. */
-    st = krn_cuda_device_describe(dev, &c->gpu, err);
+    /* The kernels the device runs (every launcher on it follows them), then
+     * the INT4 GEMM's device description, its kernels prepared on it. */
+    st = krn_cuda_kernels_set(
+        dev, opts && opts->sm75 ? KRN_CUDA_KERNELS_SM75 : KRN_CUDA_KERNELS_AUTO, err);
+    if (st == INF_OK)
+        st = krn_cuda_device_describe(dev, &c->gpu, err);
     if (st != INF_OK)
         goto fail;
     be->iface = &cuda_iface;
@@ -647,6 +651,10 @@ inf_status_t eng_backend_cuda_create(const struct eng_backend_cuda_opts *opts,
     inf_log(INFO, "CUDA backend on device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB", dev,
             prop.name, prop.major, prop.minor, prop.multiProcessorCount,
             (double)prop.totalGlobalMem / (double)(1u << 30));
+    if (c->gpu.cc < prop.major * 10 + prop.minor)
+        inf_log(INFO, "CUDA device %d runs the sm_%d kernels (%s)", dev, (int)c->gpu.cc,
+                opts && opts->sm75 ? "engine.cuda_kernels = \"sm75\""
+                                   : "the newest code this build has for it");
     *out = be;
     return INF_OK;
 fail:

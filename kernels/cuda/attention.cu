@@ -26,7 +26,10 @@
  * Numerics fp16 inputs, fp32 scores, softmax and accumulation (precise expf);
  *          the tensor-core kernel rounds the probabilities to fp16 for P.V;
  *          one rounding to fp16 at the output.
- * Arch     sm_80+ (mma.sync m16n8k16; static shared memory under 48 KB).
+ * Arch     sm_80+ (mma.sync m16n8k16; static shared memory under 48 KB);
+ *          on the sm_75 paths (krncuda::arch() < 80) the tensor-core
+ *          kernels do each m16n8k16 as two m16n8k8 (krncuda::mma_k16), and
+ *          the SIMT kernel is sm_75 code as it is.
  */
 #include "kernels/attn_cuda.h"
 #include "kernels/cuda/attn_decode.cuh"
@@ -37,7 +40,8 @@
 #include <limits.h>
 #include <math.h>
 
-namespace {
+namespace
+{
 
 constexpr int kAcc = 8; /* accumulators per thread */
 
@@ -69,9 +73,9 @@ template <int HDP> struct tile_of {
 template <int HDP, int NT>
 __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
 {
-    constexpr int R = NT * kAcc / HDP;   /* query rows per block */
+    constexpr int R = NT * kAcc / HDP; /* query rows per block */
     constexpr int TILE = tile_of<HDP>::value;
-    constexpr int KS = HDP + 8;          /* shared row stride (halves) */
+    constexpr int KS = HDP + 8; /* shared row stride (halves) */
     constexpr int NW = NT / 32;
     __shared__ __align__(16) __half k_s[TILE][KS];
     __shared__ __align__(16) __half v_s[TILE][KS];
@@ -135,8 +139,8 @@ __global__ void __launch_bounds__(NT) attn_kernel(const krn_cuda_attn_params p)
                     krncuda::unpack8(*reinterpret_cast<const uint4 *>(&k_s[pp][d]), kf);
                     const float4 qa = *reinterpret_cast<const float4 *>(&q_s[r][d]);
                     const float4 qb = *reinterpret_cast<const float4 *>(&q_s[r][d + 4]);
-                    s += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
-                         qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                    s += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] +
+                         qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
                 }
             }
             s_s[r][pp] = s;
@@ -224,14 +228,12 @@ __global__ void combine_kernel(const krn_cuda_attn_params p, int R)
         const int r = e / hd, d = e % hd;
         float M = -INFINITY;
         for (int j = 0; j < g.n_splits; j++) {
-            const float *slot =
-                p.partials + ((int64_t)p.items[g.item + j].part * R + r) * (hd + 2);
+            const float *slot = p.partials + ((int64_t)p.items[g.item + j].part * R + r) * (hd + 2);
             M = fmaxf(M, slot[hd]);
         }
         float num = 0.0f, den = 0.0f;
         for (int j = 0; j < g.n_splits; j++) {
-            const float *slot =
-                p.partials + ((int64_t)p.items[g.item + j].part * R + r) * (hd + 2);
+            const float *slot = p.partials + ((int64_t)p.items[g.item + j].part * R + r) * (hd + 2);
             float m = slot[hd];
             if (m == -INFINITY)
                 continue;
@@ -260,11 +262,11 @@ __global__ void combine_kernel(const krn_cuda_attn_params p, int R)
  *   O += P V    mma.sync, V's B fragments assembled from 16-bit shared loads
  *               (the two keys of a register are consecutive rows).
  * Accumulators: S 8x4 and O (HDP/8)x4 fp32 registers per thread. */
-using krncuda::mma16816;
+using krncuda::mma_k16;
 using krncuda::pack_half2;
 using krncuda::pack_halves;
 
-template <int HDP>
+template <int HDP, bool T75>
 __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params p)
 {
     constexpr int TILE = 64, KS = HDP + 8, KSTEPS = HDP / 16, NT_O = HDP / 8;
@@ -343,8 +345,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
 #pragma unroll
             for (int ks = 0; ks < KSTEPS; ks++) {
                 const __half *kr = &k_s[j * 8 + g][ks * 16 + 2 * t];
-                mma16816(sc[j], qa[ks], *reinterpret_cast<const uint32_t *>(kr),
-                         *reinterpret_cast<const uint32_t *>(kr + 8));
+                mma_k16<T75>(sc[j], qa[ks], *reinterpret_cast<const uint32_t *>(kr),
+                             *reinterpret_cast<const uint32_t *>(kr + 8));
             }
         }
         float mx[2] = {-INFINITY, -INFINITY};
@@ -364,7 +366,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
             m_new[h] = fmaxf(m_run[h], mx[h]);
-            corr[h] = m_new[h] == -INFINITY ? 1.0f
+            corr[h] = m_new[h] == -INFINITY   ? 1.0f
                       : m_run[h] == -INFINITY ? 0.0f
                                               : expf(m_run[h] - m_new[h]);
         }
@@ -404,7 +406,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
                 const int d = n * 8 + g;
                 uint32_t b0 = pack_halves(v_s[k0r][d], v_s[k0r + 1][d]);
                 uint32_t b1 = pack_halves(v_s[k0r + 8][d], v_s[k0r + 9][d]);
-                mma16816(o[n], pa, b0, b1);
+                mma_k16<T75>(o[n], pa, b0, b1);
             }
         }
     }
@@ -449,8 +451,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const krn_cuda_attn_params
 
 template <bool VEC>
 __global__ void kv_write_kernel(const __half *k, int64_t ldk, /* batch rows */
-                                const __half *v, int64_t ldv,
-                                __half *k_pool, __half *v_pool, /* [rows][row_elems] */
+                                const __half *v, int64_t ldv, __half *k_pool,
+                                __half *v_pool, /* [rows][row_elems] */
                                 int32_t row_elems,
                                 const int32_t *dst) /* [n][2]: batch token, pool row */
 {
@@ -526,16 +528,17 @@ int rows_legacy(int hdp, bool decode, int32_t impl)
     return (decode ? 128 : 256) * kAcc / hdp;
 }
 
-template <int HDP>
-cudaError_t launch(const krn_cuda_attn_params &p, cudaStream_t s)
+template <int HDP> cudaError_t launch(const krn_cuda_attn_params &p, cudaStream_t s)
 {
     const int dv = decode_variant_of(HDP, p.decode, p.impl, p.kv_fp8, p.head_dim);
     if (dv >= 0)
         return krnattn::decode_launch(p, HDP, dv, s); /* combines its own splits */
     if (p.decode)
         attn_kernel<HDP, 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
+    else if (HDP <= 128 && p.impl != KRN_ATTN_SIMT && krncuda::arch() < 80)
+        attn_tc_kernel<HDP <= 128 ? HDP : 128, true><<<(unsigned)p.n_items, 128, 0, s>>>(p);
     else if (HDP <= 128 && p.impl != KRN_ATTN_SIMT)
-        attn_tc_kernel<HDP <= 128 ? HDP : 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
+        attn_tc_kernel<HDP <= 128 ? HDP : 128, false><<<(unsigned)p.n_items, 128, 0, s>>>(p);
     else
         attn_kernel<HDP, 256><<<(unsigned)p.n_items, 256, 0, s>>>(p);
     cudaError_t e = cudaGetLastError();
@@ -608,6 +611,9 @@ extern "C" inf_status_t krn_cuda_attn_config_kv(int32_t head_dim, bool decode, i
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: %s takes decode with head_dim <= 128 only",
                            krn_cuda_attn_impl_name(impl));
+    if (impl >= kFirstDecodeImpl && !krnattn::decode_variant_runs(impl - kFirstDecodeImpl))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "attention: %s needs the sm_80 kernels",
+                           krn_cuda_attn_impl_name(impl));
     const int dv = decode_variant_of(hdp, decode, impl, kv_fp8, head_dim);
     if (dv >= 0) {
         int ctas = 0;
@@ -653,6 +659,9 @@ extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p,
         return inf_err_set(err, INF_E_UNSUPPORTED,
                            "attention: %s takes decode with head_dim <= 128 only",
                            krn_cuda_attn_impl_name(p->impl));
+    if (p->impl >= kFirstDecodeImpl && !krnattn::decode_variant_runs(p->impl - kFirstDecodeImpl))
+        return inf_err_set(err, INF_E_UNSUPPORTED, "attention: %s needs the sm_80 kernels",
+                           krn_cuda_attn_impl_name(p->impl));
     if (p->kv_fp8 && !(p->k_scale > 0.0f && p->v_scale > 0.0f))
         return inf_err_set(err, INF_E_INVALID, "attention: fp8 KV scales %g and %g",
                            (double)p->k_scale, (double)p->v_scale);
@@ -677,8 +686,9 @@ extern "C" inf_status_t krn_cuda_attention(const struct krn_cuda_attn_params *p,
                            "attention: q/k/v words need the fused RoPE, 16-byte aligned rows "
                            "and an even stride");
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    cudaError_t e = hdp == 64 ? launch<64>(*p, s) : hdp == 128 ? launch<128>(*p, s)
-                                                               : launch<256>(*p, s);
+    cudaError_t e = hdp == 64    ? launch<64>(*p, s)
+                    : hdp == 128 ? launch<128>(*p, s)
+                                 : launch<256>(*p, s);
     if (e != cudaSuccess)
         return inf_err_set(err, INF_E_DEVICE, "attention: %s", cudaGetErrorString(e));
     return krncuda::launched("attention", err);
@@ -693,17 +703,18 @@ extern "C" inf_status_t krn_cuda_kv_write(const uint16_t *k, int64_t ldk, const 
         return inf_err_set(err, INF_E_INVALID, "kv_write: n=%d row=%d", n, row_elems);
     if (n == 0)
         return INF_OK;
-    const bool vec = row_elems % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 &&
-                     ((uintptr_t)k | (uintptr_t)v | (uintptr_t)k_pool | (uintptr_t)v_pool) % 16 ==
-                         0;
+    const bool vec =
+        row_elems % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 &&
+        ((uintptr_t)k | (uintptr_t)v | (uintptr_t)k_pool | (uintptr_t)v_pool) % 16 == 0;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const __half *kh = reinterpret_cast<const __half *>(k), *vh = reinterpret_cast<const __half *>(v);
+    const __half *kh = reinterpret_cast<const __half *>(k),
+                 *vh = reinterpret_cast<const __half *>(v);
     __half *kp = reinterpret_cast<__half *>(k_pool), *vp = reinterpret_cast<__half *>(v_pool);
     if (vec)
         kv_write_kernel<true><<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, kp, vp, row_elems, dst);
     else
-        kv_write_kernel<false><<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, kp, vp, row_elems,
-                                                           dst);
+        kv_write_kernel<false>
+            <<<(unsigned)n, 128, 0, s>>>(kh, ldk, vh, ldv, kp, vp, row_elems, dst);
     return krncuda::launched("kv_write", err);
 }
 

@@ -61,6 +61,10 @@
  *          fp16 at the output.
  * Arch     sm_80+ (cp.async, ldmatrix, mma.sync m16n8k16); the dynamic
  *          shared memory (up to 128 KB) is raised per device before use.
+ *          The sm_75 path (T75, krncuda::arch() < 80) is the same kernel
+ *          with its copies as 16-byte loads into registers and stores
+ *          (every load of a tile issued before its stores) and each
+ *          m16n8k16 as two m16n8k8: ldmatrix and m16n8k8 are sm_75's.
  */
 #include "kernels/cuda/acc64.cuh"
 #include "kernels/cuda/attn_decode.cuh"
@@ -70,8 +74,10 @@
 
 #include <math.h>
 
-namespace krnattn {
-namespace {
+namespace krnattn
+{
+namespace
+{
 
 constexpr int R = kDecodeRows, TK = kDecodeTile;
 
@@ -80,22 +86,60 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p)
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-/* 16 bytes global -> shared, L1 bypassed; src_bytes 0 writes zeros. */
+/* 16 bytes global -> shared, L1 bypassed; src_bytes 0 writes zeros. The
+ * cp.async helpers trap where the code is built for sm_75, whose kernels
+ * never take them (T75 below). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define KRN_NO_CP_ASYNC 1
+#endif
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
 {
+#ifdef KRN_NO_CP_ASYNC
+    __trap();
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes)
                  : "memory");
+#endif
 }
 
 __device__ __forceinline__ void cp_async_commit()
 {
+#ifdef KRN_NO_CP_ASYNC
+    __trap();
+#else
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
 }
 
 template <int N> __device__ __forceinline__ void cp_async_wait()
 {
+#ifdef KRN_NO_CP_ASYNC
+    __trap();
+#else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/* The sm_75 paths (T75) have no cp.async: the copies are loads into
+ * registers, all of a tile's issued before its stores, so commit and wait
+ * do nothing there. */
+template <bool T75> __device__ __forceinline__ void ring_commit()
+{
+    if (!T75)
+        cp_async_commit();
+}
+
+template <bool T75, int N> __device__ __forceinline__ void ring_wait()
+{
+    if (!T75)
+        cp_async_wait<N>();
+}
+
+__device__ __forceinline__ void sts128(uint32_t a, uint4 v)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w));
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t *r, uint32_t addr)
@@ -114,7 +158,7 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, uint32_t addr)
                  : "memory");
 }
 
-using krncuda::mma16816;
+using krncuda::mma_k16;
 using krncuda::pack_half2;
 using krncuda::pack_halves;
 
@@ -238,7 +282,7 @@ template <int HDP, bool F8> __device__ __forceinline__ int qdim(int ks, int i, i
               : ks * 16 + 2 * t + (i >> 1) * 8;
 }
 
-template <int HDP, int NW, int S, bool F8>
+template <int HDP, int NW, int S, bool F8, bool T75>
 __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_params p)
 {
     constexpr int EB = F8 ? 1 : 2;         /* bytes an element */
@@ -301,6 +345,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     auto issue = [&](int i) {
         const int kt = it.k0 + (warp + i * NW) * TK;
         const uint32_t st = ring + (uint32_t)((i % S) * (RING / S));
+        uint4 kr[T75 ? PASSES : 1], vr[T75 ? PASSES : 1];
 #pragma unroll
         for (int u = 0; u < PASSES; u++) {
             const int key = lk + u * KEYS_PER_PASS, kp = kt + key;
@@ -308,9 +353,23 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             int64_t off = 0;
             if (ok)
                 off = (((int64_t)bt[kp >> bshift] << bshift) + (kp & bmask)) * kv_row + col;
+            if (T75) {
+                const uint4 z = make_uint4(0, 0, 0, 0);
+                kr[T75 ? u : 0] = ok ? __ldcg(reinterpret_cast<const uint4 *>(kb + off * EB)) : z;
+                vr[T75 ? u : 0] = ok ? __ldcg(reinterpret_cast<const uint4 *>(vb + off * EB)) : z;
+                continue;
+            }
             const uint32_t dst = st + tile_off<HDP, F8>(key, lc);
             cp_async16(dst, kb + off * EB, ok ? 16 : 0);
             cp_async16(dst + TK * RB, vb + off * EB, ok ? 16 : 0);
+        }
+        if (T75) {
+#pragma unroll
+            for (int u = 0; u < PASSES; u++) {
+                const uint32_t dst = st + tile_off<HDP, F8>(lk + u * KEYS_PER_PASS, lc);
+                sts128(dst, kr[T75 ? u : 0]);
+                sts128(dst + TK * RB, vr[T75 ? u : 0]);
+            }
         }
     };
     /* Start the ring before anything else, so Q's loads overlap it: the
@@ -323,7 +382,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             break;
         if (pre < mine)
             issue(pre);
-        cp_async_commit();
+        ring_commit<T75>();
     }
     /* The fused RoPE: the angles of the item's token before the wait
      * (positions and frequencies are in place before the step); after it,
@@ -348,7 +407,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     for (int s = pre; s < S - 1; s++) {
         if (s < mine)
             issue(s);
-        cp_async_commit();
+        ring_commit<T75>();
     }
 
     /* This lane's two rows (h = 0: row g, h = 1: row g + 8); rows past
@@ -463,9 +522,9 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         __syncwarp(); /* every lane is done reading the stage refilled next */
         if (i + S - 1 < mine)
             issue(i + S - 1);
-        cp_async_commit();
-        cp_async_wait<S - 1>(); /* this lane's copies of tile i landed */
-        __syncwarp();           /* ... and every lane's */
+        ring_commit<T75>();
+        ring_wait<T75, S - 1>(); /* this lane's copies of tile i landed */
+        __syncwarp();            /* ... and every lane's */
         const int kt = it.k0 + (warp + i * NW) * TK;
         const uint32_t ks_s = ring + (uint32_t)((i % S) * (RING / S));
         const uint32_t vs_s = ks_s + TK * RB;
@@ -518,8 +577,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
                     }
 #pragma unroll
                     for (int kl = 0; kl < KS2; kl++)
-                        mma16816(sc[j], qa[hh * KS2 + kl], krnfp8::h2(w[kl]),
-                                 krnfp8::h2(w[kl] >> 16));
+                        mma_k16<T75>(sc[j], qa[hh * KS2 + kl], krnfp8::h2(w[kl]),
+                                     krnfp8::h2(w[kl] >> 16));
                 }
             } else {
                 const int key = j * 8 + (lane & 7);
@@ -527,8 +586,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
                 for (int k2 = 0; k2 < KSTEPS / 2; k2++) {
                     uint32_t b[4];
                     ldsm_x4(b, ks_s + swz<HDP>(key, 4 * k2 + (lane >> 3)));
-                    mma16816(sc[j], qa[2 * k2], b[0], b[1]);
-                    mma16816(sc[j], qa[2 * k2 + 1], b[2], b[3]);
+                    mma_k16<T75>(sc[j], qa[2 * k2], b[0], b[1]);
+                    mma_k16<T75>(sc[j], qa[2 * k2 + 1], b[2], b[3]);
                 }
             }
         }
@@ -599,18 +658,18 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
                 const uint32_t lo23 = __byte_perm(va[0][wd], va[1][wd], 0x7362);
                 const uint32_t hi01 = __byte_perm(va[2][wd], va[3][wd], 0x5140);
                 const uint32_t hi23 = __byte_perm(va[2][wd], va[3][wd], 0x7362);
-                mma16816(o[4 * wd], pa, krnfp8::h2(lo01), krnfp8::h2(hi01));
-                mma16816(o[4 * wd + 1], pa, krnfp8::h2(lo01 >> 16), krnfp8::h2(hi01 >> 16));
-                mma16816(o[4 * wd + 2], pa, krnfp8::h2(lo23), krnfp8::h2(hi23));
-                mma16816(o[4 * wd + 3], pa, krnfp8::h2(lo23 >> 16), krnfp8::h2(hi23 >> 16));
+                mma_k16<T75>(o[4 * wd], pa, krnfp8::h2(lo01), krnfp8::h2(hi01));
+                mma_k16<T75>(o[4 * wd + 1], pa, krnfp8::h2(lo01 >> 16), krnfp8::h2(hi01 >> 16));
+                mma_k16<T75>(o[4 * wd + 2], pa, krnfp8::h2(lo23), krnfp8::h2(hi23));
+                mma_k16<T75>(o[4 * wd + 3], pa, krnfp8::h2(lo23 >> 16), krnfp8::h2(hi23 >> 16));
             }
         } else {
 #pragma unroll
             for (int n2 = 0; n2 < NT_O / 2; n2++) {
                 uint32_t b[4];
                 ldsm_x4_trans(b, vs_s + swz<HDP>(vkey, 2 * n2 + (lane >> 4)));
-                mma16816(o[2 * n2], pa, b[0], b[1]);
-                mma16816(o[2 * n2 + 1], pa, b[2], b[3]);
+                mma_k16<T75>(o[2 * n2], pa, b[0], b[1]);
+                mma_k16<T75>(o[2 * n2 + 1], pa, b[2], b[3]);
             }
         }
     }
@@ -620,7 +679,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
         for (int n = 0; n < NT_O; n++)
             o[n][0] *= vf, o[n][1] *= vf, o[n][2] *= vf, o[n][3] *= vf;
     }
-    cp_async_wait<0>(); /* only empty groups can be left; the ring is free */
+    ring_wait<T75, 0>(); /* only empty groups can be left; the ring is free */
 #pragma unroll
     for (int h = 0; h < 2; h++) { /* each lane summed its own columns */
         l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
@@ -707,8 +766,8 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
     const int ns = grp.n_splits;
     const float *part0 =
         p.partials + (int64_t)(it.part - (int)(blockIdx.x - grp.item)) * R * (hd + 2);
-    const int64_t sstride = (int64_t)R * (hd + 2); /* floats per slot */
-    constexpr int CW = 8;                          /* splits a round */
+    const int64_t sstride = (int64_t)R * (hd + 2);          /* floats per slot */
+    constexpr int CW = 8;                                   /* splits a round */
     for (int e = tid * 4; e < it.nrows * hd; e += NT * 4) { /* hd % 8 == 0: one row */
         const int r = e / hd, d = e - r * hd;
         float M = -INFINITY, den = 0.0f;
@@ -733,7 +792,7 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
             for (int u = 0; u < CW; u++)
                 cm = fmaxf(cm, mj[u]);
             if (cm == -INFINITY)
-                continue; /* no split so far saw a valid key */
+                continue;                    /* no split so far saw a valid key */
             if (M != -INFINITY && M != cm) { /* an earlier round's terms, rescaled */
                 const float f = exp2f(M - cm);
                 den *= f;
@@ -769,23 +828,31 @@ __global__ void __launch_bounds__(NW * 32) decode_kernel(const krn_cuda_attn_par
 /* ---- configurations ------------------------------------------------------
  * Warps per block x stages per warp. Shared memory per block for HDP 128:
  * w4 s3 96 KB (2 blocks per SM), w4 s2 64 KB (3), w8 s2 128 KB (1), w4 s4
- * 128 KB (1), w2 s4 64 KB (3); half of that for HDP 64. */
+ * 128 KB (1), w2 s4 64 KB (3); half of that for HDP 64. The sm_75 path
+ * (T75) is one stage a warp: its copies are synchronous, so more stages
+ * would only take shared memory, which a T4 has 64 KB of an SM; w4 s1 is
+ * 34 KB (fp16, HDP 128) and stays under the 48 KB a block may have
+ * without opting in. */
 struct Variant {
     int nw, s;
+    bool t75;
     const char *name;
     const void *kernel[2][2]; /* [fp16, E4M3][HDP 64, 128] */
     int smem[2][2];
 };
 
-template <int NW, int S> Variant variant(const char *name)
+template <int NW, int S, bool T75 = false> Variant variant(const char *name)
 {
+    static_assert(!T75 || NW * ring_bytes<128, S, false>() + 8 * 1024 <= 48 * 1024,
+                  "an sm_75 variant fits a T4 block without opting in");
     return {NW,
             S,
+            T75,
             name,
-            {{reinterpret_cast<const void *>(decode_kernel<64, NW, S, false>),
-              reinterpret_cast<const void *>(decode_kernel<128, NW, S, false>)},
-             {reinterpret_cast<const void *>(decode_kernel<64, NW, S, true>),
-              reinterpret_cast<const void *>(decode_kernel<128, NW, S, true>)}},
+            {{reinterpret_cast<const void *>(decode_kernel<64, NW, S, false, T75>),
+              reinterpret_cast<const void *>(decode_kernel<128, NW, S, false, T75>)},
+             {reinterpret_cast<const void *>(decode_kernel<64, NW, S, true, T75>),
+              reinterpret_cast<const void *>(decode_kernel<128, NW, S, true, T75>)}},
             {{NW * ring_bytes<64, S, false>(), NW * ring_bytes<128, S, false>()},
              {NW * ring_bytes<64, S, true>(), NW * ring_bytes<128, S, true>()}}};
 }
@@ -794,9 +861,10 @@ template <int NW, int S> Variant variant(const char *name)
 const Variant kVariants[] = {
     variant<4, 3>("tc-decode w4 s3"), variant<4, 2>("tc-decode w4 s2"),
     variant<8, 2>("tc-decode w8 s2"), variant<4, 4>("tc-decode w4 s4"),
-    variant<2, 4>("tc-decode w2 s4"),
+    variant<2, 4>("tc-decode w2 s4"), variant<4, 1, true>("tc-decode sm75 w4 s1"),
 };
 constexpr int kNumVariants = (int)(sizeof kVariants / sizeof kVariants[0]);
+constexpr int kSm75Variant = kNumVariants - 1;
 
 /* Per device, variant and HDP: resident blocks per SM once the limit was
  * raised (0: not yet). Racing writers store the same value. */
@@ -832,24 +900,24 @@ cudaError_t prepare(int hdp, int v, bool fp8, int *ctas)
     return cudaSuccess;
 }
 
-template <int NW, int S, bool F8>
+template <int NW, int S, bool F8, bool T75>
 void launch_f(const krn_cuda_attn_params &p, int hdp, int smem, cudaStream_t s)
 {
     if (hdp == 64)
-        krncuda::launch_pdl(decode_kernel<64, NW, S, F8>, dim3((unsigned)p.n_items), dim3(NW * 32),
-                            (size_t)smem, s, p);
+        krncuda::launch_pdl(decode_kernel<64, NW, S, F8, T75>, dim3((unsigned)p.n_items),
+                            dim3(NW * 32), (size_t)smem, s, p);
     else
-        krncuda::launch_pdl(decode_kernel<128, NW, S, F8>, dim3((unsigned)p.n_items), dim3(NW * 32),
-                            (size_t)smem, s, p);
+        krncuda::launch_pdl(decode_kernel<128, NW, S, F8, T75>, dim3((unsigned)p.n_items),
+                            dim3(NW * 32), (size_t)smem, s, p);
 }
 
-template <int NW, int S>
+template <int NW, int S, bool T75 = false>
 void launch_one(const krn_cuda_attn_params &p, int hdp, int smem, cudaStream_t s)
 {
     if (p.kv_fp8)
-        launch_f<NW, S, true>(p, hdp, smem, s);
+        launch_f<NW, S, true, T75>(p, hdp, smem, s);
     else
-        launch_f<NW, S, false>(p, hdp, smem, s);
+        launch_f<NW, S, false, T75>(p, hdp, smem, s);
 }
 
 } // namespace
@@ -862,6 +930,11 @@ int decode_variant_count()
 const char *decode_variant_name(int v)
 {
     return v >= 0 && v < kNumVariants ? kVariants[v].name : "?";
+}
+
+bool decode_variant_runs(int v)
+{
+    return v >= 0 && v < kNumVariants && (kVariants[v].t75 || krncuda::arch() >= 80);
 }
 
 /* From bench_attn and the 32-layer decode step on an H200 (docs/CUDA.md,
@@ -889,6 +962,8 @@ const char *decode_variant_name(int v)
  * (0.772 -> 0.763; left on w8 s2). */
 int decode_variant_auto(int hdp, long long row_sets, bool fp8)
 {
+    if (krncuda::arch() < 80)
+        return kSm75Variant;
     /* row sets one wave holds on the H200: w4 s3 (two blocks an SM), w4 s2 (three) */
     constexpr long long kWaveW4S3 = 264, kWaveW4S2 = 396;
     /* E4M3 tiles are half the bytes: w4 s4 (three blocks an SM, three tiles
@@ -938,8 +1013,11 @@ cudaError_t decode_launch(const krn_cuda_attn_params &p, int hdp, int v, cudaStr
     case 3:
         launch_one<4, 4>(p, hdp, smem, s);
         break;
-    default:
+    case 4:
         launch_one<2, 4>(p, hdp, smem, s);
+        break;
+    default:
+        launch_one<4, 1, true>(p, hdp, smem, s);
         break;
     }
     return cudaGetLastError();

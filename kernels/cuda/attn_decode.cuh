@@ -6,7 +6,8 @@
 
 #include <cuda_runtime.h>
 
-namespace krnattn {
+namespace krnattn
+{
 
 constexpr int kDecodeRows = 16;       /* query rows per item: the mma's M */
 constexpr int kDecodeTile = 16;       /* keys per pipeline stage */
@@ -15,6 +16,9 @@ constexpr int kDecodeMaxSplits = 256; /* splits a group may have */
 /* Compiled configurations (warps per block x pipeline stages per warp). */
 int decode_variant_count();
 const char *decode_variant_name(int v);
+/* Configuration v runs on the current device's kernels (the sm_75 paths
+ * take only their own, krncuda::arch() < 80). */
+bool decode_variant_runs(int v);
 /* The configuration chosen automatically for padded head_dim hdp, for a
  * decode step of row_sets items before any split (kDecodeRows query rows
  * of one KV head each; 0: not known). */

@@ -110,9 +110,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/* The device helpers here are [[maybe_unused]]: the sm_75 pass of this file
+ * compiles the kernel bodies out (they run on sm_80 and newer only). */
+
 /* 16-byte async copy; src_bytes 0 fills the destination with zeros (rows past
  * M, columns past K) without touching global memory. */
-__device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, bool pred)
+[[maybe_unused]] __device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src,
+                                                                  bool pred)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(pred ? 16 : 0));
@@ -125,12 +129,12 @@ __device__ __forceinline__ void cp_async16_zfill(void *dst, const void *src, boo
  * pair (desc[UR1]), which faults with "illegal instruction" on the H200. The
  * weights still pass through L2 once, and the rotation in bench/gemm keeps
  * them from being L2 hits. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+[[maybe_unused]] __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
-__device__ __forceinline__ void cp_async_commit()
+[[maybe_unused]] __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -140,14 +144,14 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p)
+[[maybe_unused]] __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
 }
 
-__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void *p)
+[[maybe_unused]] __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void *p)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                  : "=r"(r[0]), "=r"(r[1])
@@ -157,7 +161,8 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void *p)
 /* Workspace slot of block b's partial of tile t: each block has at most two
  * shared tiles, the one its stripe starts in (slot 2b) and the one it ends in
  * (slot 2b + 1). */
-__device__ __forceinline__ int partial_slot(int b, int t, const Params &p, int grid)
+[[maybe_unused]] __device__ __forceinline__ int partial_slot(int b, int t, const Params &p,
+                                                             int grid)
 {
     const int first_tile = unit_start(b, p.units, grid) / p.k_tiles;
     return t == first_tile ? 2 * b : 2 * b + 1;

@@ -79,9 +79,10 @@ __device__ __forceinline__ uint32_t ld_pair(const half *p)
 
 /* Tokens 0-7 as the swapped mma's B fragments for the 8 k16 steps from
  * ks0 (lane = 4 g + c: k 2c, 2c+1 and 2c+8, 2c+9 of token g), zero past M,
- * past k and for a warp without steps (live false). */
-__device__ __forceinline__ void load_tokens(const Params &p, int ks0, bool live,
-                                            uint32_t (&tb)[kSteps][2])
+ * past k and for a warp without steps (live false). [[maybe_unused]] here
+ * and below: the sm_75 pass of this file compiles the kernel body out. */
+[[maybe_unused]] __device__ __forceinline__ void load_tokens(const Params &p, int ks0, bool live,
+                                                             uint32_t (&tb)[kSteps][2])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const bool tok = live && g < p.m;
@@ -223,7 +224,7 @@ __device__ __forceinline__ void finish_chunk(const Params &p, int j, int arrival
 }
 
 /* ACC: zero another launch's words (already read), spread over the grid. */
-__device__ __forceinline__ void clear_words(const AccParams &x)
+[[maybe_unused]] __device__ __forceinline__ void clear_words(const AccParams &x)
 {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < x.acc_clear_n;

@@ -109,22 +109,17 @@ static inline cudaError_t launch_ex(bool pdl, void (*kernel)(KArgs...), dim3 gri
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
 }
 
-/* Programmatic dependent launch where the current device has it (compute
- * capability 9.0 and newer; asked once per device and cached): the measured
- * default of every launch between the INT4 GEMMs. */
+/* The compute capability the current device's kernels are chosen for
+ * (krn_cuda_kernels_cc, kernels/cuda_device.h: the sm_75 paths below 80);
+ * cached per device, 0 when it cannot be asked. */
+int arch();
+
+/* Programmatic dependent launch where the current device's kernels have it
+ * (compute capability 9.0 and newer): the measured default of every launch
+ * between the INT4 GEMMs. */
 static inline bool pdl_supported()
 {
-    static int cached[64]; /* 0 unknown, 1 yes, 2 no */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        return false;
-    if (!cached[dev]) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-            return false;
-        cached[dev] = major >= 9 ? 1 : 2;
-    }
-    return cached[dev] == 1;
+    return arch() >= 90;
 }
 
 template <typename... KArgs, typename... Args>
@@ -134,17 +129,40 @@ static inline cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 b
     return launch_ex(pdl_supported(), kernel, grid, block, smem, stream, args...);
 }
 
+/* D += A B for one m16n8k8 tile, fp16 in, fp32 accumulate (mma.sync, sm_75+). */
+__device__ __forceinline__ void mma1688(float *d, uint32_t a0, uint32_t a1, uint32_t b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, "
+                 "{%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
 /* D += A B for one m16n8k16 tile, fp16 in, fp32 accumulate (mma.sync, sm_80+). */
 __device__ __forceinline__ void mma16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap(); /* m16n8k16 needs sm_80; the build's architectures are 80 and 90 */
+    __trap(); /* m16n8k16 needs sm_80: the sm_75 paths take mma_k16<true> */
 #else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
+}
+
+/* One m16n8k16 tile: on the sm_75 paths (T75) as two m16n8k8 halves of k,
+ * whose fragments are the k16 fragment's halves (A registers 0-1 and 2-3, B
+ * register 0 and 1), so the callers' fragments are the same for both. */
+template <bool T75>
+__device__ __forceinline__ void mma_k16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    if (T75) {
+        mma1688(d, a[0], a[1], b0);
+        mma1688(d, a[2], a[3], b1);
+    } else {
+        mma16816(d, a, b0, b1);
+    }
 }
 
 /* Arrival on a split-K (or split-attention) counter: one thread, after a

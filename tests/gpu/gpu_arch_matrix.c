@@ -9,6 +9,8 @@
  *   the GPU against the CPU backend's fused run (fp32 activations, fp32 or
  *     the same INT4 weights): within 1e-2, and the same argmax wherever the
  *     CPU's top two differ by more than 0.05.
+ * All of it twice: on the device's own kernels, then on the sm_75 paths
+ * (engine.cuda_kernels = "sm75": what a T4 runs; rows marked /75).
  * Prints "SKIPPED: no GPU" and exits 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -26,6 +28,7 @@ static int g_fails, g_checks;
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
+#include "kernels/cuda_device.h"
 #include "tests/engine/arch_matrix.h"
 
 #define SELF_TOL 1e-3
@@ -118,15 +121,27 @@ int main(void)
     struct inf_err err = {0};
     struct eng_backend *cpu = NULL, *gpu = NULL;
     struct eng_backend_cpu_opts co = {.n_threads = 0};
-    struct eng_backend_cuda_opts go = {.device = 0};
     AM_REQUIRE(eng_backend_cpu_create(&co, &cpu, &err) == INF_OK, "cpu: %s", err.msg);
-    AM_REQUIRE(eng_backend_cuda_create(&go, &gpu, &err) == INF_OK, "cuda: %s", err.msg);
     static struct am_run c, f, u;
     const enum eng_quant quants[2] = {ENG_QUANT_NONE, ENG_QUANT_INT4};
     const char *const qnames[2] = {"fp", "int4"};
-    for (int a = 0; a < (int)(sizeof ARCHS / sizeof ARCHS[0]); a++) {
+    for (int run = 0; run < 2 * (int)(sizeof ARCHS / sizeof ARCHS[0]); run++) {
+        const int a = run % (int)(sizeof ARCHS / sizeof ARCHS[0]);
+        const bool sm75 = run >= (int)(sizeof ARCHS / sizeof ARCHS[0]);
+        if (a == 0) { /* a backend for each kernel set */
+            if (gpu)
+                eng_backend_destroy(gpu);
+            struct eng_backend_cuda_opts go = {.device = 0, .sm75 = sm75};
+            AM_REQUIRE(eng_backend_cuda_create(&go, &gpu, &err) == INF_OK, "cuda: %s", err.msg);
+            g_checks++;
+            const bool ok = !sm75 || krn_cuda_kernels_cc(0) == 75;
+            g_fails += !ok;
+            printf("%-4s kernels chosen for compute capability %d\n", ok ? "ok" : "FAIL",
+                   (int)krn_cuda_kernels_cc(0));
+        }
         const struct tm_spec *sp = &ARCHS[a];
-        const char *arch = ARCH_NAMES[a];
+        char arch[32];
+        snprintf(arch, sizeof arch, "%s%s", ARCH_NAMES[a], sm75 ? "/75" : "");
         const int V = sp->vocab;
         char dir[] = "/tmp/int4serve-gpu-arch-XXXXXX";
         AM_REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");

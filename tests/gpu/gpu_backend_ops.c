@@ -29,13 +29,18 @@
  * must be left as they were found. Decode inside a fixed-shape step (what
  * a decode graph runs: a work list of the bucket's size, padding items
  * included) of one to four sequences, against the CPU and, up to 512
- * positions, bit for bit the eager output.
+ * positions, bit for bit the eager output. Then a backend with the sm_75
+ * paths (engine.cuda_kernels = "sm75", what a T4 runs) repeats the INT4
+ * linears, the fused blocks and the attention cases of every kernel, decode
+ * in fixed shapes and with a window included.
  * Fresh seed each run, printed; INT4SERVE_TEST_SEED replays one.
  * Prints "SKIPPED: no GPU" and exits 77 (ctest: skipped) without a GPU. */
 #include "common/inf.h"
 #include "engine/backend.h"
 #include "engine/batch.h"
 #include "engine/weights/quant.h"
+#include "kernels/attn_cuda.h"
+#include "kernels/cuda_device.h"
 #include "tests/gpu/glu_bound.h"
 
 #include <cuda_runtime.h>
@@ -1436,6 +1441,65 @@ static void test_attention_errors(void)
     eng_buf_free(g_gpu, vc);
 }
 
+/* The sm_75 paths on this GPU: the INT4 GEMM's Turing kernel (and the
+ * dequantized path from M = 896, as before), no fixed-point hand-over
+ * between the fused linears (the Turing kernel writes fp16), the
+ * tensor-core attention kernels with m16n8k8 and synchronous copies, no
+ * PDL; against the CPU with the same tolerances. */
+static void test_sm75(void)
+{
+    struct inf_err err = {0};
+    eng_backend_destroy(g_gpu);
+    struct eng_backend_cuda_opts go = {.device = 0, .sm75 = true};
+    DIE_IF(eng_backend_cuda_create(&go, &g_gpu, &err), "cuda backend (sm75)");
+    const int32_t cc = krn_cuda_kernels_cc(0);
+    g_checks++;
+    g_fail += cc != 75;
+    printf("%-4s sm75: the device's kernels are chosen for compute capability %d\n",
+           cc == 75 ? "ok" : "FAIL", (int)cc);
+    struct krn_cuda_attn_config cfg;
+    expect_status("sm75: an sm_80 decode configuration is refused",
+                  krn_cuda_attn_config_kv(128, true, 2, false, &cfg, &err), INF_E_UNSUPPORTED,
+                  &err);
+    test_linear_q4(1, 768, 288, 128, false, false, 0, 0);
+    test_linear_q4(37, 2816, 512, 128, false, true, 0, 0);
+    test_linear_q4(300, 500, 1000, 32, true, false, 0, 0);
+    test_linear_q4(16, 384, 288, 64, false, false, 24, 40);
+    test_linear_q4(1300, 1024, 4096, 128, false, true, 0, 0);
+    test_linear_q4_glu(1, 2752, 4096, 128, false, 0, 0);
+    test_linear_q4_glu(33, 2752, 4096, 64, false, 0, 0);
+    test_attn_block(1, 32, 32, 128, 4096, 128, false, false);
+    test_attn_block(5, 32, 8, 128, 4096, 128, false, false);
+    test_attn_block(3, 32, 8, 128, 4096, 128, true, false);
+    test_mlp_block(4, 4096, 11008, 128, false);
+    const struct seq_spec dec_short[5] = {{0, 1}, {15, 1}, {16, 1}, {17, 1}, {100, 1}};
+    test_attention("sm75 5 seqs ctx 1..101", 8, 2, 64, dec_short, 5, true);
+    test_attention("sm75 5 seqs ctx 1..101", 8, 8, 128, dec_short, 5, true);
+    const struct seq_spec pre_fresh[3] = {{0, 37}, {0, 5}, {0, 64}};
+    test_attention("sm75 3 fresh prompts", 8, 8, 128, pre_fresh, 3, false);
+    test_attention("sm75 3 fresh prompts", 6, 6, 48, pre_fresh, 3, false);
+    const struct seq_spec pre_chunk[3] = {{40, 25}, {100, 3}, {7, 70}};
+    test_attention("sm75 chunks on existing KV", 16, 4, 128, pre_chunk, 3, false);
+    test_attention("sm75 chunks on existing KV", 8, 2, 64, pre_chunk, 3, false);
+    test_attention("sm75 chunks on existing KV", 8, 4, 256, pre_chunk, 3, false);
+    const struct seq_spec dec_long[2] = {{1999, 1}, {700, 1}};
+    test_attention("sm75 2 seqs ctx 2000, 701 (split)", 32, 8, 128, dec_long, 2, true);
+    test_attention("sm75 2 seqs ctx 2000, 701 (split)", 8, 2, 64, dec_long, 2, true);
+    const struct seq_spec four[4] = {{300, 1}, {16, 1}, {511, 1}, {64, 1}};
+    test_attention2("sm75 4 seqs ctx 301..17", 32, 8, 128, four, 4, true, true, true);
+    const struct seq_spec one_long[1] = {{19999, 1}};
+    test_attention2("sm75 1 seq ctx 20000", 32, 8, 128, one_long, 1, true, true, false);
+    test_decode_random(17, 600, 32, 8, 128);
+    test_decode_random(40, 300, 32, 4, 64);
+    g_window = 100;
+    test_attention("sm75 window chunks on existing KV", 16, 4, 128, pre_chunk, 3, false);
+    test_attention2("sm75 window 4 seqs ctx 301..17", 32, 8, 128, four, 4, true, true, false);
+    g_window = 0;
+    eng_backend_destroy(g_gpu);
+    go.sm75 = false;
+    DIE_IF(eng_backend_cuda_create(&go, &g_gpu, &err), "cuda backend");
+}
+
 int main(void)
 {
     int n = 0;
@@ -1575,6 +1639,7 @@ int main(void)
     test_decode_fixed();
     test_window();
     test_attention_errors();
+    test_sm75();
     if (!getenv("INT4SERVE_TEST_NO_TIMING")) {
         time_attention(1, 32768, 1, true);
         time_attention(64, 2048, 1, true);

@@ -25,6 +25,8 @@
  *    the mean and largest |delta logprob| over every vocabulary entry of
  *    every position and the top-1 agreement, printed and bounded; and the
  *    fp8 GPU logits against the fp8 CPU logits (1e-2 relative, 99 % top-1).
+ *    Then again on the sm_75 paths (engine.cuda_kernels = "sm75", what a T4
+ *    runs): attention ops of both kernels and two of the models.
  * 5. Preemption. The engine on cuda with an fp8 cache of one sequence for
  *    four: every greedy output equals the request run alone, and
  *    preemptions happened.
@@ -794,6 +796,19 @@ int main(void)
         }
         test_model(names[i], dirs[i], g_cpu, gpu16, g_gpu);
     }
+    /* the sm_75 paths: every backend on the device takes them */
+    eng_backend_destroy(gpu16);
+    eng_backend_destroy(g_gpu);
+    go.sm75 = g16.sm75 = true;
+    DIE_IF(eng_backend_cuda_create(&go, &g_gpu, &err), "cuda backend (sm75)");
+    DIE_IF(eng_backend_cuda_create(&g16, &gpu16, &err), "cuda backend fp16 (sm75)");
+    test_attention("sm75 3 seqs", 32, 8, 128, pre, 3, false, false);
+    test_attention("sm75 3 seqs", 8, 2, 64, pre, 3, false, false);
+    test_attention("sm75 1 x 3001", 32, 8, 128, one_long, 1, true, true);
+    random_decode("sm75 40 random", 40, 600, 32, 8, 128);
+    random_decode("sm75 24 random", 24, 500, 8, 2, 64);
+    test_model("sm75 small", dirs[1], g_cpu, gpu16, g_gpu);
+    test_model("sm75 hd128", dirs[2], g_cpu, gpu16, g_gpu);
     eng_backend_destroy(gpu16);
     eng_backend_destroy(g_gpu);
     eng_backend_destroy(g_cpu);

@@ -19,7 +19,9 @@
  * split-K sums to the RMSNorm after them at M <= 16 (fixed-point sums,
  * KRN_INT4_GEMM_ACC64): replays then also check that a recorded step
  * leaves those words as it found them. Made by int4serve-mkmodel ($INT4SERVE_MKMODEL or
- * $INT4SERVE_BUILD_DIR/tools/mkmodel). Fresh seed each run, printed;
+ * $INT4SERVE_BUILD_DIR/tools/mkmodel). The wide checkpoint runs once more
+ * on the sm_75 paths (engine.cuda_kernels = "sm75", what a T4 runs: no
+ * PDL in the recorded graphs, no fixed-point sums). Fresh seed each run, printed;
  * INT4SERVE_TEST_SEED replays one. Prints "SKIPPED: no GPU" without one. */
 #include "common/inf.h"
 #include "engine/backend.h"
@@ -84,6 +86,8 @@ struct batch_buf {
 
 static int run_checkpoint(const char *mk, const char *tmp, const char *name, const char *args);
 
+static bool g_sm75; /* the backends take the sm_75 paths */
+
 int main(void)
 {
     int ndev = 0;
@@ -110,6 +114,11 @@ int main(void)
     int rc = run_checkpoint(mk, tmp, "tiny", "--preset tiny");
     if (rc == 0)
         rc = run_checkpoint(mk, tmp, "wide",
+                            "--preset tiny --hidden 2048 --intermediate 5632 --layers 2 "
+                            "--heads 16 --kv-heads 16");
+    g_sm75 = true;
+    if (rc == 0)
+        rc = run_checkpoint(mk, tmp, "wide-sm75",
                             "--preset tiny --hidden 2048 --intermediate 5632 --layers 2 "
                             "--heads 16 --kv-heads 16");
     char cmd[700];
@@ -139,7 +148,8 @@ static int run_checkpoint(const char *mk, const char *tmp, const char *name, con
     struct eng_backend *be[3];
     eng_model_t *m[3];
     for (int i = 0; i < 3; i++) {
-        must(eng_backend_cuda_create(NULL, &be[i], &err), &err, "backend");
+        const struct eng_backend_cuda_opts bo = {.device = 0, .sm75 = g_sm75};
+        must(eng_backend_cuda_create(&bo, &be[i], &err), &err, "backend");
         struct eng_model_opts o;
         eng_model_opts_default(&o);
         o.max_tokens = 1024;

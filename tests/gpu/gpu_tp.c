@@ -150,12 +150,16 @@ int main(void)
     const char *bd = getenv("INT4SERVE_BUILD_DIR");
     char cmd[1024];
     snprintf(dir, sizeof dir, "/tmp/int4serve-gpu-tp-XXXXXX");
+    if (!bd || !mkdtemp(dir)) {
+        fprintf(stderr, "FATAL: INT4SERVE_BUILD_DIR unset or no temporary folder\n");
+        return 2;
+    }
     snprintf(cmd, sizeof cmd,
              "%s/tools/mkmodel/int4serve-mkmodel --out %s --hidden 256 --intermediate 1408 "
              "--layers 2 --heads 8 --kv-heads 2 --vocab %d --seed 23 --format gptq-actorder "
              ">/dev/null",
-             bd ? bd : ".", dir, (int)VOCAB);
-    if (!bd || !mkdtemp(dir) || system(cmd) != 0) {
+             bd, dir, (int)VOCAB);
+    if (system(cmd) != 0) {
         fprintf(stderr, "FATAL: cannot write the act-order model (%s)\n", cmd);
         return 2;
     }

@@ -44,6 +44,7 @@ expect 2 "--max-batch: must be in [1, 1024], got 0" err -- --max-batch 0
 printf '[engine]\nkv_cache_dtype = "fp8_e5m2"\n' >"$tmp/kv.toml"
 expect 2 "$tmp/kv.toml:2: key 'engine.kv_cache_dtype': must be one of \"auto\", \"fp16\", \"fp8\", got \"fp8_e5m2\"" err -- --config "$tmp/kv.toml"
 expect 2 "--set engine.kv_cache_dtype: must be one of \"auto\", \"fp16\", \"fp8\", got \"int8\"" err -- --set engine.kv_cache_dtype=int8
+expect 2 "--set engine.cuda_kernels: must be one of \"auto\", \"sm75\", got \"sm70\"" err -- --set engine.cuda_kernels=sm70
 
 printf '[engine]\nmax_batch = 0\n' >"$tmp/bad.toml"
 expect 2 "$tmp/bad.toml:2: key 'engine.max_batch': must be in [1, 1024], got 0" err -- --config "$tmp/bad.toml"

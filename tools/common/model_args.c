@@ -67,6 +67,13 @@ int tool_model_args_take(struct tool_model_args *a, int c, const char *arg, cons
         }
         a->kv_fp8 = strcmp(arg, "fp8") == 0;
         return 1;
+    case 8:
+        if (strcmp(arg, "auto") != 0 && strcmp(arg, "sm75") != 0) {
+            fprintf(stderr, "%s: --cuda-kernels must be auto or sm75\n", prog);
+            return -1;
+        }
+        a->sm75 = strcmp(arg, "sm75") == 0;
+        return 1;
     case 6:
         a->device = atoi(arg);
         if (a->device < 0) {
@@ -83,7 +90,8 @@ inf_status_t tool_model_args_backend(const struct tool_model_args *a, struct eng
                                      struct inf_err *err)
 {
     if (a->cuda) {
-        struct eng_backend_cuda_opts co = {.device = a->device, .kv_fp8 = a->kv_fp8};
+        struct eng_backend_cuda_opts co = {
+            .device = a->device, .kv_fp8 = a->kv_fp8, .sm75 = a->sm75};
         return eng_backend_cuda_create(&co, be, err);
     }
     struct eng_backend_cpu_opts bo = {.n_threads = a->threads, .kv_fp8 = a->kv_fp8};
