@@ -22,7 +22,11 @@
 #   results.json (one object per load plus the start-up times).
 # Environment:
 #   MODELS    mkmodel presets, in order (default "llama2-7b llama3-8b")
-#   WEIGHTS   "int4 fp16" (default), any of int4, int4-lmhead, fp16, each
+#   MKARGS    more int4serve-mkmodel arguments for every checkpoint, e.g.
+#             "--format gptq-actorder --group-size 128" (an INT4 checkpoint
+#             as downloaded: serve it with WEIGHTS=auto)
+#   WEIGHTS   "int4 fp16" (default), any of int4, int4-lmhead, fp16 and auto
+#             (quantization "auto": the checkpoint's own format), each
 #             optionally with "+fp8": the same weights on an fp8 (E4M3) KV
 #             cache (engine.kv_cache_dtype = "fp8"), e.g. "int4 int4+fp8 fp16",
 #             and "+sm75": on the compute capability 7.5 paths, what a T4
@@ -222,7 +226,8 @@ for model in $MODELS; do
     if [ "$MODEL_REUSE" = 1 ] && [ -s "$M/config.json" ]; then
         echo "== $model: the checkpoint at $M, as it is"
     elif ! rm -rf "$M" ||
-        ! "$BIN/int4serve-mkmodel" --preset "$model" "${tokargs[@]}" --out "$M" >"$OUT/$model-mkmodel.log" 2>&1; then
+        # shellcheck disable=SC2086
+        ! "$BIN/int4serve-mkmodel" --preset "$model" "${tokargs[@]}" ${MKARGS:-} --out "$M" >"$OUT/$model-mkmodel.log" 2>&1; then
         echo "== $model: mkmodel failed"
         tail -3 "$OUT/$model-mkmodel.log"
         continue
@@ -242,7 +247,8 @@ for model in $MODELS; do
         int4) quant=int4 keep='["embed_tokens", "lm_head"]' ;;
         int4-lmhead) quant=int4 keep='["embed_tokens"]' ;;
         fp16 | none) weights=fp16 quant=none keep='["embed_tokens", "lm_head"]' ;;
-        *) echo "== unknown weights '$weights' (int4, int4-lmhead or fp16)" && continue ;;
+        auto) quant=auto keep='["embed_tokens", "lm_head"]' ;;
+        *) echo "== unknown weights '$weights' (int4, int4-lmhead, fp16 or auto)" && continue ;;
         esac
         [ "$kvdt" = fp8 ] && weights="$weights+fp8kv"
         [ "$kern" = sm75 ] && weights="$weights+sm75"
