@@ -313,19 +313,20 @@ inf_status_t eng_op_embedding(struct eng_backend *be, const struct eng_buf *tabl
 }
 
 inf_status_t eng_op_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                const struct eng_mat *delta, const struct eng_buf *w, float eps,
-                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+                                const struct eng_mat *delta, const struct eng_buf *w,
+                                const struct eng_buf *perm, float eps, struct eng_mat out,
+                                int32_t dim, int32_t m, struct inf_err *err)
 {
     size_t es = eng_act_size(be->act_dtype);
-    if (m < 0 || dim <= 0 || !buf_holds(w, dim, 4))
-        return inf_err_set(err, INF_E_INVALID, "rmsnorm: bad dim %d or weight", dim);
+    if (m < 0 || dim <= 0 || !buf_holds(w, dim, 4) || (perm && !buf_holds(perm, dim, 4)))
+        return inf_err_set(err, INF_E_INVALID, "rmsnorm: bad dim %d, weight or column order", dim);
     if (m == 0)
         return INF_OK;
     CHECK_MAT(x, m, dim, es, "rmsnorm x");
     CHECK_MAT(out, m, dim, es, "rmsnorm out");
     if (delta)
         CHECK_MAT(*delta, m, dim, es, "rmsnorm delta");
-    return be->iface->rmsnorm_add(be, x, delta, w, eps, out, dim, m, err);
+    return be->iface->rmsnorm_add(be, x, delta, w, perm, eps, out, dim, m, err);
 }
 
 inf_status_t eng_op_rope(struct eng_backend *be, struct eng_mat x, int32_t n_heads,

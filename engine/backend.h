@@ -194,8 +194,10 @@ struct eng_attn_block {
     const struct eng_buf *seq_pre; /* int32 [n_pre][3] */
     int32_t n_pre;
     const struct eng_linear *o;
-    struct eng_mat d;           /* [m][dim] scratch */
-    const struct eng_buf *norm; /* fp32 [dim] */
+    struct eng_mat d;                /* [m][dim] scratch */
+    const struct eng_buf *norm;      /* fp32 [dim] */
+    const struct eng_buf *norm_perm; /* int32 [dim] or NULL: xn's column order
+                                        (the next linear's, rmsnorm_add) */
     float eps;
     bool all_reduce; /* d summed over the tensor-parallel group (eng_op_all_reduce)
                         before the residual add: o is row-parallel */
@@ -223,8 +225,8 @@ struct eng_mlp_block {
     struct eng_mat gu_out; /* [m][2 inter] scratch: gate | up */
     struct eng_mat h;      /* [m][inter] scratch */
     const struct eng_linear *down;
-    struct eng_mat d; /* [m][dim] scratch */
-    const struct eng_buf *norm;
+    struct eng_mat d;                       /* [m][dim] scratch */
+    const struct eng_buf *norm, *norm_perm; /* as in struct eng_attn_block */
     float eps;
     bool all_reduce;    /* as in struct eng_attn_block: down is row-parallel */
     int32_t down_lead;  /* as o_lead: down reads h from down_lead zero columns before it */
@@ -322,10 +324,13 @@ struct eng_backend_iface {
                               const struct eng_buf *ids, struct eng_mat out, int32_t m,
                               struct inf_err *err);
     /* If delta is given: x += delta. Then out = x * w / sqrt(mean(x^2) + eps),
-     * for m rows of dim. */
+     * for m rows of dim; with perm (int32 [dim], a permutation) out is in
+     * that column order: out[:, i] is the normalized x[:, perm[i]] times
+     * w[i] (w given in that order too; an act-order linear's input). */
     inf_status_t (*rmsnorm_add)(struct eng_backend *be, struct eng_mat x,
-                                const struct eng_mat *delta, const struct eng_buf *w, float eps,
-                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+                                const struct eng_mat *delta, const struct eng_buf *w,
+                                const struct eng_buf *perm, float eps, struct eng_mat out,
+                                int32_t dim, int32_t m, struct inf_err *err);
     /* Rotate n_heads heads of head_dim in place in every row t < m of x, at
      * position pos[t]. */
     inf_status_t (*rope)(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
@@ -487,8 +492,9 @@ inf_status_t eng_op_embedding(struct eng_backend *be, const struct eng_buf *tabl
                               const struct eng_buf *ids, struct eng_mat out, int32_t m,
                               struct inf_err *err);
 inf_status_t eng_op_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                const struct eng_mat *delta, const struct eng_buf *w, float eps,
-                                struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+                                const struct eng_mat *delta, const struct eng_buf *w,
+                                const struct eng_buf *perm, float eps, struct eng_mat out,
+                                int32_t dim, int32_t m, struct inf_err *err);
 inf_status_t eng_op_rope(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
                          int32_t head_dim, const struct eng_buf *pos,
                          const struct eng_rope_params *p, int32_t m, struct inf_err *err);

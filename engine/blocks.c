@@ -92,7 +92,8 @@ inf_status_t eng_attn_block_compose(struct eng_backend *be, const struct eng_att
     if ((s = eng_op_linear(be, p->o, cols(a.out, -p->o_lead), p->d, false, m, err)) ||
         (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
         return s;
-    return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->eps, p->xn, p->dim, m, err);
+    return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->norm_perm, p->eps, p->xn, p->dim, m,
+                              err);
 }
 
 inf_status_t eng_mlp_block_compose(struct eng_backend *be, const struct eng_mlp_block *p,
@@ -121,7 +122,8 @@ inf_status_t eng_mlp_block_tail(struct eng_backend *be, const struct eng_mlp_blo
     if ((s = eng_op_linear(be, p->down, cols(p->h, -p->down_lead), p->d, false, p->m, err)) ||
         (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, p->m, err))))
         return s;
-    return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->eps, p->xn, p->dim, p->m, err);
+    return eng_op_rmsnorm_add(be, p->x, &p->d, p->norm, p->norm_perm, p->eps, p->xn, p->dim, p->m,
+                              err);
 }
 
 inf_status_t eng_op_attn_block(struct eng_backend *be, const struct eng_attn_block *p,

@@ -102,7 +102,8 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
     const struct eng_mat x = mat(m->x, 0, H), xn = mat(m->xn, 0, H), d = mat(m->d, 0, H);
     inf_status_t s;
     if ((s = eng_op_embedding(be, m->embed, m->embed_dt, c->vocab, H, m->tok, x, T, err)) ||
-        (s = eng_op_rmsnorm_add(be, x, NULL, m->layers[0].attn_norm, c->rms_eps, xn, H, T, err)))
+        (s = eng_op_rmsnorm_add(be, x, NULL, m->layers[0].attn_norm, m->layers[0].attn_perm,
+                                c->rms_eps, xn, H, T, err)))
         return s;
     struct eng_attn_block ab = {.m = T,
                                 .dim = H,
@@ -143,10 +144,12 @@ static inf_status_t body(eng_model_t *m, const struct eng_attn_params *ap, int32
         ab.attn.k_scale = ly->k_scale;
         ab.attn.v_scale = ly->v_scale;
         ab.norm = ly->mlp_norm;
+        ab.norm_perm = ly->mlp_perm;
         mb.gu[0] = &ly->gu[0].lin;
         mb.gu[1] = &ly->gu[1].lin;
         mb.down = &ly->down.lin;
         mb.norm = l + 1 < L ? m->layers[l + 1].attn_norm : m->final_norm;
+        mb.norm_perm = l + 1 < L ? m->layers[l + 1].attn_perm : NULL;
         if ((s = eng_op_attn_block(be, &ab, err)) || (s = eng_op_mlp_block(be, &mb, err)))
             return s;
     }

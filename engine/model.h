@@ -92,13 +92,15 @@ void eng_model_opts_default(struct eng_model_opts *o);
 
 /* How one linear layer was loaded. */
 struct eng_layer_info {
-    char name[80];  /* e.g. "model.layers.3.self_attn.qkv_proj" */
-    int32_t n, k;   /* output and input features */
-    bool quantized; /* INT4; else fp weights of fp_dtype */
-    bool from_ckpt; /* INT4 as the checkpoint stores it (repacked, not requantized) */
-    bool act_order; /* its columns follow a permutation (kernels/q4.h perm) */
-    int32_t kp;     /* padded K when quantized (== k when no padding) */
-    int32_t group;  /* stored group size when quantized */
+    char name[80];     /* e.g. "model.layers.3.self_attn.qkv_proj" */
+    int32_t n, k;      /* output and input features */
+    bool quantized;    /* INT4; else fp weights of fp_dtype */
+    bool from_ckpt;    /* INT4 as the checkpoint stores it (repacked, not requantized) */
+    bool act_order;    /* its columns follow a permutation (kernels/q4.h perm) */
+    bool norm_ordered; /* act_order, and the RMSNorm before it writes its input
+                          in that order (no gather before it) */
+    int32_t kp;        /* padded K when quantized (== k when no padding) */
+    int32_t group;     /* stored group size when quantized */
     enum eng_wdtype fp_dtype;
 };
 

@@ -36,6 +36,10 @@ struct lin {
 
 struct layer {
     struct eng_buf *attn_norm, *mlp_norm;
+    /* act-order q/k/v and gate/up (their shared column order, taken out of
+     * the linears at load): the norm's output order and the weight in it;
+     * NULL otherwise */
+    struct eng_buf *attn_perm, *mlp_perm;
     struct lin qkv[3]; /* fused: qkv[0] only */
     struct lin o;
     struct lin gu[2]; /* fused: gu[0] only */

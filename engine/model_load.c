@@ -434,11 +434,31 @@ static bool can_stack(const struct krn_q4_weight *q, int32_t np)
 /* What load_group takes besides the checkpoint (NULL: nothing): given, part
  * 0 already in the canonical form (load_group owns it from then on);
  * row_order, the order every packed part's rows are put in before a rank
- * takes its own: row i becomes the checkpoint's row row_order[i]. */
+ * takes its own: row i becomes the checkpoint's row row_order[i];
+ * col_order, where an act-order group's column order goes instead of into
+ * its linears when every part is packed with the same one (the caller's
+ * RMSNorm then writes their input in that order, so no linear of the group
+ * gathers; *col_order stays NULL otherwise, and the caller frees it). */
 struct group_extra {
     struct krn_q4_weight *given;
     const int32_t *row_order;
+    int32_t **col_order;
 };
+
+/* The column order shared by the packed parts q[0..np), taken out of them
+ * into *order (ownership passes), when every part has the same one. */
+static void take_col_order(struct krn_q4_weight *q, int32_t np, int32_t **order)
+{
+    for (int32_t i = 0; i < np; i++)
+        if (!q[i].perm || !eng_q4_perm_equal(q[i].perm, q[0].perm, q[0].k))
+            return;
+    *order = q[0].perm;
+    q[0].perm = NULL;
+    for (int32_t i = 1; i < np; i++) {
+        free(q[i].perm);
+        q[i].perm = NULL;
+    }
+}
 
 static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const char *prefix,
                                const char *const *parts, const int32_t *rows, int32_t np, int32_t k,
@@ -514,6 +534,8 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
         }
         r0 += take[i].count;
     }
+    if (ex && ex->col_order && n_packed == np)
+        take_col_order(q, np, ex->col_order);
     bool fuse = m->fused && np > 1;
     if (fuse && n_packed > 0 && (n_packed < np || !can_stack(q, np))) {
         fuse = false;
@@ -553,6 +575,11 @@ static inf_status_t load_group(struct eng_model *m, const eng_st_t *st, const ch
             r0 += take[i].count;
         }
     }
+    /* the layer records say act-order though the norm does the gathering */
+    for (int32_t i = 0;
+         s == INF_OK && ex && ex->col_order && *ex->col_order && i < (fuse || np == 1 ? 1 : np);
+         i++)
+        m->info[l[i].info].act_order = m->info[l[i].info].norm_ordered = true;
 done:
     for (int32_t i = 0; i < np; i++)
         eng_q4_free(&q[i]);
@@ -609,16 +636,27 @@ static inf_status_t mlp_fold(struct eng_model *m, const eng_st_t *st, const char
     return s;
 }
 
+/* A norm weight; with order (the column order of the linears it feeds,
+ * take_col_order) the weight put in that order and the order uploaded too
+ * (*out_order), for the norm to write its output in it. */
 static inf_status_t load_norm(struct eng_model *m, const eng_st_t *st, const char *name,
-                              struct eng_buf **out, struct inf_err *err)
+                              const int32_t *order, struct eng_buf **out,
+                              struct eng_buf **out_order, struct inf_err *err)
 {
     int32_t H = m->cfg.hidden;
-    float *w = malloc((size_t)H * sizeof(float));
+    float *w = malloc((size_t)H * 2 * sizeof(float));
     if (!w)
         return inf_err_set(err, INF_E_NOMEM, "out of memory loading %s", name);
     inf_status_t s = read_tensor(st, name, H, 0, w, err);
+    const float *up = w;
+    if (s == INF_OK && order) {
+        for (int32_t i = 0; i < H; i++)
+            w[H + i] = w[order[i]];
+        up = w + H;
+        s = eng_buf_from_host(m->be, order, (size_t)H * 4, out_order, err);
+    }
     if (s == INF_OK)
-        s = eng_buf_from_host(m->be, w, (size_t)H * 4, out, err);
+        s = eng_buf_from_host(m->be, up, (size_t)H * 4, out, err);
     free(w);
     return s;
 }
@@ -739,18 +777,19 @@ static void log_checkpoint(const struct eng_model *m)
 {
     if (m->mode != LOAD_PACKED)
         return;
-    int32_t n_ck = 0, n_perm = 0, n_fp = 0;
+    int32_t n_ck = 0, n_perm = 0, n_fp = 0, n_ordered = 0;
     for (int32_t i = 0; i < m->n_info; i++) {
         const struct eng_layer_info *l = &m->info[i];
         n_ck += l->from_ckpt;
         n_perm += l->act_order;
+        n_ordered += l->norm_ordered;
         n_fp += !l->quantized;
     }
     inf_log(INFO,
             "INT4 checkpoint, %s, from %s: %d linear layers repacked without requantization "
-            "(%d act-order), their weights stay INT4 on the %s backend; %d kept in floating "
-            "point",
-            m->qcfg.desc, m->qcfg.file, n_ck, n_perm, eng_backend_name(m->be), n_fp);
+            "(%d act-order, %d of them fed in their column order by the norm before them), "
+            "their weights stay INT4 on the %s backend; %d kept in floating point",
+            m->qcfg.desc, m->qcfg.file, n_ck, n_perm, n_ordered, eng_backend_name(m->be), n_fp);
     if (m->n_apart > 0)
         inf_log(WARN,
                 "%d groups of projections run apart instead of fused (the first: %s): their "
@@ -1043,15 +1082,17 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         static const char *const qkv_parts[3] = {"q_proj", "k_proj", "v_proj"};
         static const char *const gu_parts[2] = {"gate_proj", "up_proj"};
         int32_t qkv_rows[3] = {qd, kvd, kvd}, gu_rows[2] = {I, I};
-        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-        if ((s = load_norm(m, st, nm, &L->attn_norm, err)))
-            goto fail;
-        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-        if ((s = load_norm(m, st, nm, &L->mlp_norm, err)))
-            goto fail;
+        /* act-order q/k/v and gate/up: their norms write x in their order */
+        int32_t *qkv_order = NULL, *gu_order = NULL;
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
-        if ((s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", false,
-                            split ? &sh_qkv : NULL, NULL, L->qkv, &L->n_qkv, err)))
+        const struct group_extra qx = {.col_order = &qkv_order};
+        s = load_group(m, st, pre, qkv_parts, qkv_rows, 3, H, c->qkv_bias, "qkv_proj", false,
+                       split ? &sh_qkv : NULL, &qx, L->qkv, &L->n_qkv, err);
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        if (s == INF_OK)
+            s = load_norm(m, st, nm, qkv_order, &L->attn_norm, &L->attn_perm, err);
+        free(qkv_order);
+        if (s != INF_OK)
             goto fail;
         snprintf(nm, sizeof nm, "%s.o_proj", pre);
         if ((s = load_single(m, st, nm, H, qd, split ? &sh_o : NULL, NULL, &L->o, err)))
@@ -1061,10 +1102,14 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         int32_t *order = NULL;
         if ((s = mlp_fold(m, st, pre, H, I, &down, &order, err)))
             goto fail;
-        const struct group_extra gx = {.row_order = order};
+        const struct group_extra gx = {.row_order = order, .col_order = &gu_order};
         s = load_group(m, st, pre, gu_parts, gu_rows, 2, H, false, "gate_up_proj", true,
                        split ? &sh_gu : NULL, &gx, L->gu, &L->n_gu, err);
         free(order);
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (s == INF_OK)
+            s = load_norm(m, st, nm, gu_order, &L->mlp_norm, &L->mlp_perm, err);
+        free(gu_order);
         snprintf(nm, sizeof nm, "%s.down_proj", pre);
         if (s == INF_OK)
             s = load_single(m, st, nm, H, I, split ? &sh_down : NULL, down.q ? &down : NULL,
@@ -1081,7 +1126,7 @@ inf_status_t eng_model_load(const char *dir, struct eng_backend *be,
         m->att_trail = L->o.trail > m->att_trail ? L->o.trail : m->att_trail;
         m->h_trail = L->down.trail > m->h_trail ? L->down.trail : m->h_trail;
     }
-    if ((s = load_norm(m, st, "model.norm.weight", &m->final_norm, err)) ||
+    if ((s = load_norm(m, st, "model.norm.weight", NULL, &m->final_norm, NULL, err)) ||
         (s = load_embed_and_head(m, st, err)))
         goto fail;
     inf_log(INFO,
@@ -1129,6 +1174,8 @@ void eng_model_destroy(eng_model_t *m)
             struct layer *L = &m->layers[l];
             eng_buf_free(be, L->attn_norm);
             eng_buf_free(be, L->mlp_norm);
+            eng_buf_free(be, L->attn_perm);
+            eng_buf_free(be, L->mlp_perm);
             for (int i = 0; i < 3; i++)
                 lin_free(be, &L->qkv[i]);
             lin_free(be, &L->o);

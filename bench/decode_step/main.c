@@ -232,11 +232,13 @@ static inf_status_t w_embedding(struct eng_backend *be, const struct eng_buf *ta
 }
 
 static inf_status_t w_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                  const struct eng_mat *delta, const struct eng_buf *wt, float eps,
-                                  struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+                                  const struct eng_mat *delta, const struct eng_buf *wt,
+                                  const struct eng_buf *perm, float eps, struct eng_mat out,
+                                  int32_t dim, int32_t m, struct inf_err *err)
 {
     struct wrap *w = W(be);
-    inf_status_t s = w->inner->iface->rmsnorm_add(w->inner, x, delta, wt, eps, out, dim, m, err);
+    inf_status_t s =
+        w->inner->iface->rmsnorm_add(w->inner, x, delta, wt, perm, eps, out, dim, m, err);
     op_done(w, K_NORM);
     return s;
 }

@@ -391,8 +391,8 @@ static void rows_task(void *ctx, int32_t id, int32_t n_threads)
             krn_cpu_embed_f32(j->table, j->dim, j->ids, j->out, j->ldo, r0, r1);
         break;
     case OP_NORM:
-        krn_cpu_rmsnorm_add(j->x, j->ldx, j->delta, j->ldd, j->w, j->eps, j->out, j->ldo, j->dim,
-                            r0, r1);
+        krn_cpu_rmsnorm_add(j->x, j->ldx, j->delta, j->ldd, j->w, j->ids, j->eps, j->out, j->ldo,
+                            j->dim, r0, r1);
         break;
     case OP_ROPE:
         krn_cpu_rope(j->x, j->ldx, j->n_heads, j->dim, j->ids, j->inv_freq, r0, r1);
@@ -439,11 +439,13 @@ static inf_status_t cpu_embedding(struct eng_backend *be, const struct eng_buf *
 }
 
 static inf_status_t cpu_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                    const struct eng_mat *delta, const struct eng_buf *w, float eps,
-                                    struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+                                    const struct eng_mat *delta, const struct eng_buf *w,
+                                    const struct eng_buf *perm, float eps, struct eng_mat out,
+                                    int32_t dim, int32_t m, struct inf_err *err)
 {
     (void)err;
     struct rows_job j = {.op = OP_NORM,
+                         .ids = perm ? perm->ptr : NULL, /* the output's column order */
                          .m = m,
                          .dim = dim,
                          .x = fptr(x),

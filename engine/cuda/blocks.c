@@ -86,7 +86,8 @@ inf_status_t eng_cuda_attn_block(struct eng_backend *be, const struct eng_attn_b
         s = linear_words(c, be, p->o, o_in, p->d, m, &words, err);
     if (s || (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
         return s;
-    return eng_cuda_norm_add(c, p->x, &p->d, words, p->norm, p->eps, p->xn, p->dim, m, err);
+    return eng_cuda_norm_add(c, p->x, &p->d, words, p->norm, p->norm_perm, p->eps, p->xn, p->dim, m,
+                             err);
 }
 
 inf_status_t eng_cuda_mlp_block(struct eng_backend *be, const struct eng_mlp_block *p,
@@ -122,7 +123,8 @@ inf_status_t eng_cuda_mlp_block(struct eng_backend *be, const struct eng_mlp_blo
         s = linear_words(c, be, p->down, h_in, p->d, m, &words, err);
     if (s || (p->all_reduce && (s = eng_op_all_reduce(be, p->d, p->dim, m, err))))
         return s;
-    return eng_cuda_norm_add(c, p->x, &p->d, words, p->norm, p->eps, p->xn, p->dim, m, err);
+    return eng_cuda_norm_add(c, p->x, &p->d, words, p->norm, p->norm_perm, p->eps, p->xn, p->dim, m,
+                             err);
 }
 
 #endif

@@ -94,9 +94,9 @@ struct cu_q4 {
     struct krn_int4_gemm_layout lay;
     struct krn_int4_gemm_plan plan; /* its launches on this device */
     void *dev;                      /* repacked weight */
-    int32_t *perm; /* device [k]: the input column of each stored column (an
-                      act-order weight; eng_cuda_q4_run gathers x first), or NULL */
-    bool glu;      /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
+    int32_t *perm;                  /* device [k]: the input column of each stored column (an
+                                       act-order weight; eng_cuda_q4_run gathers x first), or NULL */
+    bool glu; /* [gate; up] in the GLU column order (eng_cuda_weight_q4_create_glu) */
 };
 
 /* One cached attention work list: the bytes last uploaded to its region. */
@@ -355,8 +355,9 @@ inf_status_t eng_cuda_rope_freqs(struct cu_ctx *c, const struct eng_rope_params 
                                  int32_t head_dim, struct inf_err *err);
 /* x += d (the words of buffer words when >= 0, else d), out = rmsnorm(x) w. */
 inf_status_t eng_cuda_norm_add(struct cu_ctx *c, struct eng_mat x, const struct eng_mat *d,
-                               int32_t words, const struct eng_buf *w, float eps,
-                               struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+                               int32_t words, const struct eng_buf *w, const struct eng_buf *perm,
+                               float eps, struct eng_mat out, int32_t dim, int32_t m,
+                               struct inf_err *err);
 
 /* ---- attention (attention.c) ------------------------------------------------ */
 /* Build p's work list and upload it (fixed > 0: the fixed shape of a decode
@@ -412,8 +413,9 @@ inf_status_t eng_cuda_embedding(struct eng_backend *be, const struct eng_buf *ta
                                 const struct eng_buf *ids, struct eng_mat out, int32_t m,
                                 struct inf_err *err);
 inf_status_t eng_cuda_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                  const struct eng_mat *delta, const struct eng_buf *w, float eps,
-                                  struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err);
+                                  const struct eng_mat *delta, const struct eng_buf *w,
+                                  const struct eng_buf *perm, float eps, struct eng_mat out,
+                                  int32_t dim, int32_t m, struct inf_err *err);
 inf_status_t eng_cuda_rope(struct eng_backend *be, struct eng_mat x, int32_t n_heads,
                            int32_t head_dim, const struct eng_buf *pos,
                            const struct eng_rope_params *p, int32_t m, struct inf_err *err);

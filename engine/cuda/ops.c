@@ -34,15 +34,17 @@ inf_status_t eng_cuda_embedding(struct eng_backend *be, const struct eng_buf *ta
 }
 
 inf_status_t eng_cuda_norm_add(struct cu_ctx *c, struct eng_mat x, const struct eng_mat *d,
-                               int32_t words, const struct eng_buf *w, float eps,
-                               struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+                               int32_t words, const struct eng_buf *w, const struct eng_buf *perm,
+                               float eps, struct eng_mat out, int32_t dim, int32_t m,
+                               struct inf_err *err)
 {
     inf_status_t st = INF_E_UNSUPPORTED;
     if (words >= 0) {
         /* the sums are not consumed: the next words linear zeroes them */
         struct inf_err le = {0};
-        st = krn_cuda_rmsnorm_add_acc(dptr(x, 2), x.ld, cu_acc_buf(c, words), w->ptr, eps,
-                                      dptr(out, 2), out.ld, dim, m, c->stream, &le);
+        st = krn_cuda_rmsnorm_add_acc(dptr(x, 2), x.ld, cu_acc_buf(c, words), w->ptr,
+                                      perm ? perm->ptr : NULL, eps, dptr(out, 2), out.ld, dim, m,
+                                      c->stream, &le);
         if (st != INF_OK && st != INF_E_UNSUPPORTED)
             return eng_cuda_kst(c, st, &le, err);
         if (st != INF_OK && (st = eng_cuda_words_reduce(c, words, *d, m, dim, err)) != INF_OK)
@@ -50,7 +52,8 @@ inf_status_t eng_cuda_norm_add(struct cu_ctx *c, struct eng_mat x, const struct 
     }
     if (st != INF_OK)
         KRN(c, krn_cuda_rmsnorm_add(dptr(x, 2), x.ld, d ? dptr(*d, 2) : NULL, d ? d->ld : 0, w->ptr,
-                                    eps, dptr(out, 2), out.ld, dim, m, c->stream, lep_));
+                                    perm ? perm->ptr : NULL, eps, dptr(out, 2), out.ld, dim, m,
+                                    c->stream, lep_));
     eng_cuda_written(x.buf);
     eng_cuda_written(out.buf);
     eng_cuda_weight_seen(w);
@@ -58,12 +61,13 @@ inf_status_t eng_cuda_norm_add(struct cu_ctx *c, struct eng_mat x, const struct 
 }
 
 inf_status_t eng_cuda_rmsnorm_add(struct eng_backend *be, struct eng_mat x,
-                                  const struct eng_mat *delta, const struct eng_buf *w, float eps,
-                                  struct eng_mat out, int32_t dim, int32_t m, struct inf_err *err)
+                                  const struct eng_mat *delta, const struct eng_buf *w,
+                                  const struct eng_buf *perm, float eps, struct eng_mat out,
+                                  int32_t dim, int32_t m, struct inf_err *err)
 {
     struct cu_ctx *c = ctx_of(be);
     ENTER(c);
-    return eng_cuda_norm_add(c, x, delta, -1, w, eps, out, dim, m, err);
+    return eng_cuda_norm_add(c, x, delta, -1, w, perm, eps, out, dim, m, err);
 }
 
 inf_status_t eng_cuda_rope_freqs(struct cu_ctx *c, const struct eng_rope_params *p,

@@ -599,7 +599,7 @@ START_TEST(rows_ops_through_wrappers)
     struct eng_buf *bw = upload(be, w, sizeof w), *bo;
     ck_assert_int_eq(eng_buf_alloc(be, sizeof(float) * (size_t)(m * dim), &bo, NULL), INF_OK);
     struct eng_mat mx = {bx, 0, dim}, md = {bd, 0, dim}, mo = {bo, 0, dim};
-    ck_assert_int_eq(eng_op_rmsnorm_add(be, mx, &md, bw, 1e-6f, mo, dim, m, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_rmsnorm_add(be, mx, &md, bw, NULL, 1e-6f, mo, dim, m, NULL), INF_OK);
     float *o = malloc(sizeof(float) * (size_t)(m * dim));
     ck_assert_int_eq(eng_buf_download(be, bo, 0, o, sizeof(float) * (size_t)(m * dim), NULL),
                      INF_OK);
@@ -688,7 +688,7 @@ START_TEST(blocks_and_uploads)
     ck_assert_int_eq(eng_op_linear(be, &gu, mxn, mg, false, m, NULL), INF_OK);
     ck_assert_int_eq(eng_op_silu_mul(be, mg, mu, mh, I, m, NULL), INF_OK);
     ck_assert_int_eq(eng_op_linear(be, &down, mh, md, false, m, NULL), INF_OK);
-    ck_assert_int_eq(eng_op_rmsnorm_add(be, mx, &md, norm, 1e-5f, mxn, H, m, NULL), INF_OK);
+    ck_assert_int_eq(eng_op_rmsnorm_add(be, mx, &md, norm, NULL, 1e-5f, mxn, H, m, NULL), INF_OK);
     ck_assert_int_eq(eng_buf_download(be, x, 0, xb, sizeof xb, NULL), INF_OK);
     ck_assert_int_eq(eng_buf_download(be, xn, 0, xnb, sizeof xnb, NULL), INF_OK);
     /* as a block, through a slot that counts its calls, from a batch of uploads */

@@ -630,8 +630,12 @@ START_TEST(format_case)
         n_ck += li->from_ckpt;
         n_act += li->act_order;
         ck_assert(li->from_ckpt || strstr(li->name, "lm_head"));
-        /* an act-order down's order moves into gate/up's rows at load */
+        /* an act-order down's order moves into gate/up's rows at load, and
+         * q/k/v's and gate/up's into the norms before them: only o gathers */
         ck_assert(!(li->act_order && strstr(li->name, "down_proj")));
+        ck_assert_msg(li->norm_ordered == (li->act_order && !strstr(li->name, "o_proj")),
+                      "%s: act-order %d, norm-ordered %d", li->name, li->act_order,
+                      li->norm_ordered);
     }
     ck_assert_int_eq(n_ck, 8); /* fused: qkv, o, gate_up, down per layer */
     ck_assert_int_eq(n_act, strstr(c->mk, "actorder") && c->group > 0 ? 6 : 0);

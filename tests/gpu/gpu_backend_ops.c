@@ -230,10 +230,25 @@ static void test_embedding(int32_t vocab, int32_t dim, int32_t m, bool f16)
 
 /* pad: rows of dim + pad elements; 0 gives dense rows, 16-byte aligned
  * with dim % 8 == 0 (the vector kernel), 3 the strided kernel. */
+static bool g_norm_perm; /* test_rmsnorm: the output in a random column order */
+
 static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta, int32_t pad)
 {
     struct inf_err err = {0};
     int64_t ld = dim + pad;
+    int32_t *order = malloc((size_t)dim * 4);
+    for (int32_t i = 0; i < dim; i++)
+        order[i] = i;
+    for (int32_t i = dim - 1; i > 0; i--) { /* Fisher-Yates */
+        int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    struct eng_buf *pc = NULL, *pg = NULL;
+    if (g_norm_perm) {
+        DIE_IF(eng_buf_from_host(g_cpu, order, (size_t)dim * 4, &pc, &err), "perm");
+        DIE_IF(eng_buf_from_host(g_gpu, order, (size_t)dim * 4, &pg, &err), "perm");
+    }
     float *xv = frand((int64_t)m * ld, -2, 2), *dv = frand((int64_t)m * ld, -1, 1);
     float *wv = frand(dim, 0.5f, 1.5f);
     struct pair x = pair_make(xv, (int64_t)m * ld), d = pair_make(dv, (int64_t)m * ld);
@@ -242,15 +257,15 @@ static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta, int32_t pad)
     DIE_IF(eng_buf_from_host(g_cpu, wv, (size_t)dim * 4, &wc, &err), "w");
     DIE_IF(eng_buf_from_host(g_gpu, wv, (size_t)dim * 4, &wg, &err), "w");
     struct eng_mat dc = {d.c, 0, ld}, dg = {d.g, 0, ld};
-    DIE_IF(eng_op_rmsnorm_add(g_cpu, (struct eng_mat){x.c, 0, ld}, with_delta ? &dc : NULL, wc,
+    DIE_IF(eng_op_rmsnorm_add(g_cpu, (struct eng_mat){x.c, 0, ld}, with_delta ? &dc : NULL, wc, pc,
                               1e-5f, (struct eng_mat){out.c, 0, dim}, dim, m, &err),
            "cpu rmsnorm");
-    DIE_IF(eng_op_rmsnorm_add(g_gpu, (struct eng_mat){x.g, 0, ld}, with_delta ? &dg : NULL, wg,
+    DIE_IF(eng_op_rmsnorm_add(g_gpu, (struct eng_mat){x.g, 0, ld}, with_delta ? &dg : NULL, wg, pg,
                               1e-5f, (struct eng_mat){out.g, 0, dim}, dim, m, &err),
            "gpu rmsnorm");
     char what[128];
-    snprintf(what, sizeof what, "rmsnorm%s dim %d m %d ld %d: out", with_delta ? "+add" : "", dim,
-             m, (int)ld);
+    snprintf(what, sizeof what, "rmsnorm%s%s dim %d m %d ld %d: out", with_delta ? "+add" : "",
+             g_norm_perm ? " ordered" : "", dim, m, (int)ld);
     compare(what, &out, 2e-3);
     snprintf(what, sizeof what, "rmsnorm%s dim %d m %d ld %d: residual", with_delta ? "+add" : "",
              dim, m, (int)ld);
@@ -260,6 +275,9 @@ static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta, int32_t pad)
     pair_free(&out);
     eng_buf_free(g_cpu, wc);
     eng_buf_free(g_gpu, wg);
+    eng_buf_free(g_cpu, pc);
+    eng_buf_free(g_gpu, pg);
+    free(order);
     free(xv);
     free(dv);
     free(wv);
@@ -1533,6 +1551,16 @@ int main(void)
     test_rmsnorm(8192, 7, true, 0);
     test_rmsnorm(288, 2, true, 0);
     test_rmsnorm(16384, 3, true, 0); /* four vectors a thread */
+    /* in an act-order linear's column order: the vector kernel (one, two and
+     * four vectors a thread, with and without the residual add) and the
+     * strided one */
+    g_norm_perm = true;
+    test_rmsnorm(4096, 1, true, 0);
+    test_rmsnorm(4096, 16, false, 0);
+    test_rmsnorm(12288, 5, true, 0);
+    test_rmsnorm(16384, 3, true, 0);
+    test_rmsnorm(288, 37, true, 3);
+    g_norm_perm = false;
     test_rope(8, 64, 1, false, 4096);
     test_rope(14, 128, 45, true, 131072);
     test_rope(6, 48, 33, false, 2048);

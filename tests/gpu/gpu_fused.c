@@ -248,17 +248,17 @@ static void test_rope_attn(int32_t nq, int32_t nkv, int32_t hd, int32_t m, const
                     groups[n_groups] = (struct krn_cuda_attn_group){n_items, ns};
                 for (int32_t j = 0; j < ns; j++) {
                     int32_t k1 = (j + 1) * split_keys;
-                    items[n_items++] = (struct krn_cuda_attn_item){
-                        .t_first = r,
-                        .p_first = ctx[r],
-                        .slot = r,
-                        .kvh = kvh,
-                        .row0 = row0,
-                        .nrows = G - row0 < 16 ? G - row0 : 16,
-                        .k0 = j * split_keys,
-                        .k1 = k1 < keys ? k1 : keys,
-                        .part = ns > 1 ? n_slots++ : -1,
-                        .group = ns > 1 ? n_groups : 0};
+                    items[n_items++] =
+                        (struct krn_cuda_attn_item){.t_first = r,
+                                                    .p_first = ctx[r],
+                                                    .slot = r,
+                                                    .kvh = kvh,
+                                                    .row0 = row0,
+                                                    .nrows = G - row0 < 16 ? G - row0 : 16,
+                                                    .k0 = j * split_keys,
+                                                    .k1 = k1 < keys ? k1 : keys,
+                                                    .part = ns > 1 ? n_slots++ : -1,
+                                                    .group = ns > 1 ? n_groups : 0};
                 }
                 n_groups += ns > 1;
             }
@@ -523,10 +523,10 @@ static void test_norm(int32_t dim, int32_t m, bool with_delta)
     cu(cudaMemcpy(dw, w, sizeof(float) * (size_t)dim, cudaMemcpyHostToDevice), "copy");
     const float eps = 1e-5f;
     /* two launches back to back: the second adds the first's output to x */
-    ok(krn_cuda_rmsnorm_add(dx, ld, with_delta ? dd : NULL, ld, dw, eps, dout, ld, dim, m, NULL,
-                            &err),
+    ok(krn_cuda_rmsnorm_add(dx, ld, with_delta ? dd : NULL, ld, dw, NULL, eps, dout, ld, dim, m,
+                            NULL, &err),
        &err, "rmsnorm");
-    ok(krn_cuda_rmsnorm_add(dx, ld, dout, ld, dw, eps, dout2, ld, dim, m, NULL, &err), &err,
+    ok(krn_cuda_rmsnorm_add(dx, ld, dout, ld, dw, NULL, eps, dout2, ld, dim, m, NULL, &err), &err,
        "rmsnorm 2");
     cu(cudaDeviceSynchronize(), "sync");
     cu(cudaMemcpy(hx2, dx, hb, cudaMemcpyDeviceToHost), "copy");

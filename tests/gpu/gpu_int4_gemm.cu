@@ -723,11 +723,11 @@ static void check_acc(struct dev_weight *dw, struct bufs *b, int m, uint32_t fla
             args.c = (uint16_t *)c3;
             st = krn_int4_gemm(&args, &err);
             if (st == INF_OK)
-                st = krn_cuda_rmsnorm_add_acc((uint16_t *)x1, n, acc, wn, 1e-5f, (uint16_t *)o1, n,
-                                              n, m, NULL, &err);
+                st = krn_cuda_rmsnorm_add_acc((uint16_t *)x1, n, acc, wn, nullptr, 1e-5f,
+                                              (uint16_t *)o1, n, n, m, NULL, &err);
             if (st == INF_OK)
-                st = krn_cuda_rmsnorm_add((uint16_t *)x2, n, (const uint16_t *)b->c2, n, wn, 1e-5f,
-                                          (uint16_t *)o2, n, n, m, NULL, &err);
+                st = krn_cuda_rmsnorm_add((uint16_t *)x2, n, (const uint16_t *)b->c2, n, wn,
+                                          nullptr, 1e-5f, (uint16_t *)o2, n, n, m, NULL, &err);
             CK(cudaDeviceSynchronize());
             if (st != INF_OK)
                 why = err.msg;

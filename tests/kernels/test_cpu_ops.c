@@ -256,7 +256,7 @@ START_TEST(rmsnorm_add_matches_naive)
     float *x = rvec(rows * 64, 2.0), *d = rvec(rows * 60, 1.0), *w = rvec(dim, 1.0);
     float *x0 = malloc(sizeof(float) * rows * 64), *out = calloc(rows * 55, sizeof(float));
     memcpy(x0, x, sizeof(float) * rows * 64);
-    krn_cpu_rmsnorm_add(x, 64, d, 60, w, 1e-5f, out, 55, dim, 0, rows);
+    krn_cpu_rmsnorm_add(x, 64, d, 60, w, NULL, 1e-5f, out, 55, dim, 0, rows);
     for (int r = 0; r < rows; r++) {
         double ss = 0, v[50];
         for (int i = 0; i < dim; i++) {
@@ -270,8 +270,24 @@ START_TEST(rmsnorm_add_matches_naive)
     }
     /* no delta: x unchanged */
     memcpy(x, x0, sizeof(float) * rows * 64);
-    krn_cpu_rmsnorm_add(x, 64, NULL, 0, w, 1e-5f, out, 55, dim, 1, 2);
+    krn_cpu_rmsnorm_add(x, 64, NULL, 0, w, NULL, 1e-5f, out, 55, dim, 1, 2);
     ck_assert_int_eq(memcmp(x, x0, sizeof(float) * rows * 64), 0);
+    /* a column order (an act-order linear's input): out[i] is the
+     * normalized x[perm[i]] times w[i], the residual in its own order */
+    int32_t perm[50];
+    for (int i = 0; i < dim; i++)
+        perm[i] = (i * 17 + 5) % dim; /* 17 is prime to 50: a permutation */
+    krn_cpu_rmsnorm_add(x, 64, d, 60, w, perm, 1e-5f, out, 55, dim, 0, rows);
+    for (int r = 0; r < rows; r++) {
+        double ss = 0, v[50];
+        for (int i = 0; i < dim; i++) {
+            v[i] = (double)x0[r * 64 + i] + d[r * 60 + i];
+            ss += v[i] * v[i];
+            ck_assert(fabs(x[r * 64 + i] - v[i]) < 1e-6);
+        }
+        for (int i = 0; i < dim; i++)
+            ck_assert(fabs(out[r * 55 + i] - v[perm[i]] / sqrt(ss / dim + 1e-5) * w[i]) < 1e-5);
+    }
     free(x), free(d), free(w), free(x0), free(out);
 }
 END_TEST
