@@ -250,6 +250,27 @@ START_TEST(half_to_float_every_pattern)
 }
 END_TEST
 
+/* The naive RMSNorm of rows of dim (x0 + d, strides 64 and 60) against
+ * krn_cpu_rmsnorm_add's x and out (stride 55), out[i] reading column
+ * perm[i] (perm NULL: i). */
+static void check_norm(const float *x0, const float *d, const float *w, const int32_t *perm,
+                       const float *x, const float *out, int dim, int rows)
+{
+    for (int r = 0; r < rows; r++) {
+        double ss = 0, v[64];
+        for (int i = 0; i < dim; i++) {
+            v[i] = (double)x0[r * 64 + i] + d[r * 60 + i];
+            ss += v[i] * v[i];
+            ck_assert(fabs(x[r * 64 + i] - v[i]) < 1e-6);
+        }
+        for (int i = 0; i < dim; i++) {
+            const int c = perm ? perm[i] : i;
+            ck_assert(fabs(out[r * 55 + i] - v[c] / sqrt(ss / dim + 1e-5) * w[i]) < 1e-5);
+        }
+        ck_assert(x[r * 64 + 60] == x0[r * 64 + 60]); /* beyond dim untouched */
+    }
+}
+
 START_TEST(rmsnorm_add_matches_naive)
 {
     int dim = 50, rows = 4;
@@ -257,17 +278,7 @@ START_TEST(rmsnorm_add_matches_naive)
     float *x0 = malloc(sizeof(float) * rows * 64), *out = calloc(rows * 55, sizeof(float));
     memcpy(x0, x, sizeof(float) * rows * 64);
     krn_cpu_rmsnorm_add(x, 64, d, 60, w, NULL, 1e-5f, out, 55, dim, 0, rows);
-    for (int r = 0; r < rows; r++) {
-        double ss = 0, v[50];
-        for (int i = 0; i < dim; i++) {
-            v[i] = (double)x0[r * 64 + i] + d[r * 60 + i];
-            ss += v[i] * v[i];
-            ck_assert(fabs(x[r * 64 + i] - v[i]) < 1e-6);
-        }
-        for (int i = 0; i < dim; i++)
-            ck_assert(fabs(out[r * 55 + i] - v[i] / sqrt(ss / dim + 1e-5) * w[i]) < 1e-5);
-        ck_assert(x[r * 64 + 60] == x0[r * 64 + 60]); /* beyond dim untouched */
-    }
+    check_norm(x0, d, w, NULL, x, out, dim, rows);
     /* no delta: x unchanged */
     memcpy(x, x0, sizeof(float) * rows * 64);
     krn_cpu_rmsnorm_add(x, 64, NULL, 0, w, NULL, 1e-5f, out, 55, dim, 1, 2);
@@ -278,16 +289,7 @@ START_TEST(rmsnorm_add_matches_naive)
     for (int i = 0; i < dim; i++)
         perm[i] = (i * 17 + 5) % dim; /* 17 is prime to 50: a permutation */
     krn_cpu_rmsnorm_add(x, 64, d, 60, w, perm, 1e-5f, out, 55, dim, 0, rows);
-    for (int r = 0; r < rows; r++) {
-        double ss = 0, v[50];
-        for (int i = 0; i < dim; i++) {
-            v[i] = (double)x0[r * 64 + i] + d[r * 60 + i];
-            ss += v[i] * v[i];
-            ck_assert(fabs(x[r * 64 + i] - v[i]) < 1e-6);
-        }
-        for (int i = 0; i < dim; i++)
-            ck_assert(fabs(out[r * 55 + i] - v[perm[i]] / sqrt(ss / dim + 1e-5) * w[i]) < 1e-5);
-    }
+    check_norm(x0, d, w, perm, x, out, dim, rows);
     free(x), free(d), free(w), free(x0), free(out);
 }
 END_TEST
