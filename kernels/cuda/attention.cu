@@ -27,7 +27,7 @@
  *          the tensor-core kernel rounds the probabilities to fp16 for P.V;
  *          one rounding to fp16 at the output.
  * Arch     sm_80+ (mma.sync m16n8k16; static shared memory under 48 KB);
- *          on the sm_75 paths (krncuda::arch() < 80) the tensor-core
+ *          on the sm_75 paths (krncuda::sm75_paths()) the tensor-core
  *          kernels do each m16n8k16 as two m16n8k8 (krncuda::mma_k16), and
  *          the SIMT kernel is sm_75 code as it is.
  */
@@ -535,7 +535,7 @@ template <int HDP> cudaError_t launch(const krn_cuda_attn_params &p, cudaStream_
         return krnattn::decode_launch(p, HDP, dv, s); /* combines its own splits */
     if (p.decode)
         attn_kernel<HDP, 128><<<(unsigned)p.n_items, 128, 0, s>>>(p);
-    else if (HDP <= 128 && p.impl != KRN_ATTN_SIMT && krncuda::arch() < 80)
+    else if (HDP <= 128 && p.impl != KRN_ATTN_SIMT && krncuda::sm75_paths())
         attn_tc_kernel<HDP <= 128 ? HDP : 128, true><<<(unsigned)p.n_items, 128, 0, s>>>(p);
     else if (HDP <= 128 && p.impl != KRN_ATTN_SIMT)
         attn_tc_kernel<HDP <= 128 ? HDP : 128, false><<<(unsigned)p.n_items, 128, 0, s>>>(p);

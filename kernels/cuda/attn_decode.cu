@@ -61,7 +61,7 @@
  *          fp16 at the output.
  * Arch     sm_80+ (cp.async, ldmatrix, mma.sync m16n8k16); the dynamic
  *          shared memory (up to 128 KB) is raised per device before use.
- *          The sm_75 path (T75, krncuda::arch() < 80) is the same kernel
+ *          The sm_75 path (T75, krncuda::sm75_paths()) is the same kernel
  *          with its copies as 16-byte loads into registers and stores
  *          (every load of a tile issued before its stores) and each
  *          m16n8k16 as two m16n8k8: ldmatrix and m16n8k8 are sm_75's.
@@ -934,7 +934,7 @@ const char *decode_variant_name(int v)
 
 bool decode_variant_runs(int v)
 {
-    return v >= 0 && v < kNumVariants && (kVariants[v].t75 || krncuda::arch() >= 80);
+    return v >= 0 && v < kNumVariants && (kVariants[v].t75 || !krncuda::sm75_paths());
 }
 
 /* From bench_attn and the 32-layer decode step on an H200 (docs/CUDA.md,
@@ -962,7 +962,7 @@ bool decode_variant_runs(int v)
  * (0.772 -> 0.763; left on w8 s2). */
 int decode_variant_auto(int hdp, long long row_sets, bool fp8)
 {
-    if (krncuda::arch() < 80)
+    if (krncuda::sm75_paths())
         return kSm75Variant;
     /* row sets one wave holds on the H200: w4 s3 (two blocks an SM), w4 s2 (three) */
     constexpr long long kWaveW4S3 = 264, kWaveW4S2 = 396;

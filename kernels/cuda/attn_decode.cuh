@@ -17,7 +17,7 @@ constexpr int kDecodeMaxSplits = 256; /* splits a group may have */
 int decode_variant_count();
 const char *decode_variant_name(int v);
 /* Configuration v runs on the current device's kernels (the sm_75 paths
- * take only their own, krncuda::arch() < 80). */
+ * take only their own, krncuda::sm75_paths()). */
 bool decode_variant_runs(int v);
 /* The configuration chosen automatically for padded head_dim hdp, for a
  * decode step of row_sets items before any split (kDecodeRows query rows

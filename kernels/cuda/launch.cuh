@@ -114,6 +114,15 @@ static inline cudaError_t launch_ex(bool pdl, void (*kernel)(KArgs...), dim3 gri
  * cached per device, 0 when it cannot be asked. */
 int arch();
 
+/* The current device runs the sm_75 paths. A device that cannot be asked
+ * (none: the launch policies' tests on a machine without a GPU) counts as
+ * the newer kind, whose policies those tests check. */
+static inline bool sm75_paths()
+{
+    const int a = arch();
+    return a > 0 && a < 80;
+}
+
 /* Programmatic dependent launch where the current device's kernels have it
  * (compute capability 9.0 and newer): the measured default of every launch
  * between the INT4 GEMMs. */
