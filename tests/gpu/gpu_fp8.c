@@ -24,7 +24,8 @@
  *    decode steps) on an fp8 cache against an fp16 cache, both on the GPU:
  *    the mean and largest |delta logprob| over every vocabulary entry of
  *    every position and the top-1 agreement, printed and bounded; and the
- *    fp8 GPU logits against the fp8 CPU logits (1e-2 relative, 99 % top-1).
+ *    fp8 GPU logits against the fp8 CPU logits (1e-2 relative, and the same
+ *    top-1 wherever the CPU's top two are more than TOP1_GAP apart).
  *    Then again on the sm_75 paths (engine.cuda_kernels = "sm75", what a T4
  *    runs): attention ops of both kernels and two of the models.
  * 5. Preemption. The engine on cuda with an fp8 cache of one sequence for
@@ -566,6 +567,22 @@ static int32_t argmax(const float *x, int32_t n)
     return b;
 }
 
+/* The gap between the largest and the second largest of x[0..n). */
+static float top2_gap(const float *x, int32_t n)
+{
+    const int32_t b = argmax(x, n);
+    float s = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (i != b && x[i] > s)
+            s = x[i];
+    return x[b] - s;
+}
+
+/* Positions whose CPU logits' top two are closer than this may take either
+ * token on the GPU (its fp16 against the CPU's fp32 moves logits by about
+ * 1e-2 here): the top-1 check counts the others. */
+#define TOP1_GAP 0.05f
+
 /* mean and max |delta logprob| bounds: about 3x the H200's (docs/CUDA.md) */
 #define LP_MEAN_TOL 0.03
 #define LP_MAX_TOL 0.6
@@ -584,7 +601,7 @@ static void test_model(const char *name, const char *dir, struct eng_backend *cp
     run_model(dir, cpu8, toks, L, c, NULL);
     double *la = malloc((size_t)V * 8), *lb = malloc((size_t)V * 8);
     double sum = 0, worst = 0, d2 = 0, r2 = 0;
-    int32_t agree = 0, agree_cpu = 0, bad = 0;
+    int32_t agree = 0, agree_cpu = 0, clear = 0, bad = 0;
     for (int32_t t = 0; t < L; t++) {
         log_softmax(a + (int64_t)t * V, V, la);
         log_softmax(b + (int64_t)t * V, V, lb);
@@ -598,7 +615,10 @@ static void test_model(const char *name, const char *dir, struct eng_backend *cp
             r2 += (double)c[(int64_t)t * V + i] * c[(int64_t)t * V + i];
         }
         agree += argmax(a + (int64_t)t * V, V) == argmax(b + (int64_t)t * V, V);
-        agree_cpu += argmax(c + (int64_t)t * V, V) == argmax(b + (int64_t)t * V, V);
+        if (top2_gap(c + (int64_t)t * V, V) > TOP1_GAP) {
+            clear++;
+            agree_cpu += argmax(c + (int64_t)t * V, V) == argmax(b + (int64_t)t * V, V);
+        }
     }
     printf("info %-10s fp8 KV vs fp16 KV (GPU): mean |dlogprob| %.3e, max %.3e, top-1 %d/%d\n",
            name, sum / ((double)L * V), worst, agree, L);
@@ -612,8 +632,8 @@ static void test_model(const char *name, const char *dir, struct eng_backend *cp
     check(agree >= 0.97 * L, what, (double)agree / L, 0.97);
     snprintf(what, sizeof what, "%s: fp8 KV logits GPU vs CPU (rel)", name);
     check(sqrt(d2 / r2) <= 1e-2, what, sqrt(d2 / r2), 1e-2);
-    snprintf(what, sizeof what, "%s: fp8 KV top-1 GPU vs CPU", name);
-    check(agree_cpu >= 0.99 * L, what, (double)agree_cpu / L, 0.99);
+    snprintf(what, sizeof what, "%s: fp8 KV top-1 GPU vs CPU (%d clear positions)", name, clear);
+    check(agree_cpu == clear && clear >= L / 2, what, clear ? (double)agree_cpu / clear : 0.0, 1.0);
     free(a), free(b), free(c), free(la), free(lb);
 }
 
