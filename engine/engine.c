@@ -414,8 +414,37 @@ static inf_status_t make_ranks(const struct eng_config *cfg, const struct eng_mo
     return st;
 }
 
-/* The automatic KV size on a host backend: room for max_batch full sequences
- * within 256 MiB, and never less than one sequence. */
+/* The KV tokens one sequence holds at most: max_model_len, or with a
+ * sliding window the blocks of its window and two more (a decoding
+ * sequence's, with a step queued ahead: engine/sched/scheduler.c, "Sliding
+ * window"; its prefill chunks are cut to what is free). */
+static int64_t seq_kv_tokens(const struct eng_config *cfg, const struct eng_model_config *mc)
+{
+    int64_t t = cfg->max_model_len;
+    if (mc->sliding_window > 0) {
+        const int64_t w = ((int64_t)mc->sliding_window + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK + 2;
+        if (w * ENG_KV_BLOCK < t)
+            t = w * ENG_KV_BLOCK;
+    }
+    return t;
+}
+
+/* The KV tokens max_batch sequences hold at once: max_batch of
+ * seq_kv_tokens, and with a sliding window one step's prefill chunk more
+ * (max_batched_tokens: a chunk holds its window and its own tokens), never
+ * more than max_batch full sequences. */
+static int64_t kv_want_tokens(const struct eng_config *cfg, const struct eng_model_config *mc)
+{
+    const int64_t full = (int64_t)cfg->max_batch * cfg->max_model_len;
+    const int64_t one = seq_kv_tokens(cfg, mc);
+    if (one == cfg->max_model_len)
+        return full;
+    const int64_t w = (int64_t)cfg->max_batch * one + cfg->max_batched_tokens;
+    return w < full ? w : full;
+}
+
+/* The automatic KV size on a host backend: kv_want_tokens within 256 MiB,
+ * and never less than one sequence. */
 #define KV_AUTO_BYTES (256ll << 20)
 /* Device memory left out of the KV pool besides what gpu_memory_utilization
  * leaves: CUDA graph executables and the driver's own growth. */
@@ -424,7 +453,10 @@ static inf_status_t make_ranks(const struct eng_config *cfg, const struct eng_mo
 /* The device memory plan, after the weights and workspaces are in place:
  * the KV pool takes what gpu_memory_utilization leaves of the device's
  * total (cudaMemGetInfo), less a headroom, capped at max_batch full
- * sequences. Answers the capacity in tokens (a multiple of ENG_KV_BLOCK). */
+ * sequences of max_model_len (the memory is the device's: a windowed
+ * model's spare blocks serve the prefix cache), at least one sequence
+ * (seq_kv_tokens). Answers the capacity in tokens (a multiple of
+ * ENG_KV_BLOCK). */
 static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_backend *be,
                                    const struct eng_model_config *mc, int32_t tp, int64_t *tokens,
                                    struct inf_err *err)
@@ -452,7 +484,8 @@ static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_back
         budget /= sharing > 0 ? sharing : 1;
     }
     int64_t t = budget > 0 ? (int64_t)(budget / (double)per_tok) : 0;
-    int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
+    const int64_t one = seq_kv_tokens(cfg, mc);
+    const int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
     if (t > want)
         t = want;
     t = t / ENG_KV_BLOCK * ENG_KV_BLOCK;
@@ -463,11 +496,11 @@ static inf_status_t plan_device_kv(const struct eng_config *cfg, struct eng_back
             (double)total_b / 1073741824.0, used / 1073741824.0, util, (long long)t,
             (double)t * (double)per_tok / 1073741824.0, (long long)per_tok,
             eng_kv_dtype_name(be->kv_dtype));
-    if (t < cfg->max_model_len)
+    if (t < one)
         return inf_err_set(err, INF_E_NOMEM,
                            "gpu_memory_utilization %.2f leaves room for %lld KV tokens, less than "
-                           "one sequence of max_model_len %d",
-                           util, (long long)t, cfg->max_model_len);
+                           "one sequence of max_model_len %d (%lld tokens held at once)",
+                           util, (long long)t, cfg->max_model_len, (long long)one);
     *tokens = t;
     return INF_OK;
 }
@@ -523,10 +556,10 @@ static inf_status_t load_checkpoint(eng_engine_t *eng, struct inf_err *err)
         cfg->kv_cache_tokens == 0 && eng_backend_mem_info(be, &free_b, &total_b, NULL) == INF_OK;
     if (cfg->kv_cache_tokens == 0 && !device_plan) {
         int64_t fit = KV_AUTO_BYTES / kv_bytes_per_token(&mc, be);
-        int64_t want = (int64_t)cfg->max_batch * cfg->max_model_len;
+        const int64_t one = seq_kv_tokens(cfg, &mc), want = kv_want_tokens(cfg, &mc);
         int64_t t = want < fit ? want : fit;
-        if (t < cfg->max_model_len)
-            t = cfg->max_model_len;
+        if (t < one)
+            t = one;
         cfg->kv_cache_tokens = (t + ENG_KV_BLOCK - 1) / ENG_KV_BLOCK * ENG_KV_BLOCK;
     }
     if (cfg->kv_cache_tokens / ENG_KV_BLOCK > INT32_MAX) {

@@ -537,6 +537,7 @@ END_TEST
 /* ---- the real model on the CPU backend ----------------------------------------------------- */
 /* A tiny synthetic checkpoint made by the project's int4serve-mkmodel. */
 static char model_dir[256];
+static const char *g_mk_extra = ""; /* more int4serve-mkmodel arguments for make_model */
 
 static void make_model(void)
 {
@@ -547,8 +548,8 @@ static void make_model(void)
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "'%s/tools/mkmodel/int4serve-mkmodel' --preset tiny --layers 2 --max-pos 512 "
-             "--seed 3 --out '%s/m' >/dev/null",
-             bdir, model_dir);
+             "--seed 3 %s --out '%s/m' >/dev/null",
+             bdir, g_mk_extra, model_dir);
     ck_assert_msg(system(cmd) == 0, "mkmodel failed: %s", cmd);
     strcat(model_dir, "/m");
 }
@@ -772,6 +773,50 @@ START_TEST(cpu_model_fp8_capacity)
 }
 END_TEST
 
+/* A sliding window of 32: kv_cache_tokens 0 counts a sequence as its
+ * window's blocks and two more (64 tokens, not max_model_len's 160), plus
+ * one step's prefill chunk (max_batched_tokens 128), so the automatic pool
+ * of max_batch 4 is 384 tokens; four requests of about 110 positions each
+ * run in it at once with the outputs they have alone. */
+START_TEST(cpu_model_window_capacity)
+{
+    g_mk_extra = "--arch mistral --sliding-window 32";
+    make_model();
+    g_mk_extra = "";
+    eng_engine_t *eng = open_cpu(4, 0);
+    struct eng_info info;
+    eng_engine_info(eng, &info);
+    ck_assert_int_eq(info.kv_capacity_tokens, 4 * 64 + 128);
+    static struct out alone[4];
+    for (int t = 0; t < 4; t++) {
+        submit_ok(eng, text_req(eng, 1, t, 90));
+        pump(eng, 1, 60000);
+        alone[t] = outs[1];
+        reset();
+    }
+    for (int t = 0; t < 4; t++)
+        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, 90));
+    pump(eng, 4, 120000);
+    for (int t = 0; t < 4; t++) {
+        ck_assert_int_eq(outs[t + 1].n_toks, 90);
+        ck_assert_msg(memcmp(outs[t + 1].toks, alone[t].toks, sizeof(int32_t) * 90) == 0,
+                      "text %d: output in the shared pool differs from alone", t);
+    }
+    struct eng_stats st;
+    WAIT_FOR(eng, st, st.running == 0);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    eng_engine_destroy(eng);
+    remove_model();
+    /* the same model without its window: max_batch full sequences */
+    make_model();
+    eng = open_cpu(4, 0);
+    eng_engine_info(eng, &info);
+    ck_assert_int_eq(info.kv_capacity_tokens, 4 * 160);
+    eng_engine_destroy(eng);
+    remove_model();
+}
+END_TEST
+
 /* Preemption and recompute on an fp8 KV cache: a recomputed prefix writes
  * the same codes, so every output equals the request run alone. */
 START_TEST(cpu_model_fp8_preemption_keeps_outputs)
@@ -974,6 +1019,7 @@ static Suite *suite(void)
     tcase_add_test(tc, cpu_model_batched_equals_alone);
     tcase_add_test(tc, cpu_model_preemption_keeps_outputs);
     tcase_add_test(tc, cpu_model_fp8_capacity);
+    tcase_add_test(tc, cpu_model_window_capacity);
     tcase_add_test(tc, cpu_model_fp8_preemption_keeps_outputs);
     tcase_add_test(tc, cpu_model_prefix_caching_same_outputs);
     tcase_add_test(tc, cpu_model_keep_fp16_names);
