@@ -707,26 +707,33 @@ START_TEST(cpu_model_batched_equals_alone)
 }
 END_TEST
 
-START_TEST(cpu_model_preemption_keeps_outputs)
+/* texts[0..3] run one at a time, then all four at once: each output of
+ * n greedy tokens equals its own alone. */
+static void together_equals_alone(eng_engine_t *eng, int32_t n)
 {
-    make_model();
-    /* 160 tokens of KV (one sequence's worth) for four sequences of ~70 */
-    eng_engine_t *eng = open_cpu(4, 160);
     static struct out alone[4];
     for (int t = 0; t < 4; t++) {
-        submit_ok(eng, text_req(eng, 1, t, 40));
+        submit_ok(eng, text_req(eng, 1, t, n));
         pump(eng, 1, 60000);
         alone[t] = outs[1];
         reset();
     }
     for (int t = 0; t < 4; t++)
-        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, 40));
+        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, n));
     pump(eng, 4, 120000);
     for (int t = 0; t < 4; t++) {
-        ck_assert_int_eq(outs[t + 1].n_toks, 40);
-        ck_assert_msg(memcmp(outs[t + 1].toks, alone[t].toks, sizeof(int32_t) * 40) == 0,
-                      "text %d: output after preemption differs from alone", t);
+        ck_assert_int_eq(outs[t + 1].n_toks, n);
+        ck_assert_msg(memcmp(outs[t + 1].toks, alone[t].toks, sizeof(int32_t) * (size_t)n) == 0,
+                      "text %d: output with the others differs from alone", t);
     }
+}
+
+START_TEST(cpu_model_preemption_keeps_outputs)
+{
+    make_model();
+    /* 160 tokens of KV (one sequence's worth) for four sequences of ~70 */
+    eng_engine_t *eng = open_cpu(4, 160);
+    together_equals_alone(eng, 40);
     struct eng_stats st;
     WAIT_FOR(eng, st, st.running == 0);
     ck_assert_uint_gt(st.preemptions_total, 0);
@@ -787,21 +794,7 @@ START_TEST(cpu_model_window_capacity)
     struct eng_info info;
     eng_engine_info(eng, &info);
     ck_assert_int_eq(info.kv_capacity_tokens, 4 * 64 + 128);
-    static struct out alone[4];
-    for (int t = 0; t < 4; t++) {
-        submit_ok(eng, text_req(eng, 1, t, 90));
-        pump(eng, 1, 60000);
-        alone[t] = outs[1];
-        reset();
-    }
-    for (int t = 0; t < 4; t++)
-        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, 90));
-    pump(eng, 4, 120000);
-    for (int t = 0; t < 4; t++) {
-        ck_assert_int_eq(outs[t + 1].n_toks, 90);
-        ck_assert_msg(memcmp(outs[t + 1].toks, alone[t].toks, sizeof(int32_t) * 90) == 0,
-                      "text %d: output in the shared pool differs from alone", t);
-    }
+    together_equals_alone(eng, 90);
     struct eng_stats st;
     WAIT_FOR(eng, st, st.running == 0);
     ck_assert_int_eq(st.kv_blocks_used, 0);
@@ -824,21 +817,7 @@ START_TEST(cpu_model_fp8_preemption_keeps_outputs)
     make_model();
     g_kv_fp8 = true;
     eng_engine_t *eng = open_cpu(4, 160);
-    static struct out alone[4];
-    for (int t = 0; t < 4; t++) {
-        submit_ok(eng, text_req(eng, 1, t, 40));
-        pump(eng, 1, 60000);
-        alone[t] = outs[1];
-        reset();
-    }
-    for (int t = 0; t < 4; t++)
-        submit_ok(eng, text_req(eng, (uint64_t)t + 1, t, 40));
-    pump(eng, 4, 120000);
-    for (int t = 0; t < 4; t++) {
-        ck_assert_int_eq(outs[t + 1].n_toks, 40);
-        ck_assert_msg(memcmp(outs[t + 1].toks, alone[t].toks, sizeof(int32_t) * 40) == 0,
-                      "text %d: output after preemption differs from alone", t);
-    }
+    together_equals_alone(eng, 40);
     struct eng_stats st;
     WAIT_FOR(eng, st, st.running == 0);
     ck_assert_uint_gt(st.preemptions_total, 0);
