@@ -113,3 +113,8 @@ struct eng_model {
     double t_convert;    /* converting fp weights to their dtype */
     double t_upload;     /* uploading fp weights */
 };
+
+/* After a load: the INT4 checkpoint's format and its layers, the layers
+ * padded along K, and the KV cache's element type and scales (n_kv_scaled:
+ * layers whose scales the checkpoint gives), in the log (engine/model_log.c). */
+void eng_model_log_load(const struct eng_model *m, int32_t n_kv_scaled);
