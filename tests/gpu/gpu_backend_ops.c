@@ -77,6 +77,20 @@ static float *frand(int64_t n, float lo, float hi)
     return p;
 }
 
+/* A random permutation of 0..n-1 (Fisher-Yates), malloc'd. */
+static int32_t *rand_perm(int32_t n)
+{
+    int32_t *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    for (int32_t i = 0; i < n; i++)
+        p[i] = i;
+    for (int32_t i = n - 1; i > 0; i--) {
+        int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
 #define DIE_IF(st, what)                                                                           \
     do {                                                                                           \
         if ((st) != INF_OK) {                                                                      \
@@ -236,14 +250,7 @@ static void test_rmsnorm(int32_t dim, int32_t m, bool with_delta, int32_t pad)
 {
     struct inf_err err = {0};
     int64_t ld = dim + pad;
-    int32_t *order = malloc((size_t)dim * 4);
-    for (int32_t i = 0; i < dim; i++)
-        order[i] = i;
-    for (int32_t i = dim - 1; i > 0; i--) { /* Fisher-Yates */
-        int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    int32_t *order = rand_perm(dim);
     struct eng_buf *pc = NULL, *pg = NULL;
     if (g_norm_perm) {
         DIE_IF(eng_buf_from_host(g_cpu, order, (size_t)dim * 4, &pc, &err), "perm");
@@ -376,14 +383,7 @@ static void maybe_perm(struct krn_q4_weight *q)
 {
     if (!g_perm)
         return;
-    q->perm = malloc((size_t)q->k * sizeof *q->perm);
-    for (int32_t i = 0; i < q->k; i++)
-        q->perm[i] = i;
-    for (int32_t i = q->k - 1; i > 0; i--) {
-        int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = q->perm[i];
-        q->perm[i] = q->perm[j];
-        q->perm[j] = t;
-    }
+    q->perm = rand_perm(q->k);
 }
 
 /* INT4 linear; x_pad / y_pad add columns to the row strides (strided views). */
@@ -1048,14 +1048,7 @@ static void test_attention2(const char *name, int32_t n_heads, int32_t n_kv, int
     int32_t n_blocks = n_slots * max_blocks + 4;
     const int32_t nan_block = n_blocks - 1; /* the last: NaN rows (g_window) */
     /* Block tables: a shuffled pool, -1 past each sequence's end. */
-    int32_t *perm = malloc((size_t)n_blocks * 4);
-    for (int32_t i = 0; i < n_blocks - 1; i++)
-        perm[i] = i;
-    for (int32_t i = n_blocks - 2; i > 0; i--) {
-        int32_t j = (int32_t)(rnd() % (uint64_t)(i + 1)), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    int32_t *perm = rand_perm(n_blocks - 1); /* the NaN block stays out */
     int32_t *bt = malloc((size_t)n_slots * max_blocks * 4);
     int32_t used = 0;
     for (int32_t s = 0; s < n_slots; s++)
